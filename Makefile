@@ -1,0 +1,82 @@
+# GPU Ledger. `make demo` and `make test` do all set-up on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+MANAGE := $(PY) manage.py
+DEMO_DAYS ?= 7
+DEMO_SEED ?= 42
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: demo run worker beat test lint format bench system-deps venv vendor clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+# plotly.js is served from static/vendor/, copied from the pinned `plotly` package (no CDN).
+static/vendor/plotly.min.js: $(VENV)/.installed
+	mkdir -p static/vendor
+	cp "$$($(PY) -c 'import plotly, os; print(os.path.join(os.path.dirname(plotly.__file__), "package_data", "plotly.min.js"))')" $@
+
+vendor: static/vendor/plotly.min.js
+
+## demo: venv, install, migrate, simulate a 7-day fleet, create a demo admin, serve on :8000
+demo: venv vendor
+	$(MANAGE) migrate --no-input
+	$(MANAGE) simulate --days $(DEMO_DAYS) --seed $(DEMO_SEED) --reset
+	$(MANAGE) demo_users
+	$(MANAGE) runserver $(HOST):$(PORT)
+
+## run: the web server on the current database
+run: venv vendor
+	$(MANAGE) migrate --no-input
+	$(MANAGE) runserver $(HOST):$(PORT)
+
+worker: venv
+	$(VENV)/bin/celery -A config worker --loglevel=INFO
+
+beat: venv
+	$(VENV)/bin/celery -A config beat --loglevel=INFO
+
+# System packages the integration tests drive: Prometheus, Chromium, docker-compose (validation only).
+system-deps:
+	@missing=""; \
+	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+## test: install what the tests need, start what they need, run the whole suite
+test: venv vendor system-deps
+	docker-compose -f docker-compose.yml config -q
+	bash scripts/services.sh
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy .
+
+format: venv
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: venv
+	$(PY) bench/ingest_pure.py
+	$(PY) bench/collect.py
+	$(PY) bench/sync.py
+	$(PY) bench/pages.py
+	$(PY) bench/chargeback.py
+
+clean:
+	rm -rf $(VENV) staticfiles .pytest_cache .ruff_cache .mypy_cache gpuledger.sqlite3*

@@ -1,0 +1,287 @@
+"""GPU Ledger settings.
+
+Everything comes from the environment through the small typed helpers below. The defaults run
+locally with no set-up: SQLite in the project folder, DEBUG on, Redis on 127.0.0.1. Every variable
+is listed in ``.env.example`` and in the README.
+"""
+
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_secret(name: str, default: str = "") -> str:
+    """A secret from ``NAME`` or from the file named by ``NAME_FILE`` (Docker/Kubernetes secrets)."""
+    path = os.environ.get(f"{name}_FILE")
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={path!r} cannot be read: {exc}") from exc
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use true/false)")
+
+
+def env_int(name: str, default: int, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from exc
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from exc
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", True)
+SECRET_KEY = env_secret("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off")
+    SECRET_KEY = "gpuledger-insecure-development-key-do-not-use-in-production"  # noqa: S105
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+SITE_NAME = env_str("SITE_NAME", "GPU Ledger")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "core",
+    "fleet",
+    "quotas",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "core.context_processors.site",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = env_secret("DATABASE_URL", f"sqlite:///{BASE_DIR / 'gpuledger.sqlite3'}")
+try:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+except ValueError as exc:
+    raise ImproperlyConfigured(f"DATABASE_URL cannot be parsed: {exc}") from exc
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the dashboard read while a collector writes.
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+
+# Security headers: on whenever DEBUG is off. TLS is usually terminated by the ingress, so the
+# redirect can be switched off there with SECURE_SSL_REDIRECT=false.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {
+        app: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
+        for app in ("core", "fleet", "quotas")
+    },
+}
+
+# --- REST API -------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": env_int("API_PAGE_SIZE", 100, minimum=1),
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.UserRateThrottle",
+        "rest_framework.throttling.AnonRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": env_str("API_THROTTLE_USER", "1200/min"),
+        "anon": env_str("API_THROTTLE_ANON", "30/min"),
+    },
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "GPU Ledger API",
+    "DESCRIPTION": "GPU allocation, real utilization, borrowing and chargeback for Kueue fleets.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- Celery ---------------------------------------------------------------------------------
+CELERY_BROKER_URL = env_secret("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+CELERY_RESULT_BACKEND = env_secret("CELERY_RESULT_BACKEND", CELERY_BROKER_URL)
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- GPU Ledger -----------------------------------------------------------------------------
+# Default Prometheus and kube context for the cluster that ``manage.py`` creates on first use
+# (``GPULEDGER_CLUSTER_NAME``); further clusters are added in the admin.
+PROMETHEUS_URL = env_str("PROMETHEUS_URL", "")
+if PROMETHEUS_URL and urlsplit(PROMETHEUS_URL).scheme not in {"http", "https"}:
+    raise ImproperlyConfigured(f"PROMETHEUS_URL={PROMETHEUS_URL!r} must be an http(s) URL")
+PROMETHEUS_TIMEOUT_SECONDS = env_float("PROMETHEUS_TIMEOUT_SECONDS", 30.0)
+KUBECONFIG = env_str("KUBECONFIG", "")
+GPULEDGER_KUBE_CONTEXT = env_str("GPULEDGER_KUBE_CONTEXT", "")
+GPULEDGER_CLUSTER_NAME = env_str("GPULEDGER_CLUSTER_NAME", "default")
+
+# Collection windows are aligned to multiples of this many seconds (DESIGN "Time model").
+GPULEDGER_COLLECT_SECONDS = env_int("GPULEDGER_COLLECT_SECONDS", 60, minimum=10)
+GPULEDGER_SYNC_SECONDS = env_int("GPULEDGER_SYNC_SECONDS", 30, minimum=5)
+# How far back the collector catches up after an outage.
+GPULEDGER_CATCHUP_HOURS = env_int("GPULEDGER_CATCHUP_HOURS", 24, minimum=1)
+GPULEDGER_USAGE_RETENTION_DAYS = env_int("GPULEDGER_USAGE_RETENTION_DAYS", 14, minimum=1)
+GPULEDGER_ROLLUP_RETENTION_DAYS = env_int("GPULEDGER_ROLLUP_RETENTION_DAYS", 400, minimum=1)
+# SM_ACTIVE below this is idle (DESIGN "Figures"); real idle GPUs report a small noise floor.
+GPULEDGER_IDLE_THRESHOLD = env_float("GPULEDGER_IDLE_THRESHOLD", 0.01)
+# A page warns when the newest successful collection is older than this.
+GPULEDGER_STALE_SECONDS = env_int("GPULEDGER_STALE_SECONDS", 600, minimum=60)
+# Labels on ClusterQueues (then namespaces) that name the owning team, first match wins.
+GPULEDGER_TEAM_LABELS = env_list("GPULEDGER_TEAM_LABELS", ["gpuledger.io/team", "team"])
+GPULEDGER_CHARGEBACK_MAX_DAYS = env_int("GPULEDGER_CHARGEBACK_MAX_DAYS", 400, minimum=1)
+GPULEDGER_CURRENCY = env_str("GPULEDGER_CURRENCY", "USD")
+
+CELERY_BEAT_SCHEDULE = {
+    "collect-metrics": {
+        "task": "fleet.tasks.collect_metrics_all",
+        "schedule": float(GPULEDGER_COLLECT_SECONDS),
+        "options": {"expires": float(GPULEDGER_COLLECT_SECONDS)},
+    },
+    "sync-clusters": {
+        "task": "quotas.tasks.sync_clusters_all",
+        "schedule": float(GPULEDGER_SYNC_SECONDS),
+        "options": {"expires": float(GPULEDGER_SYNC_SECONDS)},
+    },
+    "prune-usage": {
+        "task": "fleet.tasks.prune_usage",
+        "schedule": 3600.0,
+        "options": {"expires": 3600.0},
+    },
+}

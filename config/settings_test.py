@@ -1,0 +1,15 @@
+"""Test settings: the base settings with what tests need overridden, nothing else."""
+
+from config.settings import *  # noqa: F403
+from config.settings import env_str
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Tests hit the API in tight loops; throttling has its own test that sets rates explicitly.
+REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"user": None, "anon": None}}  # noqa: F405
+# Integration tests that need a broker use their own Redis database number.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
+CELERY_RESULT_BACKEND = CELERY_BROKER_URL
+STORAGES = {
+    **STORAGES,  # noqa: F405
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}

@@ -1,0 +1,51 @@
+from django.db import models
+
+
+class PodLabelStyle(models.TextChoices):
+    """Which labels on DCGM series name the workload pod (DESIGN "Upstream facts")."""
+
+    AUTO = "auto", "Detect (exported_* when present, else plain)"
+    EXPORTED = "exported", "exported_namespace / exported_pod (honor_labels: false)"
+    PLAIN = "plain", "namespace / pod (honor_labels: true or direct scrape)"
+
+
+class PrometheusAuth(models.TextChoices):
+    NONE = "none", "None"
+    BEARER = "bearer", "Bearer token"
+    BASIC = "basic", "Basic auth"
+
+
+class ActivitySource(models.TextChoices):
+    """Which DCGM field a row's activity figure came from."""
+
+    SM_ACTIVE = "sm_active", "DCGM_FI_PROF_SM_ACTIVE"
+    GR_ENGINE_ACTIVE = "gr_engine_active", "DCGM_FI_PROF_GR_ENGINE_ACTIVE (fallback)"
+    NONE = "none", "No telemetry"
+
+
+class IngestSource(models.TextChoices):
+    DCGM = "dcgm", "Prometheus: DCGM + kube-state-metrics"
+    KUEUE = "kueue", "Kubernetes API: Kueue, Pods, Nodes"
+    SIMULATION = "simulation", "Simulated fleet"
+    ROLLUP = "rollup", "Hourly rollup"
+
+
+class IngestStatus(models.TextChoices):
+    RUNNING = "running", "Running"
+    SUCCESS = "success", "Success"
+    PARTIAL = "partial", "Partial (some records skipped)"
+    FAILED = "failed", "Failed"
+
+
+class RollupScope(models.TextChoices):
+    """The groups hourly rollups are kept for (DESIGN "Figures")."""
+
+    FLEET = "fleet", "Fleet (cluster)"
+    NODE = "node", "Node"
+    FLAVOR = "flavor", "Resource flavor"
+    TEAM = "team", "Team"
+    COHORT = "cohort", "Cohort"
+    CLUSTER_QUEUE = "cluster_queue", "ClusterQueue"
+    LOCAL_QUEUE = "local_queue", "LocalQueue"
+    NAMESPACE = "namespace", "Namespace"
+    WORKLOAD = "workload", "Workload"

@@ -1,0 +1,133 @@
+from django.contrib import admin
+
+from core.admin import CollectorOwnedAdmin
+from quotas.models import (
+    ClusterQueue,
+    ClusterQueueQuota,
+    ClusterQueueSample,
+    Cohort,
+    LocalQueue,
+    ResourceFlavor,
+    Team,
+    TeamNamespace,
+    Workload,
+    WorkloadPriorityClass,
+    WorkloadTransition,
+)
+
+
+class TeamNamespaceInline(admin.TabularInline):
+    model = TeamNamespace
+    extra = 0
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["name", "display_name", "cost_center"]
+    search_fields = ["name", "display_name", "cost_center"]
+    filter_horizontal = ["leads"]
+    inlines = [TeamNamespaceInline]
+
+
+@admin.register(ResourceFlavor)
+class ResourceFlavorAdmin(CollectorOwnedAdmin):
+    list_display = ["name", "cluster", "gpu_model", "deleted_at"]
+    list_filter = ["cluster"]
+
+
+@admin.register(Cohort)
+class CohortAdmin(CollectorOwnedAdmin):
+    list_display = ["name", "cluster", "parent_name", "implicit", "weighted_share", "deleted_at"]
+    list_filter = ["cluster", "implicit"]
+
+
+class ClusterQueueQuotaInline(admin.TabularInline):
+    model = ClusterQueueQuota
+    extra = 0
+    fields = ["flavor_name", "resource", "nominal", "borrowing_limit", "lending_limit"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return False
+
+    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return False
+
+
+@admin.register(ClusterQueue)
+class ClusterQueueAdmin(CollectorOwnedAdmin):
+    list_display = [
+        "name",
+        "cluster",
+        "cohort_name",
+        "team",
+        "admitted_workloads",
+        "pending_workloads",
+        "weighted_share",
+        "deleted_at",
+    ]
+    list_filter = ["cluster", "cohort_name", "team"]
+    search_fields = ["name"]
+    list_select_related = ["cluster", "team"]
+    inlines = [ClusterQueueQuotaInline]
+
+
+@admin.register(LocalQueue)
+class LocalQueueAdmin(CollectorOwnedAdmin):
+    list_display = ["namespace", "name", "cluster_queue_name", "pending_workloads", "deleted_at"]
+    list_filter = ["cluster", "namespace"]
+    search_fields = ["name", "namespace"]
+
+
+@admin.register(WorkloadPriorityClass)
+class WorkloadPriorityClassAdmin(CollectorOwnedAdmin):
+    list_display = ["name", "value", "cluster"]
+
+
+class WorkloadTransitionInline(admin.TabularInline):
+    model = WorkloadTransition
+    fk_name = "workload"
+    extra = 0
+    fields = ["at", "kind", "reason", "message", "preemptor", "requeue_at"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return False
+
+    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return False
+
+
+@admin.register(Workload)
+class WorkloadAdmin(CollectorOwnedAdmin):
+    list_display = [
+        "name",
+        "namespace",
+        "cluster_queue",
+        "state",
+        "requested_gpus",
+        "admitted_gpus",
+        "borrowing",
+        "priority",
+    ]
+    list_filter = ["cluster", "state", "borrowing", "cluster_queue"]
+    search_fields = ["name", "namespace", "owner_name"]
+    list_select_related = ["cluster_queue"]
+    inlines = [WorkloadTransitionInline]
+
+
+@admin.register(WorkloadTransition)
+class WorkloadTransitionAdmin(CollectorOwnedAdmin):
+    list_display = ["at", "workload", "kind", "reason"]
+    list_filter = ["kind"]
+    date_hierarchy = "at"
+    list_select_related = ["workload"]
+    raw_id_fields = ["workload", "preemptor"]
+
+
+@admin.register(ClusterQueueSample)
+class ClusterQueueSampleAdmin(CollectorOwnedAdmin):
+    list_display = ["sampled_at", "cluster_queue", "flavor_name", "total", "borrowed", "lent"]
+    list_filter = ["flavor_name"]
+    date_hierarchy = "sampled_at"
+    list_select_related = ["cluster_queue"]

@@ -1,0 +1,42 @@
+from django.db import models
+
+
+class WorkloadState(models.TextChoices):
+    """Where a Kueue Workload stands, derived from its conditions."""
+
+    PENDING = "pending", "Pending"
+    QUOTA_RESERVED = "quota_reserved", "Quota reserved"
+    ADMITTED = "admitted", "Admitted"
+    EVICTED = "evicted", "Evicted"
+    PREEMPTED = "preempted", "Preempted"
+    REQUEUED = "requeued", "Requeued (backoff)"
+    INACTIVE = "inactive", "Deactivated"
+    SUCCEEDED = "succeeded", "Finished: succeeded"
+    FAILED = "failed", "Finished: failed"
+
+
+HOLDING_STATES = (WorkloadState.QUOTA_RESERVED, WorkloadState.ADMITTED)
+FINISHED_STATES = (WorkloadState.SUCCEEDED, WorkloadState.FAILED)
+
+
+class TransitionKind(models.TextChoices):
+    """A state change of a Workload, one row per occurrence (history Kueue does not keep)."""
+
+    CREATED = "created", "Created"
+    QUOTA_RESERVED = "quota_reserved", "Quota reserved"
+    QUOTA_RELEASED = "quota_released", "Quota released"
+    ADMITTED = "admitted", "Admitted"
+    PODS_READY = "pods_ready", "Pods ready"
+    EVICTED = "evicted", "Evicted"
+    PREEMPTED = "preempted", "Preempted"
+    REQUEUED = "requeued", "Requeued"
+    DEACTIVATED = "deactivated", "Deactivated"
+    FINISHED = "finished", "Finished"
+    DELETED = "deleted", "Deleted"
+
+
+class PreemptionPolicy(models.TextChoices):
+    NEVER = "Never", "Never"
+    LOWER_PRIORITY = "LowerPriority", "LowerPriority"
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority", "LowerOrNewerEqualPriority"
+    ANY = "Any", "Any"
