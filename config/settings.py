@@ -285,3 +285,5 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": 3600.0},
     },
 }
+# Members of this Django group see every team's detail and chargeback (finance, auditors).
+GPULEDGER_FINANCE_GROUP = env_str("GPULEDGER_FINANCE_GROUP", "finance")

@@ -529,4 +529,3 @@ def user_team_ids(user: object) -> set[int]:
     if not getattr(user, "is_authenticated", False):
         return set()
     return set(Team.objects.filter(leads=user).values_list("id", flat=True))
-
