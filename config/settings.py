@@ -20,7 +20,7 @@ def env_str(name: str, default: str = "") -> str:
 
 
 def env_secret(name: str, default: str = "") -> str:
-    """A secret from ``NAME`` or from the file named by ``NAME_FILE`` (Docker/Kubernetes secrets)."""
+    """A secret from ``NAME``, or from the file that ``NAME_FILE`` names (Docker secrets)."""
     path = os.environ.get(f"{name}_FILE")
     if path:
         try:
