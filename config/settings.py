@@ -183,6 +183,8 @@ CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# Preload-listing is hard to undo, so it is an explicit opt-in; its reminder is silenced until then.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
@@ -265,6 +267,9 @@ GPULEDGER_IDLE_THRESHOLD = env_float("GPULEDGER_IDLE_THRESHOLD", 0.01)
 GPULEDGER_STALE_SECONDS = env_int("GPULEDGER_STALE_SECONDS", 600, minimum=60)
 # Labels on ClusterQueues (then namespaces) that name the owning team, first match wins.
 GPULEDGER_TEAM_LABELS = env_list("GPULEDGER_TEAM_LABELS", ["gpuledger.io/team", "team"])
+# "Busy but not working": GPU_UTIL (0-100) at or above this while SM_ACTIVE is below the next.
+GPULEDGER_BUSY_GPU_UTIL = env_float("GPULEDGER_BUSY_GPU_UTIL", 50.0)
+GPULEDGER_BUSY_SM_ACTIVE = env_float("GPULEDGER_BUSY_SM_ACTIVE", 0.2)
 GPULEDGER_CHARGEBACK_MAX_DAYS = env_int("GPULEDGER_CHARGEBACK_MAX_DAYS", 400, minimum=1)
 GPULEDGER_CURRENCY = env_str("GPULEDGER_CURRENCY", "USD")
 

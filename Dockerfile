@@ -1,0 +1,23 @@
+# GPU Ledger: one image for web (gunicorn), Celery worker and beat.
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+RUN useradd --create-home --uid 10001 gpuledger
+WORKDIR /app
+
+COPY requirements.txt .
+RUN pip install -r requirements.txt
+
+COPY . .
+# plotly.js is served from static/vendor/, taken from the pinned plotly package (never a CDN).
+RUN mkdir -p static/vendor \
+    && cp "$(python -c 'import plotly, os; print(os.path.join(os.path.dirname(plotly.__file__), "package_data", "plotly.min.js"))')" static/vendor/plotly.min.js \
+    && DEBUG=false SECRET_KEY=collectstatic-only python manage.py collectstatic --no-input
+
+USER gpuledger
+EXPOSE 8000
+CMD ["gunicorn", "config.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]
