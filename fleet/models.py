@@ -249,6 +249,14 @@ class Allocation(models.Model):
     )
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=(
+            "End of the newest collection window the pod was seen in; re-collecting an older "
+            "window never closes or reopens what a newer one saw."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

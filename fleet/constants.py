@@ -1,0 +1,140 @@
+"""DCGM / kube-state-metrics names, and the batch sizes of the fleet writers (STYLE rule 8).
+
+A plain module of constants: PromQL templates are appended at the end by the collector.
+"""
+
+# Our short key -> dcgm-exporter field name. Profiling ("PROF") fields are 0-1 ratios;
+# GPU_UTIL is 0-100; FB_USED is MiB. SM_ACTIVE is commented out in dcgm-exporter's default
+# counters file, so GR_ENGINE_ACTIVE is the activity fallback (DESIGN "Upstream facts").
+DCGM_METRICS: dict[str, str] = {
+    "sm_active": "DCGM_FI_PROF_SM_ACTIVE",
+    "pipe_tensor_active": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "dram_active": "DCGM_FI_PROF_DRAM_ACTIVE",
+    "gr_engine_active": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "gpu_util": "DCGM_FI_DEV_GPU_UTIL",
+    "fb_used": "DCGM_FI_DEV_FB_USED",
+}
+# Activity: the first key with a sample wins, in this order.
+ACTIVITY_METRICS: tuple[str, ...] = ("sm_active", "gr_engine_active")
+
+# Labels on DCGM series. The host label is `Hostname` up to dcgm-exporter 4.8.x and `hostname`
+# after (PR #655); the first one present wins.
+LABEL_HOSTNAMES: tuple[str, ...] = ("Hostname", "hostname")
+LABEL_UUID = "UUID"
+LABEL_GPU_INSTANCE_ID = "GPU_I_ID"
+LABEL_GPU_INSTANCE_PROFILE = "GPU_I_PROFILE"
+LABEL_GPU_INDEX = "gpu"
+LABEL_MODEL_NAME = "modelName"
+LABEL_PCI_BUS_ID = "pci_bus_id"
+LABEL_DEVICE = "device"
+
+# Pod labels on DCGM series: `exported_*` when Prometheus scrapes with honor_labels: false (GPU
+# Operator and Helm defaults; then the plain ones name the exporter pod), plain otherwise.
+LABEL_EXPORTED_NAMESPACE = "exported_namespace"
+LABEL_EXPORTED_POD = "exported_pod"
+LABEL_EXPORTED_CONTAINER = "exported_container"
+LABEL_NAMESPACE = "namespace"
+LABEL_POD = "pod"
+LABEL_CONTAINER = "container"
+# style -> (namespace, pod, container) label names.
+POD_LABELS_BY_STYLE: dict[str, tuple[str, str, str]] = {
+    "exported": (LABEL_EXPORTED_NAMESPACE, LABEL_EXPORTED_POD, LABEL_EXPORTED_CONTAINER),
+    "plain": (LABEL_NAMESPACE, LABEL_POD, LABEL_CONTAINER),
+}
+
+# kube-state-metrics.
+KSM_RESOURCE_REQUESTS = "kube_pod_container_resource_requests"
+KSM_POD_STATUS_PHASE = "kube_pod_status_phase"
+KSM_POD_INFO = "kube_pod_info"
+KSM_POD_LABELS = "kube_pod_labels"
+KSM_NODE_ALLOCATABLE = "kube_node_status_allocatable"
+KSM_NODE_CAPACITY = "kube_node_status_capacity"
+KSM_LABEL_UID = "uid"
+KSM_LABEL_NODE = "node"
+KSM_LABEL_RESOURCE = "resource"
+KSM_PHASE_RUNNING = "Running"
+# kube-state-metrics sanitises resource names: nvidia.com/gpu -> nvidia_com_gpu,
+# nvidia.com/mig-1g.10gb -> nvidia_com_mig_1g_10gb.
+KSM_RESOURCE_GPU = "nvidia_com_gpu"
+KSM_RESOURCE_MIG_PREFIX = "nvidia_com_mig_"
+KSM_GPU_RESOURCE_REGEX = "nvidia_com_gpu|nvidia_com_mig_.*"
+# The Kubernetes spellings we store.
+K8S_RESOURCE_GPU = "nvidia.com/gpu"
+K8S_RESOURCE_MIG_PREFIX = "nvidia.com/mig-"
+
+# Kueue pod labels as kube_pod_labels exposes them when allowlisted
+# (--metric-labels-allowlist=pods=[kueue.x-k8s.io/queue-name,...]).
+KSM_LABEL_CLUSTER_QUEUE = "label_kueue_x_k8s_io_cluster_queue_name"
+KSM_LABEL_LOCAL_QUEUE = "label_kueue_x_k8s_io_local_queue_name"
+# Older Kueue and most Job manifests set only the LocalQueue as `kueue.x-k8s.io/queue-name`.
+KSM_LABEL_QUEUE_NAME = "label_kueue_x_k8s_io_queue_name"
+
+# Batch sizes. On PostgreSQL fleet.store writes every bulk set with COPY (into the usage table,
+# or into a temporary table followed by one INSERT ... SELECT ... ON CONFLICT), so these only
+# apply to the ORM paths and to IN (...) lookups. Timings: bench/ingest_pure.py, bench/RESULTS.md.
+# Rows per bulk_create statement where the ORM path is used: 2,000 rows x 30 columns stays under
+# PostgreSQL's 65,535 bind parameters. Not tuned further: COPY replaced bulk_create on
+# PostgreSQL after a profile of a 10,000-GPU write showed bulk_create's per-value SQL
+# compilation taking more than half of it.
+USAGE_BATCH_SIZE = 2000
+# Gpu rows per bulk statement on the ORM path (15 columns: ~30,000 parameters at most).
+GPU_BATCH_SIZE = 2000
+# Allocation rows and M2M links per bulk statement on the ORM path (same bound).
+ALLOCATION_BATCH_SIZE = 2000
+# Names or ids per `IN (...)` lookup: SQLite's limit is 32,766 variables (3.32+), PostgreSQL's
+# 65,535; 5,000 keeps each query well under both and reads 50,000 GPUs in 10 queries (~0.2 s of
+# the 50,000-GPU write on the 2-core benchmark machine).
+LOOKUP_BATCH_SIZE = 5000
+
+# --- Collector (fleet/collector.py) -------------------------------------------------------------
+# PromQL templates, evaluated at a window's end: instant queries for one window, range queries
+# with step = window for catch-up and backfill (the value at T describes (T - W, T]).
+# `{range}` is the window in milliseconds minus one: Prometheus 2.x range selectors include the
+# left edge, so `[59999ms]` at T holds exactly the samples in (T - 60 s, T].
+# `{by}` lists the labels ingest reads (GPU identity + pod labels of the cluster's label style);
+# aggregating on them drops instance/job/driver labels from 50,000-series answers and merges the
+# copies two scrape jobs make of one series.
+DCGM_IDENTITY_LABELS: tuple[str, ...] = (
+    LABEL_UUID,
+    *LABEL_HOSTNAMES,
+    LABEL_GPU_INSTANCE_ID,
+    LABEL_GPU_INSTANCE_PROFILE,
+    LABEL_GPU_INDEX,
+    LABEL_MODEL_NAME,
+    LABEL_PCI_BUS_ID,
+)
+PROMQL_DCGM_AVG = "max by ({by}) (avg_over_time({metric}[{range}]))"
+PROMQL_DCGM_COUNT = "max by ({by}) (count_over_time({metric}[{range}]))"
+# Sample counts (telemetry coverage) are asked for the activity metrics only.
+DCGM_COUNT_METRICS: tuple[str, ...] = ACTIVITY_METRICS
+# GPUs requested by Running, scheduled pods: max over duplicate kube-state-metrics series (HA
+# replicas) per container, summed over containers; node from kube_pod_info (pending: node="").
+PROMQL_GPU_REQUESTS = (
+    "sum by (namespace, pod, uid, resource) ("
+    "max by (namespace, pod, uid, container, resource) ("
+    f'{KSM_RESOURCE_REQUESTS}{{resource=~"{KSM_GPU_RESOURCE_REGEX}"}}))'
+    " * on (namespace, pod, uid) group_left (node) "
+    f'max by (namespace, pod, uid, node) ({KSM_POD_INFO}{{node!=""}})'
+    " * on (namespace, pod, uid) group_left () "
+    f'max by (namespace, pod, uid) ({KSM_POD_STATUS_PHASE}{{phase="{KSM_PHASE_RUNNING}"}} == 1)'
+)
+# Kueue queue labels of the pods that request GPUs (not of every pod in the cluster).
+PROMQL_POD_LABELS = (
+    "max by (namespace, pod, uid, "
+    f"{KSM_LABEL_CLUSTER_QUEUE}, {KSM_LABEL_LOCAL_QUEUE}, {KSM_LABEL_QUEUE_NAME}) ("
+    f"{KSM_POD_LABELS} and on (namespace, pod, uid) "
+    f'{KSM_RESOURCE_REQUESTS}{{resource=~"{KSM_GPU_RESOURCE_REGEX}"}})'
+)
+# Seconds a window must be over before it is collected: samples carry the scrape's start time
+# and land in Prometheus after the scrape (and after remote-write to Thanos/Mimir).
+COLLECT_DELAY_SECONDS = 30
+# Queries of one window in flight at once: Prometheus evaluates them on its own cores while we
+# decode the previous answer (bench/RESULTS.md).
+QUERY_CONCURRENCY = 4
+# Catch-up/backfill range queries: points per answer bound memory (a decoded point costs ~200 B
+# and a window holds 10 answers), and Prometheus refuses more than 11,000 points per series.
+RANGE_POINTS_PER_QUERY = 250_000
+RANGE_MAX_POINTS_PER_SERIES = 10_000
+# A claim on a cursor lasts this long and is renewed after every window; a worker that died
+# holding it is taken over once it expires.
+CLAIM_LEASE_SECONDS = 300
