@@ -1,0 +1,59 @@
+from django.urls import path
+
+from quotas import charts, views
+
+app_name = "quotas"
+
+urlpatterns = [
+    path("teams/", views.team_list, name="team-list"),
+    path("teams/<slug:name>/", views.team_detail, name="team-detail"),
+    path(
+        "teams/<slug:name>/charts/allocation.json",
+        charts.team_allocation_chart,
+        name="team-chart-allocation",
+    ),
+    path(
+        "teams/<slug:name>/charts/queues.json",
+        charts.team_queues_chart,
+        name="team-chart-queues",
+    ),
+    path("cohorts/", views.cohort_list, name="cohort-list"),
+    path("cohorts/<slug:cluster>/<str:name>/", views.cohort_detail, name="cohort-detail"),
+    path(
+        "cohorts/<slug:cluster>/<str:name>/charts/usage.json",
+        charts.cohort_usage_chart,
+        name="cohort-chart-usage",
+    ),
+    path(
+        "cohorts/<slug:cluster>/<str:name>/charts/borrowing.json",
+        charts.cohort_borrowing_chart,
+        name="cohort-chart-borrowing",
+    ),
+    path("queues/", views.cluster_queue_list, name="cluster-queue-list"),
+    path(
+        "queues/<slug:cluster>/<str:name>/",
+        views.cluster_queue_detail,
+        name="cluster-queue-detail",
+    ),
+    path(
+        "queues/<slug:cluster>/<str:name>/charts/usage.json",
+        charts.cluster_queue_usage_chart,
+        name="cluster-queue-chart-usage",
+    ),
+    path(
+        "queues/<slug:cluster>/<str:name>/charts/evictions.json",
+        charts.cluster_queue_evictions_chart,
+        name="cluster-queue-chart-evictions",
+    ),
+    path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
+    path(
+        "workloads/<int:pk>/charts/timeline.json",
+        charts.workload_timeline_chart,
+        name="workload-chart-timeline",
+    ),
+    path(
+        "workloads/<int:pk>/charts/activity.json",
+        charts.workload_activity_chart,
+        name="workload-chart-activity",
+    ),
+]
