@@ -897,14 +897,20 @@ def _pod_sets(spec: dict) -> tuple[list[dict], dict[str, Decimal]]:
         template = _dict(pod_set.get("template"), f"podSets[{index}].template")
         per_pod = pod_requests(_dict(template.get("spec"), f"podSets[{index}].template.spec"))
         count = _int(pod_set.get("count"), f"podSets[{index}].count", default=1)
-        pod_sets.append(
-            {
-                "name": _str(pod_set.get("name"), f"podSets[{index}].name"),
-                "count": count,
-                "gpus_per_pod": _to_float(_gpus(per_pod)),
-                "resources": {name: str(value) for name, value in sorted(per_pod.items())},
-            }
+        entry: dict[str, object] = {
+            "name": _str(pod_set.get("name"), f"podSets[{index}].name"),
+            "count": count,
+            "gpus_per_pod": _to_float(_gpus(per_pod)),
+            "resources": {name: str(value) for name, value in sorted(per_pod.items())},
+        }
+        # How long an evicted pod may take to stop: an input of the reclaim-time estimate.
+        grace = _int_or_none(
+            _dict(template.get("spec"), "template.spec").get("terminationGracePeriodSeconds"),
+            f"podSets[{index}].template.spec.terminationGracePeriodSeconds",
         )
+        if grace is not None:
+            entry["termination_grace_period_seconds"] = grace
+        pod_sets.append(entry)
         totals = _add(totals, {name: value * count for name, value in per_pod.items()})
     return pod_sets, totals
 

@@ -612,3 +612,17 @@ def test_an_empty_snapshot_builds_an_empty_batch():
     batch = build_snapshot(KueueSnapshot(observed_at=NOW), TEAM_LABELS)
     assert batch.workloads == [] and batch.pods == [] and batch.stats.records_read == 0
     assert build_queue_samples(batch) == [] and cohort_totals(batch) == {}
+
+
+def test_pod_sets_keep_the_termination_grace_period_for_the_reclaim_estimate():
+    workloads = load("workloads.v1beta2.json")
+    changed = copy.deepcopy(workloads)
+    target = next(w for w in changed["items"] if w["metadata"]["name"] == "job-lr-sweep-17-62ba9")
+    target["spec"]["podSets"][0]["template"]["spec"]["terminationGracePeriodSeconds"] = 120
+
+    batch = build(workloads=changed)
+
+    pod_set = workload(batch, "job-lr-sweep-17-62ba9").pod_sets[0]
+    assert pod_set["termination_grace_period_seconds"] == 120
+    untouched = workload(batch, "job-llama-pretrain-8b-fbe70").pod_sets[0]
+    assert untouched["termination_grace_period_seconds"] == 30
