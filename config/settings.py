@@ -206,6 +206,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
+        "core.api.ApiTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": [
@@ -222,6 +223,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "user": env_str("API_THROTTLE_USER", "1200/min"),
         "anon": env_str("API_THROTTLE_ANON", "30/min"),
+        "chargeback": env_str("API_THROTTLE_CHARGEBACK", "60/min"),
     },
 }
 SPECTACULAR_SETTINGS = {
@@ -272,6 +274,13 @@ GPULEDGER_BUSY_GPU_UTIL = env_float("GPULEDGER_BUSY_GPU_UTIL", 50.0)
 GPULEDGER_BUSY_SM_ACTIVE = env_float("GPULEDGER_BUSY_SM_ACTIVE", 0.2)
 GPULEDGER_CHARGEBACK_MAX_DAYS = env_int("GPULEDGER_CHARGEBACK_MAX_DAYS", 400, minimum=1)
 GPULEDGER_CURRENCY = env_str("GPULEDGER_CURRENCY", "USD")
+# How chargeback prices GPU-hours (docs/chargeback.md): "usage" = allocated GPU-hours × price;
+# "quota" = nominal quota hours + borrowed hours at the borrowing price − lent hours at a credit.
+GPULEDGER_CHARGEBACK_MODEL = env_str("GPULEDGER_CHARGEBACK_MODEL", "usage")
+if GPULEDGER_CHARGEBACK_MODEL not in {"usage", "quota"}:
+    raise ImproperlyConfigured(
+        f"GPULEDGER_CHARGEBACK_MODEL={GPULEDGER_CHARGEBACK_MODEL!r} must be usage or quota"
+    )
 
 CELERY_BEAT_SCHEDULE = {
     "collect-metrics": {

@@ -505,6 +505,35 @@ class HourlyRollup(models.Model):
             ),
             # Workload page and workload chargeback.
             models.Index(fields=["workload", "hour"], name="fleet_rollup_workload_hour"),
+            # Busy-but-not-working page: the few group-hours that had any, per scope and range
+            # (fleet.charts.busy_by_workload / busy_by_team), without reading the idle majority.
+            models.Index(
+                fields=["scope", "hour"],
+                condition=Q(busy_not_working_gpu_hours__gt=0),
+                name="fleet_rollup_busy_hour",
+            ),
+            # Chargeback (quotas.chargeback.aggregate_pieces): one scope over a range, summed
+            # per (cluster, key, flavor, GPU model) as an index-only scan, so a year by team
+            # reads ~200 MB of index instead of the whole table (bench/RESULTS.md).
+            models.Index(
+                fields=["scope", "hour"],
+                include=[
+                    "cluster",
+                    "key",
+                    "flavor",
+                    "gpu_model",
+                    "capacity_gpu_hours",
+                    "allocated_gpu_hours",
+                    "telemetry_gpu_hours",
+                    "active_gpu_hours",
+                    "idle_gpu_hours",
+                    "nominal_gpu_hours",
+                    "borrowed_gpu_hours",
+                    "lent_gpu_hours",
+                    "pending_gpu_hours",
+                ],
+                name="fleet_rollup_chargeback",
+            ),
         ]
 
     def __str__(self) -> str:

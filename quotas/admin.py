@@ -131,3 +131,52 @@ class ClusterQueueSampleAdmin(CollectorOwnedAdmin):
     list_filter = ["flavor_name"]
     date_hierarchy = "sampled_at"
     list_select_related = ["cluster_queue"]
+
+
+# --- Chargeback: rate cards and API tokens ----------------------------------------------------
+from django.contrib import messages  # noqa: E402
+from django.http import HttpRequest  # noqa: E402
+
+from quotas.models import ApiToken, RateCard  # noqa: E402
+
+
+@admin.register(RateCard)
+class RateCardAdmin(admin.ModelAdmin):
+    """Prices are effective-dated: add a card with a later date instead of editing a used one."""
+
+    list_display = [
+        "kind",
+        "flavor",
+        "gpu_model",
+        "price_per_gpu_hour",
+        "currency",
+        "effective_from",
+        "note",
+    ]
+    list_filter = ["kind", "currency", "flavor", "gpu_model"]
+    search_fields = ["flavor", "gpu_model", "note"]
+    date_hierarchy = "effective_from"
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """The key is shown once, in the message after saving a new token; only its hash is kept."""
+
+    list_display = ["name", "user", "scope", "prefix", "created_at", "last_used_at", "expires_at"]
+    list_filter = ["scope"]
+    search_fields = ["name", "user__username", "prefix"]
+    list_select_related = ["user"]
+    raw_id_fields = ["user"]
+    readonly_fields = ["prefix", "created_at", "last_used_at"]
+
+    def save_model(self, request: HttpRequest, obj: ApiToken, form, change: bool) -> None:  # type: ignore[no-untyped-def]
+        if not change:
+            key = ApiToken.generate_key()
+            obj.set_key(key)
+            super().save_model(request, obj, form, change)
+            messages.warning(
+                request,
+                f"Token key (shown only now, store it safely): {key}",
+            )
+            return
+        super().save_model(request, obj, form, change)

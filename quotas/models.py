@@ -529,3 +529,158 @@ def user_team_ids(user: object) -> set[int]:
     if not getattr(user, "is_authenticated", False):
         return set()
     return set(Team.objects.filter(leads=user).values_list("id", flat=True))
+
+
+# --- Chargeback: rate cards and API tokens ----------------------------------------------------
+# Their TextChoices live here rather than in choices.py so this block stays one append.
+
+
+class RateKind(models.TextChoices):
+    """What a rate card prices (docs/chargeback.md "Rate cards")."""
+
+    ALLOCATED = "allocated", "Allocated (usage model) / nominal quota (quota model)"
+    BORROWING = "borrowing", "Borrowed GPU-hours (quota model)"
+    LENDING = "lending", "Lending credit per lent GPU-hour (quota model)"
+
+
+class ApiTokenScope(models.TextChoices):
+    FULL = "full", "Full read access (as the user)"
+    CHARGEBACK = "chargeback", "Chargeback and allocation only (finance scripts)"
+
+
+def default_currency() -> str:
+    return settings.GPULEDGER_CURRENCY
+
+
+class RateCardQuerySet(models.QuerySet["RateCard"]):
+    def in_currency(self, currency: str) -> RateCardQuerySet:
+        return self.filter(currency=currency)
+
+
+class RateCard(models.Model):
+    """A price per GPU-hour for one flavor, one GPU model, or everything else, from a date on.
+
+    A new price is a new card with a later ``effective_from``; each hour is priced with the card
+    in force when it starts, so past periods keep their price. A flavor card beats a GPU-model
+    card, which beats a default card (both empty).
+    """
+
+    kind = models.CharField(
+        max_length=16,
+        choices=RateKind.choices,
+        default=RateKind.ALLOCATED,
+    )
+    flavor = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="ResourceFlavor name this price is for; empty = not flavor-specific.",
+    )
+    gpu_model = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="GPU model (DCGM modelName), used when no flavor card matches.",
+    )
+    price_per_gpu_hour = models.DecimalField(
+        max_digits=14,
+        decimal_places=6,
+        help_text="Price of one GPU-hour (credit per lent GPU-hour for lending cards).",
+    )
+    currency = models.CharField(
+        max_length=3,
+        default=default_currency,
+        help_text="ISO 4217; only cards in GPULEDGER_CURRENCY are used.",
+    )
+    effective_from = models.DateTimeField(
+        help_text="Hours starting at or after this instant use this price.",
+    )
+    note = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = RateCardQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["kind", "flavor", "gpu_model", "-effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "flavor", "gpu_model", "currency", "effective_from"],
+                name="quotas_ratecard_effective",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(flavor="") | models.Q(gpu_model=""),
+                name="quotas_ratecard_one_target",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(price_per_gpu_hour__gte=0),
+                name="quotas_ratecard_price_not_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        target = self.flavor or self.gpu_model or "default"
+        return f"{self.kind} {target} {self.price_per_gpu_hour} {self.currency}"
+
+
+class ApiToken(models.Model):
+    """A named API token (``Authorization: Bearer glt_…``); only a SHA-256 of the key is stored.
+
+    Scope ``chargeback`` tokens are for finance scripts: they read /chargeback/ and /allocation
+    and get 403 everywhere else. Visibility is the owning user's (access.py).
+    """
+
+    KEY_PREFIX = "glt_"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        related_name="api_tokens",
+        on_delete=models.CASCADE,
+    )
+    name = models.CharField(max_length=100, help_text="What the token is for, e.g. a script.")
+    scope = models.CharField(
+        max_length=16,
+        choices=ApiTokenScope.choices,
+        default=ApiTokenScope.CHARGEBACK,
+    )
+    prefix = models.CharField(
+        max_length=12,
+        editable=False,
+        help_text="First characters of the key, to tell tokens apart.",
+    )
+    key_hash = models.CharField(max_length=64, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["user", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["key_hash"], name="quotas_apitoken_key_hash"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…, {self.scope})"
+
+    @staticmethod
+    def hash_key(key: str) -> str:
+        import hashlib
+
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    @classmethod
+    def generate_key(cls) -> str:
+        import secrets
+
+        return cls.KEY_PREFIX + secrets.token_urlsafe(32)
+
+    def set_key(self, key: str) -> None:
+        self.prefix = key[: len(self.KEY_PREFIX) + 6]
+        self.key_hash = self.hash_key(key)
+
+    @classmethod
+    def issue(cls, user: object, name: str, scope: str = ApiTokenScope.CHARGEBACK) -> tuple:
+        """Create a token and return it with its key, which is not stored and shown only now."""
+        key = cls.generate_key()
+        token = cls(user=user, name=name, scope=scope)
+        token.set_key(key)
+        token.save()
+        return token, key

@@ -1,0 +1,313 @@
+"""Serializers of the quotas API: Kueue objects, teams, and the chargeback / allocation bodies.
+
+The chargeback and allocation serializers only describe responses (for the OpenAPI schema);
+the bodies themselves are built by quotas/chargeback.py and quotas/opencost.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from quotas.models import (
+    ClusterQueue,
+    ClusterQueueQuota,
+    ClusterQueueSample,
+    Cohort,
+    LocalQueue,
+    Team,
+    TeamNamespace,
+    Workload,
+    WorkloadTransition,
+)
+
+
+class BriefTeamSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Team
+        fields = ["id", "name", "display_name"]
+
+
+class BriefClusterQueueSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ClusterQueue
+        fields = ["id", "name"]
+
+
+class BriefLocalQueueSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = LocalQueue
+        fields = ["id", "namespace", "name"]
+
+
+class TeamNamespaceSerializer(serializers.ModelSerializer):
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = TeamNamespace
+        fields = ["cluster", "namespace"]
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    namespaces = TeamNamespaceSerializer(many=True, read_only=True)
+    cluster_queues = BriefClusterQueueSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Team
+        fields = [
+            "id",
+            "name",
+            "display_name",
+            "cost_center",
+            "namespaces",
+            "cluster_queues",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class CohortSerializer(serializers.ModelSerializer):
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster_queues = BriefClusterQueueSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Cohort
+        fields = [
+            "id",
+            "cluster",
+            "name",
+            "parent_name",
+            "implicit",
+            "fair_weight",
+            "weighted_share",
+            "resource_groups",
+            "cluster_queues",
+            "observed_at",
+            "deleted_at",
+        ]
+
+
+class ClusterQueueQuotaSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ClusterQueueQuota
+        fields = [
+            "flavor_name",
+            "resource",
+            "position",
+            "nominal",
+            "borrowing_limit",
+            "lending_limit",
+        ]
+
+
+class ClusterQueueUsageSerializer(serializers.ModelSerializer):
+    """The latest sample of one flavor × resource: the queue's current usage."""
+
+    class Meta:
+        model = ClusterQueueSample
+        fields = [
+            "flavor_name",
+            "resource",
+            "sampled_at",
+            "total",
+            "reserved",
+            "borrowed",
+            "lent",
+            "nominal",
+            "borrowing_limit",
+            "lending_limit",
+            "pending_demand",
+            "pending_workloads",
+            "admitted_workloads",
+        ]
+
+
+class ClusterQueueSerializer(serializers.ModelSerializer):
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    team = BriefTeamSerializer(read_only=True, allow_null=True)
+    quotas = ClusterQueueQuotaSerializer(many=True, read_only=True)
+    usage = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ClusterQueue
+        fields = [
+            "id",
+            "cluster",
+            "name",
+            "cohort_name",
+            "team",
+            "quotas",
+            "usage",
+            "queueing_strategy",
+            "stop_policy",
+            "borrow_within_cohort",
+            "reclaim_within_cohort",
+            "within_cluster_queue",
+            "fair_weight",
+            "weighted_share",
+            "pending_workloads",
+            "reserving_workloads",
+            "admitted_workloads",
+            "active",
+            "observed_at",
+            "deleted_at",
+        ]
+
+    @extend_schema_field(ClusterQueueUsageSerializer(many=True))
+    def get_usage(self, obj: ClusterQueue) -> list[dict[str, Any]]:
+        samples = getattr(obj, "latest_samples", None)
+        if samples is None:
+            samples = []
+        return ClusterQueueUsageSerializer(samples, many=True).data  # type: ignore[return-value]
+
+
+class LocalQueueSerializer(serializers.ModelSerializer):
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster_queue = BriefClusterQueueSerializer(read_only=True, allow_null=True)
+
+    class Meta:
+        model = LocalQueue
+        fields = [
+            "id",
+            "cluster",
+            "namespace",
+            "name",
+            "cluster_queue",
+            "cluster_queue_name",
+            "pending_workloads",
+            "reserving_workloads",
+            "admitted_workloads",
+            "observed_at",
+            "deleted_at",
+        ]
+
+
+class WorkloadTransitionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = WorkloadTransition
+        fields = ["kind", "at", "reason", "message", "preemptor_path", "requeue_at"]
+
+
+class WorkloadSerializer(serializers.ModelSerializer):
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    local_queue = BriefLocalQueueSerializer(read_only=True, allow_null=True)
+    cluster_queue = BriefClusterQueueSerializer(read_only=True, allow_null=True)
+    team = serializers.SerializerMethodField()
+    transitions = WorkloadTransitionSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Workload
+        fields = [
+            "id",
+            "cluster",
+            "namespace",
+            "name",
+            "owner_kind",
+            "owner_name",
+            "queue_name",
+            "local_queue",
+            "cluster_queue",
+            "team",
+            "priority",
+            "priority_class_name",
+            "active",
+            "requested_gpus",
+            "admitted_gpus",
+            "flavors",
+            "state",
+            "state_reason",
+            "state_message",
+            "quota_reserved_at",
+            "admitted_at",
+            "finished_at",
+            "requeue_count",
+            "borrowing",
+            "borrowed_gpus",
+            "observed_at",
+            "deleted_at",
+            "transitions",
+        ]
+
+    def get_team(self, obj: Workload) -> str | None:
+        queue = obj.cluster_queue
+        if queue is None or queue.team is None:
+            return None
+        return queue.team.name
+
+
+# --- Chargeback and allocation bodies (schema only) -------------------------------------------
+
+
+class CostSerializer(serializers.Serializer):
+    allocated = serializers.FloatField()
+    borrowing = serializers.FloatField()
+    lending_credit = serializers.FloatField()
+    total = serializers.FloatField()
+
+
+class ChargebackFiguresSerializer(serializers.Serializer):
+    capacity_gpu_hours = serializers.FloatField(
+        required=False, help_text="On cluster, node and flavor rows."
+    )
+    allocated_gpu_hours = serializers.FloatField()
+    active_gpu_hours = serializers.FloatField()
+    idle_gpu_hours = serializers.FloatField()
+    no_telemetry_gpu_hours = serializers.FloatField()
+    utilization = serializers.FloatField(allow_null=True)
+    telemetry_coverage = serializers.FloatField(allow_null=True)
+    borrowed_gpu_hours = serializers.FloatField()
+    lent_gpu_hours = serializers.FloatField()
+    nominal_gpu_hours = serializers.FloatField()
+    pending_gpu_hours = serializers.FloatField()
+    cost = CostSerializer()
+
+
+class ChargebackRowSerializer(ChargebackFiguresSerializer):
+    group = serializers.CharField()
+    cluster = serializers.CharField(allow_null=True)
+    period_start = serializers.DateTimeField(required=False, help_text="When stepped.")
+
+
+class ChargebackSerializer(serializers.Serializer):
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    group_by = serializers.CharField()
+    step = serializers.CharField()
+    currency = serializers.CharField()
+    model = serializers.ChoiceField(choices=["usage", "quota"])
+    rows = ChargebackRowSerializer(many=True)
+    totals = ChargebackFiguresSerializer()
+
+
+class AllocationWindowSerializer(serializers.Serializer):
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+
+
+class GpuLedgerFiguresSerializer(ChargebackFiguresSerializer):
+    telemetry_gpu_hours = serializers.FloatField()
+
+
+class AllocationSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    properties = serializers.DictField()
+    window = AllocationWindowSerializer()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    minutes = serializers.FloatField()
+    gpuCount = serializers.FloatField()
+    gpuHours = serializers.FloatField()
+    gpuRequestAverage = serializers.FloatField()
+    gpuUsageAverage = serializers.FloatField()
+    gpuEfficiency = serializers.FloatField()
+    gpuCost = serializers.FloatField()
+    totalCost = serializers.FloatField()
+    gpuLedger = GpuLedgerFiguresSerializer()
+
+
+class AllocationResponseSerializer(serializers.Serializer):
+    code = serializers.IntegerField()
+    status = serializers.CharField()
+    data = serializers.ListField(child=serializers.DictField(child=AllocationSerializer()))
