@@ -1,0 +1,76 @@
+"""Celery tasks for the Kueue side: thin glue around ``quotas.sync`` (STYLE rules 10-13)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from fleet.models import Cluster
+from quotas.kueue import KubeError
+from quotas.sync import SyncBusy, sync_cluster
+
+logger = logging.getLogger(__name__)
+
+# Transient failures are retried this many times, after 5, 10, 20 s (capped at the sync interval).
+SYNC_MAX_RETRIES = 3
+SYNC_RETRY_BASE_SECONDS = 5
+# The watch ends this long before the next beat tick, so the tick finds the claim released.
+WATCH_MARGIN_SECONDS = 3
+
+
+@shared_task(name="quotas.tasks.sync_clusters_all", ignore_result=True)
+def sync_clusters_all() -> int:
+    """Fan out one ``sync_cluster`` per cluster with sync enabled; returns how many."""
+    interval = float(settings.GPULEDGER_SYNC_SECONDS)
+    cluster_ids = list(Cluster.objects.filter(sync_enabled=True).values_list("id", flat=True))
+    for cluster_id in cluster_ids:
+        sync_cluster_task.apply_async(args=[cluster_id], expires=interval)
+    return len(cluster_ids)
+
+
+@shared_task(
+    bind=True,
+    name="quotas.tasks.sync_cluster",
+    ignore_result=True,
+    max_retries=SYNC_MAX_RETRIES,
+)
+def sync_cluster_task(self: Any, cluster_id: int) -> None:
+    """LIST one cluster, write it, then WATCH until shortly before the next beat tick.
+
+    When the LIST takes longer than the interval (very large clusters), ticks that arrive while
+    it runs are skipped and the cluster is relisted as often as it can be.
+
+    Retries only transient ``KubeError`` (connection, timeout, 429, 5xx) with exponential
+    backoff and a small cap; permanent ones (bad credentials, RBAC) are logged and left to the
+    ``IngestRun`` the sync recorded. A tick that finds the previous sync still running skips.
+    """
+    interval = settings.GPULEDGER_SYNC_SECONDS
+    watch_until = timezone.now() + timedelta(seconds=interval - WATCH_MARGIN_SECONDS)
+    try:
+        sync_cluster(cluster_id, watch_seconds=float(interval), watch_until=watch_until)
+    except Cluster.DoesNotExist:
+        logger.warning("cluster %s no longer exists; nothing to sync", cluster_id)
+    except SyncBusy:
+        logger.info("cluster %s: a sync is already running; this tick skips", cluster_id)
+    except KubeError as exc:
+        if exc.permanent:
+            logger.error("cluster %s: sync failed permanently: %s", cluster_id, exc.message)
+            return
+        countdown = min(
+            SYNC_RETRY_BASE_SECONDS * 2**self.request.retries,
+            settings.GPULEDGER_SYNC_SECONDS,
+        )
+        logger.warning(
+            "cluster %s: sync failed (%s); retry %d/%d in %d s",
+            cluster_id,
+            exc.message,
+            self.request.retries + 1,
+            SYNC_MAX_RETRIES,
+            countdown,
+        )
+        raise self.retry(exc=exc, countdown=countdown) from exc

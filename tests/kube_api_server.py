@@ -1,0 +1,914 @@
+"""A small Kubernetes API server for tests and benchmarks.
+
+It speaks enough of the protocol for the official ``kubernetes`` client: discovery (``/api``,
+``/apis``, group and version resource lists), LIST with ``limit`` / ``continue`` and a list
+``resourceVersion`` (consistent snapshots across pages), WATCH streams of newline-delimited JSON
+events that honour ``timeoutSeconds`` (``410 Gone`` for compacted resource versions), single GETs,
+JSON merge-PATCH, ``Status`` bodies for errors, bearer-token auth, and Kueue's visibility API.
+
+Tests change the served state with ``add`` / ``modify`` / ``delete`` (each bumps the resource
+version and queues a watch event) and inject failures with ``fail``. Objects are kept as encoded
+JSON too, so a 50,000-object LIST is assembled from pre-serialized bytes and the server never
+dominates a benchmark. It binds to 127.0.0.1 on a free port.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+FIXTURES = Path(__file__).parent / "fixtures" / "kueue"
+
+
+@dataclass(frozen=True)
+class Resource:
+    kind: str
+    plural: str
+    group: str  # "" for the core group
+    namespaced: bool
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+
+RESOURCES = {
+    r.plural: r
+    for r in (
+        Resource("ResourceFlavor", "resourceflavors", KUEUE_GROUP, False),
+        Resource("Cohort", "cohorts", KUEUE_GROUP, False),
+        Resource("ClusterQueue", "clusterqueues", KUEUE_GROUP, False),
+        Resource("LocalQueue", "localqueues", KUEUE_GROUP, True),
+        Resource("Workload", "workloads", KUEUE_GROUP, True),
+        Resource("WorkloadPriorityClass", "workloadpriorityclasses", KUEUE_GROUP, False),
+        Resource("Pod", "pods", "", True),
+        Resource("Node", "nodes", "", False),
+    )
+}
+KIND_TO_PLURAL = {r.kind: r.plural for r in RESOURCES.values()}
+REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+}
+
+
+def status_body(code: int, message: str, reason: str | None = None) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason or REASONS.get(code, "Unknown"),
+        "code": code,
+    }
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+@dataclass
+class Failure:
+    """An injected failure: the ``times`` matching requests after ``after`` matching ones fail."""
+
+    match: Callable[[str, str, dict[str, str]], bool]
+    status: int  # 0 = drop the connection without an answer
+    times: int = 1
+    after: int = 0
+    message: str = ""
+    reason: str | None = None
+    seen: int = 0
+    fired: int = 0
+
+
+@dataclass
+class _Store:
+    resource: Resource
+    objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    encoded: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    # (resourceVersion, event type, encoded object), oldest first.
+    events: list[tuple[int, str, bytes]] = field(default_factory=list)
+    # Watches from below this resourceVersion get 410 Gone (etcd compaction).
+    compacted_rv: int = 0
+
+
+class FakeKubeAPI:
+    """A threaded loopback HTTP server holding Kubernetes objects in memory."""
+
+    def __init__(
+        self,
+        *,
+        kueue_versions: Iterable[str] = ("v1beta2",),
+        visibility_versions: Iterable[str] = (),
+        served_kinds: Iterable[str] | None = None,
+        token: str = "test-token",  # noqa: S107
+        start_resource_version: int = 5_000_000,
+    ) -> None:
+        self.kueue_versions = tuple(kueue_versions)
+        self.visibility_versions = tuple(visibility_versions)
+        self.served_plurals = (
+            {KIND_TO_PLURAL[k] for k in served_kinds}
+            if served_kinds is not None
+            else set(RESOURCES)
+        )
+        self.token = token
+        self._rv = start_resource_version
+        self._lock = threading.Condition()
+        self._stores = {plural: _Store(res) for plural, res in RESOURCES.items()}
+        self._snapshots: dict[str, tuple[int, list[bytes]]] = {}
+        self._snapshot_seq = 0
+        self._failures: list[Failure] = []
+        self.pending_override: dict[str, list[dict[str, Any]]] = {}
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self._closing = False
+        self._watch_generation = 0
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> FakeKubeAPI:
+        handler = type("Handler", (_Handler,), {"api": self})
+        self._httpd = _Server(("127.0.0.1", 0), handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    def __enter__(self) -> FakeKubeAPI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._httpd is not None
+        return self._httpd.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def write_kubeconfig(self, path: Path, context: str = "fake", token: str | None = None) -> Path:
+        """A kubeconfig with one cluster, user and context for this server."""
+        return write_kubeconfig(path, self.url, token or self.token, context)
+
+    # --- state -------------------------------------------------------------------------------
+    @staticmethod
+    def _key(obj: dict[str, Any]) -> tuple[str, str]:
+        meta = obj.get("metadata") or {}
+        return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+    def _next_rv(self) -> int:
+        self._rv += 1
+        return self._rv
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    def load(self, kind: str, objects: Iterable[dict[str, Any]]) -> None:
+        """Put objects in place without watch events (the state before any client looks)."""
+        store = self._stores[KIND_TO_PLURAL[kind]]
+        with self._lock:
+            for obj in objects:
+                meta = obj.setdefault("metadata", {}) if isinstance(obj, dict) else {}
+                if not isinstance(meta, dict):
+                    meta = {}
+                if not meta.get("resourceVersion"):
+                    meta["resourceVersion"] = str(self._next_rv())
+                key = self._key(obj)
+                if key in store.objects:
+                    # Malformed fixtures may lack a name; keep every one of them servable.
+                    key = (key[0], f"{key[1]}#{len(store.objects)}")
+                store.objects[key] = obj
+                store.encoded[key] = json.dumps(obj, separators=(",", ":")).encode()
+            self._rv = max(self._rv, self._max_rv(store))
+
+    @staticmethod
+    def _max_rv(store: _Store) -> int:
+        best = 0
+        for obj in store.objects.values():
+            try:
+                best = max(best, int(obj["metadata"]["resourceVersion"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+        return best
+
+    def _record(self, store: _Store, event: str, obj: dict[str, Any], key: tuple[str, str]) -> None:
+        rv = self._next_rv()
+        obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
+        encoded = json.dumps(obj, separators=(",", ":")).encode()
+        if event == "DELETED":
+            store.objects.pop(key, None)
+            store.encoded.pop(key, None)
+        else:
+            store.objects[key] = obj
+            store.encoded[key] = encoded
+        store.events.append((rv, event, encoded))
+        self._lock.notify_all()
+
+    def add(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        store = self._stores[KIND_TO_PLURAL[kind]]
+        with self._lock:
+            obj = copy.deepcopy(obj)
+            self._record(store, "ADDED", obj, self._key(obj))
+            return obj
+
+    def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any]:
+        with self._lock:
+            return copy.deepcopy(self._stores[KIND_TO_PLURAL[kind]].objects[(namespace, name)])
+
+    def objects(self, kind: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [copy.deepcopy(o) for o in self._stores[KIND_TO_PLURAL[kind]].objects.values()]
+
+    def modify(
+        self,
+        kind: str,
+        name: str,
+        change: Callable[[dict[str, Any]], None],
+        namespace: str = "",
+        *,
+        silent: bool = False,
+    ) -> dict[str, Any]:
+        """Apply ``change`` to a copy of the object, store it and queue a MODIFIED event.
+
+        ``silent`` stores it without an event, as if the event had been compacted away.
+        """
+        store = self._stores[KIND_TO_PLURAL[kind]]
+        with self._lock:
+            obj = copy.deepcopy(store.objects[(namespace, name)])
+            change(obj)
+            self._record(store, "MODIFIED", obj, (namespace, name))
+            if silent:
+                store.events.pop()
+            return obj
+
+    def close_watches(self) -> None:
+        """End every open watch stream now (as an API server restart would)."""
+        with self._lock:
+            self._watch_generation += 1
+            self._lock.notify_all()
+
+    def watch_count(self, kind: str) -> int:
+        """How many WATCH requests of a kind the server has answered so far."""
+        plural = KIND_TO_PLURAL[kind]
+        with self._lock:
+            return sum(
+                1
+                for method, path, query in self.requests
+                if method == "GET" and path.endswith(f"/{plural}") and query.get("watch") == "true"
+            )
+
+    def list_count(self, kind: str) -> int:
+        """How many LIST requests (pages) of a kind the server has answered so far."""
+        plural = KIND_TO_PLURAL[kind]
+        with self._lock:
+            return sum(
+                1
+                for method, path, query in self.requests
+                if method == "GET" and path.endswith(f"/{plural}") and query.get("watch") != "true"
+            )
+
+    def delete(self, kind: str, name: str, namespace: str = "") -> None:
+        store = self._stores[KIND_TO_PLURAL[kind]]
+        with self._lock:
+            obj = copy.deepcopy(store.objects[(namespace, name)])
+            self._record(store, "DELETED", obj, (namespace, name))
+
+    def compact(self, kind: str | None = None) -> None:
+        """Forget watch history: watches from any resourceVersion before now get 410 Gone."""
+        with self._lock:
+            plurals = [KIND_TO_PLURAL[kind]] if kind else list(self._stores)
+            for plural in plurals:
+                store = self._stores[plural]
+                store.compacted_rv = self._rv
+                store.events.clear()
+            self._lock.notify_all()
+
+    def fail(
+        self,
+        match: str | Callable[[str, str, dict[str, str]], bool],
+        status: int,
+        *,
+        times: int = 1,
+        after: int = 0,
+        message: str = "",
+        reason: str | None = None,
+        method: str | None = None,
+    ) -> Failure:
+        """Fail matching requests: ``match`` is a path substring or ``(method, path, query)``."""
+        if isinstance(match, str):
+            needle = match
+
+            def predicate(m: str, p: str, q: dict[str, str]) -> bool:
+                return needle in p and (method is None or m == method)
+
+        else:
+            predicate = match
+        failure = Failure(predicate, status, times, after, message, reason)
+        with self._lock:
+            self._failures.append(failure)
+        return failure
+
+    def clear_failures(self) -> None:
+        with self._lock:
+            self._failures.clear()
+
+    def _take_failure(self, method: str, path: str, query: dict[str, str]) -> Failure | None:
+        with self._lock:
+            for failure in self._failures:
+                if failure.fired >= failure.times or not failure.match(method, path, query):
+                    continue
+                failure.seen += 1
+                if failure.seen <= failure.after:
+                    continue
+                failure.fired += 1
+                return failure
+        return None
+
+    # --- request handling --------------------------------------------------------------------
+    def discovery(self, path: str) -> dict[str, Any] | None:
+        kueue_served = [p for p in self.served_plurals if RESOURCES[p].group == KUEUE_GROUP]
+        groups = []
+        if self.kueue_versions:
+            groups.append((KUEUE_GROUP, self.kueue_versions))
+        if self.visibility_versions:
+            groups.append((VISIBILITY_GROUP, self.visibility_versions))
+
+        def group_doc(name: str, versions: tuple[str, ...]) -> dict[str, Any]:
+            return {
+                "name": name,
+                "versions": [{"groupVersion": f"{name}/{v}", "version": v} for v in versions],
+                "preferredVersion": {
+                    "groupVersion": f"{name}/{versions[0]}",
+                    "version": versions[0],
+                },
+            }
+
+        def resource_doc(res: Resource) -> dict[str, Any]:
+            return {
+                "name": res.plural,
+                "singularName": res.singular,
+                "namespaced": res.namespaced,
+                "kind": res.kind,
+                "verbs": ["delete", "get", "list", "patch", "update", "watch"],
+            }
+
+        if path == "/api":
+            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+        if path == "/api/v1":
+            core = [RESOURCES[p] for p in ("pods", "nodes") if p in self.served_plurals]
+            return {
+                "kind": "APIResourceList",
+                "groupVersion": "v1",
+                "resources": [resource_doc(r) for r in core],
+            }
+        if path == "/apis":
+            return {
+                "kind": "APIGroupList",
+                "apiVersion": "v1",
+                "groups": [group_doc(n, v) for n, v in groups],
+            }
+        parts = path.strip("/").split("/")
+        if len(parts) == 2 and parts[0] == "apis":
+            for name, versions in groups:
+                if parts[1] == name:
+                    return {"kind": "APIGroup", "apiVersion": "v1", **group_doc(name, versions)}
+        if len(parts) == 3 and parts[0] == "apis":
+            group, version = parts[1], parts[2]
+            if group == KUEUE_GROUP and version in self.kueue_versions:
+                resources = []
+                for plural in sorted(kueue_served):
+                    resources.append(resource_doc(RESOURCES[plural]))
+                    if plural != "workloadpriorityclasses":
+                        resources.append(
+                            {
+                                "name": f"{plural}/status",
+                                "singularName": "",
+                                "namespaced": RESOURCES[plural].namespaced,
+                                "kind": RESOURCES[plural].kind,
+                                "verbs": ["get", "patch", "update"],
+                            }
+                        )
+                return {
+                    "kind": "APIResourceList",
+                    "apiVersion": "v1",
+                    "groupVersion": f"{group}/{version}",
+                    "resources": resources,
+                }
+            if group == VISIBILITY_GROUP and version in self.visibility_versions:
+                return {
+                    "kind": "APIResourceList",
+                    "apiVersion": "v1",
+                    "groupVersion": f"{group}/{version}",
+                    "resources": [
+                        {
+                            "name": "clusterqueues/pendingworkloads",
+                            "singularName": "",
+                            "namespaced": False,
+                            "kind": "PendingWorkloadsSummary",
+                            "verbs": ["get"],
+                        },
+                        {
+                            "name": "localqueues/pendingworkloads",
+                            "singularName": "",
+                            "namespaced": True,
+                            "kind": "PendingWorkloadsSummary",
+                            "verbs": ["get"],
+                        },
+                    ],
+                }
+        return None
+
+    def route(self, path: str) -> tuple[Resource, str, str, str, str] | None:
+        """(resource, apiVersion, namespace, name, subresource) for an object or list path."""
+        parts = [unquote(p) for p in path.strip("/").split("/")]
+        if parts[:2] == ["api", "v1"]:
+            api_version, rest = "v1", parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis" and parts[1] == KUEUE_GROUP:
+            if parts[2] not in self.kueue_versions:
+                return None
+            api_version, rest = f"{KUEUE_GROUP}/{parts[2]}", parts[3:]
+        else:
+            return None
+        namespace = ""
+        if len(rest) >= 2 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if not rest or rest[0] not in RESOURCES or rest[0] not in self.served_plurals:
+            return None
+        resource = RESOURCES[rest[0]]
+        expected_group = "" if api_version == "v1" else KUEUE_GROUP
+        if resource.group != expected_group:
+            return None
+        name = rest[1] if len(rest) > 1 else ""
+        sub = rest[2] if len(rest) > 2 else ""
+        return resource, api_version, namespace, name, sub
+
+    def list_page(
+        self,
+        resource: Resource,
+        api_version: str,
+        namespace: str,
+        query: dict[str, str],
+    ) -> tuple[int, bytes]:
+        limit = int(query.get("limit") or 0)
+        token = query.get("continue") or ""
+        with self._lock:
+            if token:
+                try:
+                    decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+                    snapshot_id, offset = decoded["s"], int(decoded["o"])
+                    list_rv, items = self._snapshots[snapshot_id]
+                except (ValueError, KeyError, TypeError):
+                    return 410, _dumps(
+                        status_body(410, "The provided continue parameter is too old", "Expired")
+                    )
+            else:
+                store = self._stores[resource.plural]
+                keys = sorted(k for k in store.encoded if not namespace or k[0] == namespace)
+                items = [store.encoded[k] for k in keys]
+                list_rv, offset = self._rv, 0
+                self._snapshot_seq += 1
+                snapshot_id = str(self._snapshot_seq)
+                if limit and len(items) > limit:
+                    self._snapshots[snapshot_id] = (list_rv, items)
+                    for old in sorted(self._snapshots, key=int)[:-16]:
+                        del self._snapshots[old]
+        page = items[offset : offset + limit] if limit else items[offset:]
+        next_offset = offset + len(page)
+        meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
+        if limit and next_offset < len(items):
+            meta["continue"] = base64.urlsafe_b64encode(
+                json.dumps({"s": snapshot_id, "o": next_offset}).encode()
+            ).decode()
+            meta["remainingItemCount"] = len(items) - next_offset
+        head = {
+            "apiVersion": api_version,
+            "kind": f"{resource.kind}List",
+            "metadata": meta,
+        }
+        prefix = _dumps(head)[:-1] + b',"items":['
+        return 200, prefix + b",".join(page) + b"]}"
+
+    def watch_events(
+        self,
+        resource: Resource,
+        namespace: str,
+        since: str,
+        deadline: float,
+    ) -> Iterable[bytes | None]:
+        """Encoded watch events after ``since`` until ``deadline``; ERROR 410 when compacted.
+
+        Yields None last when ``close_watches`` cut the stream short.
+        """
+        store = self._stores[resource.plural]
+        with self._lock:
+            generation = self._watch_generation
+            if since in ("", "0"):
+                cursor = self._rv
+                initial = [
+                    b'{"type":"ADDED","object":' + enc + b"}"
+                    for k, enc in sorted(store.encoded.items())
+                    if not namespace or k[0] == namespace
+                ]
+            else:
+                try:
+                    cursor = int(since)
+                except ValueError:
+                    cursor = -1
+                initial = []
+                if cursor < store.compacted_rv:
+                    message = f"too old resource version: {since} ({store.compacted_rv})"
+                    error = status_body(410, message, "Expired")
+                    yield _dumps({"type": "ERROR", "object": error})
+                    return
+        yield from initial
+        while True:
+            with self._lock:
+                fresh = [e for e in store.events if e[0] > cursor]
+                if not fresh:
+                    remaining = deadline - time.monotonic()
+                    if generation != self._watch_generation:
+                        yield None  # dropped: no closing bookmark
+                        return
+                    if remaining <= 0 or self._closing:
+                        return
+                    self._lock.wait(min(remaining, 0.5))
+                    continue
+            for rv, event, encoded in fresh:
+                cursor = rv
+                if namespace and f'"namespace":"{namespace}"'.encode() not in encoded:
+                    continue
+                yield b'{"type":"' + event.encode() + b'","object":' + encoded + b"}"
+
+    def pending_workloads(self, cluster_queue: str, query: dict[str, str]) -> dict[str, Any]:
+        """Kueue's PendingWorkloadsSummary of a ClusterQueue: highest priority first, then FIFO."""
+        if cluster_queue in self.pending_override:
+            items = self.pending_override[cluster_queue]
+        else:
+            with self._lock:
+                local_queues = {
+                    key: (obj.get("spec") or {}).get("clusterQueue")
+                    for key, obj in self._stores["localqueues"].objects.items()
+                }
+                pending = []
+                for (ns, name), wl in self._stores["workloads"].objects.items():
+                    spec, status = wl.get("spec") or {}, wl.get("status") or {}
+                    if local_queues.get((ns, spec.get("queueName"))) != cluster_queue:
+                        continue
+                    true_conditions = {
+                        c.get("type")
+                        for c in status.get("conditions") or []
+                        if c.get("status") == "True"
+                    }
+                    if true_conditions & {"QuotaReserved", "Finished"}:
+                        continue
+                    if spec.get("active") is False:
+                        continue
+                    created = (wl.get("metadata") or {}).get("creationTimestamp", "")
+                    pending.append((-(spec.get("priority") or 0), created, ns, name, spec))
+            pending.sort()
+            items, per_lq = [], {}
+            for position, (neg_priority, _created, ns, name, spec) in enumerate(pending):
+                lq = spec.get("queueName", "")
+                lq_position = per_lq.get((ns, lq), 0)
+                per_lq[(ns, lq)] = lq_position + 1
+                items.append(
+                    {
+                        "metadata": {"name": name, "namespace": ns, "creationTimestamp": _created},
+                        "priority": -neg_priority,
+                        "localQueueName": lq,
+                        "positionInClusterQueue": position,
+                        "positionInLocalQueue": lq_position,
+                    }
+                )
+        offset = int(query.get("offset") or 0)
+        limit = int(query.get("limit") or 1000)
+        return {
+            "kind": "PendingWorkloadsSummary",
+            "apiVersion": f"{VISIBILITY_GROUP}/{self.visibility_versions[0]}",
+            "metadata": {"creationTimestamp": None},
+            "items": items[offset : offset + limit],
+        }
+
+    def patch(self, resource: Resource, namespace: str, name: str, body: Any) -> tuple[int, bytes]:
+        store = self._stores[resource.plural]
+        with self._lock:
+            current = store.objects.get((namespace, name))
+            if current is None:
+                return 404, _dumps(
+                    status_body(404, f'{resource.plural} "{name}" not found', "NotFound")
+                )
+            if not isinstance(body, dict):
+                return 422, _dumps(status_body(422, "merge patch body must be an object"))
+            patched = merge_patch(current, body)
+            patched.setdefault("metadata", {})["name"] = name
+            if namespace:
+                patched["metadata"]["namespace"] = namespace
+            self._record(store, "MODIFIED", patched, (namespace, name))
+            return 200, store.encoded[(namespace, name)]
+
+
+def write_kubeconfig(path: Path, url: str, token: str, context: str = "fake") -> Path:
+    """A kubeconfig (JSON is valid YAML) with one cluster, token user and context."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": context, "cluster": {"server": url}}],
+        "users": [{"name": f"{context}-user", "user": {"token": token}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": f"{context}-user"}}],
+        "current-context": context,
+    }
+    path.write_text(json.dumps(config))
+    return path
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up mid-stream (a watch it stopped reading) is normal here.
+        return
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api: FakeKubeAPI
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        return
+
+    def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _status(self, code: int, message: str, reason: str | None = None) -> None:
+        self._send(code, _dumps(status_body(code, message, reason)))
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._dispatch("GET")
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._dispatch("PATCH")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._dispatch("PUT")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._dispatch("POST")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._dispatch("DELETE")
+
+    def _dispatch(self, method: str) -> None:
+        api = self.api
+        split = urlsplit(self.path)
+        path = split.path.rstrip("/") or "/"
+        query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
+        body = b""
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            body = self.rfile.read(length)
+        with api._lock:
+            api.requests.append((method, path, query))
+
+        if self.headers.get("Authorization") != f"Bearer {api.token}":
+            self._status(401, "Unauthorized", "Unauthorized")
+            return
+        failure = api._take_failure(method, path, query)
+        if failure is not None:
+            if failure.status == 0:
+                # A dropped connection: the client sees no answer at all.
+                self.close_connection = True
+                self.wfile.flush()
+                self.connection.shutdown(2)
+                return
+            self._status(failure.status, failure.message or "injected failure", failure.reason)
+            return
+
+        if method == "GET":
+            doc = api.discovery(path)
+            if doc is not None:
+                self._send(200, _dumps(doc))
+                return
+            if path == "/version":
+                self._send(200, _dumps({"major": "1", "minor": "34", "gitVersion": "v1.34.0"}))
+                return
+            if self._visibility(path, query):
+                return
+        routed = api.route(path)
+        if routed is None:
+            self._status(404, "the server could not find the requested resource", "NotFound")
+            return
+        resource, api_version, namespace, name, sub = routed
+        if method == "GET" and not name:
+            if query.get("watch") in ("true", "1"):
+                self._watch(resource, namespace, query)
+                return
+            code, payload = api.list_page(resource, api_version, namespace, query)
+            self._send(code, payload)
+            return
+        if method == "GET" and name and not sub:
+            with api._lock:
+                encoded = api._stores[resource.plural].encoded.get((namespace, name))
+            if encoded is None:
+                self._status(404, f'{resource.plural} "{name}" not found', "NotFound")
+            else:
+                self._send(200, encoded)
+            return
+        if method == "PATCH" and name and not sub:
+            content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+            if content_type != "application/merge-patch+json":
+                self._status(415, f"unsupported patch type {content_type!r}")
+                return
+            try:
+                patch_doc = json.loads(body or b"null")
+            except ValueError:
+                self._status(400, "invalid JSON in patch body")
+                return
+            code, payload = api.patch(resource, namespace, name, patch_doc)
+            self._send(code, payload)
+            return
+        self._status(405, f"{method} is not supported here", "MethodNotAllowed")
+
+    def _visibility(self, path: str, query: dict[str, str]) -> bool:
+        parts = path.strip("/").split("/")
+        if len(parts) != 6 or parts[:2] != ["apis", VISIBILITY_GROUP]:
+            return False
+        if parts[2] not in self.api.visibility_versions:
+            return False
+        if parts[3] != "clusterqueues" or parts[5] != "pendingworkloads":
+            return False
+        self._send(200, _dumps(self.api.pending_workloads(unquote(parts[4]), query)))
+        return True
+
+    def _watch(self, resource: Resource, namespace: str, query: dict[str, str]) -> None:
+        timeout = float(query.get("timeoutSeconds") or 1800)
+        deadline = time.monotonic() + timeout
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            dropped = False
+            for event in self.api.watch_events(
+                resource, namespace, query.get("resourceVersion", ""), deadline
+            ):
+                if event is None:
+                    dropped = True
+                    break
+                self._chunk(event + b"\n")
+            if not dropped and query.get("allowWatchBookmarks") in ("true", "1"):
+                bookmark = {
+                    "type": "BOOKMARK",
+                    "object": {
+                        "kind": resource.kind,
+                        "apiVersion": "v1"
+                        if not resource.group
+                        else f"{resource.group}/{self.api.kueue_versions[0]}",
+                        "metadata": {"resourceVersion": str(self.api.resource_version)},
+                    },
+                }
+                self._chunk(_dumps(bookmark) + b"\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+
+# --- fixtures --------------------------------------------------------------------------------
+FIXTURE_FILES = {
+    "ResourceFlavor": "resourceflavors",
+    "Cohort": "cohorts",
+    "ClusterQueue": "clusterqueues",
+    "LocalQueue": "localqueues",
+    "Workload": "workloads",
+    "WorkloadPriorityClass": "workloadpriorityclasses",
+}
+
+
+def fixture_items(kind: str, version: str = "v1beta2") -> list[dict[str, Any]]:
+    """The fixture objects of one kind in one Kueue version's shape."""
+    if kind == "Pod":
+        return json.loads((FIXTURES / "pods.v1.json").read_text())["items"]
+    if kind == "Node":
+        return fixture_nodes()
+    base = FIXTURE_FILES[kind]
+    path = FIXTURES / f"{base}.{version}.json"
+    if not path.exists():
+        # WorkloadPriorityClass has the same shape in both versions; only apiVersion differs.
+        path = FIXTURES / f"{base}.v1beta2.json"
+    items = json.loads(path.read_text())["items"]
+    for item in items:
+        item["apiVersion"] = f"{KUEUE_GROUP}/{version}"
+    return items
+
+
+def fixture_nodes() -> list[dict[str, Any]]:
+    """The fixture fleet's nodes (README "Cluster and quotas"): 8 H100 and 4 A100, 8 GPUs each."""
+    nodes = []
+    for pool, product, count in (
+        ("h100", "NVIDIA-H100-80GB-HBM3", 8),
+        ("a100", "NVIDIA-A100-SXM4-80GB", 4),
+    ):
+        for index in range(1, count + 1):
+            name = f"gpu-node-{pool}-{index:02d}"
+            nodes.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": name,
+                        "uid": f"00000000-0000-4000-8000-{index:04d}{pool:0>8}",
+                        "creationTimestamp": "2026-06-01T08:00:00Z",
+                        "labels": {
+                            "kubernetes.io/hostname": name,
+                            "cloud.example.com/gpu-pool": pool,
+                            "nvidia.com/gpu.product": product,
+                            "nvidia.com/gpu.count": "8",
+                        },
+                    },
+                    "spec": {
+                        "taints": [
+                            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+                        ]
+                    },
+                    "status": {
+                        "capacity": {"cpu": "224", "memory": "2063731Mi", "nvidia.com/gpu": "8"},
+                        "allocatable": {
+                            "cpu": "222",
+                            "memory": "2061683Mi",
+                            "nvidia.com/gpu": "8",
+                        },
+                        "conditions": [
+                            {
+                                "type": "Ready",
+                                "status": "True",
+                                "reason": "KubeletReady",
+                                "lastTransitionTime": "2026-06-01T08:05:00Z",
+                            }
+                        ],
+                        "nodeInfo": {"kubeletVersion": "v1.34.0"},
+                    },
+                }
+            )
+    return nodes
+
+
+def load_fixtures(api: FakeKubeAPI, version: str = "v1beta2") -> FakeKubeAPI:
+    """Serve tests/fixtures/kueue in the given Kueue version's shape."""
+    for kind in (*FIXTURE_FILES, "Pod", "Node"):
+        api.load(kind, fixture_items(kind, version))
+    return api
