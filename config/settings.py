@@ -259,6 +259,8 @@ GPULEDGER_CLUSTER_NAME = env_str("GPULEDGER_CLUSTER_NAME", "default")
 # Collection windows are aligned to multiples of this many seconds (DESIGN "Time model").
 GPULEDGER_COLLECT_SECONDS = env_int("GPULEDGER_COLLECT_SECONDS", 60, minimum=10)
 GPULEDGER_SYNC_SECONDS = env_int("GPULEDGER_SYNC_SECONDS", 30, minimum=5)
+# A full LIST this often; the WATCH streams changes in between (quotas/tasks.py).
+GPULEDGER_RELIST_SECONDS = env_int("GPULEDGER_RELIST_SECONDS", 300, minimum=5)
 # How far back the collector catches up after an outage.
 GPULEDGER_CATCHUP_HOURS = env_int("GPULEDGER_CATCHUP_HOURS", 24, minimum=1)
 GPULEDGER_USAGE_RETENTION_DAYS = env_int("GPULEDGER_USAGE_RETENTION_DAYS", 14, minimum=1)

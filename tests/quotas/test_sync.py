@@ -716,7 +716,8 @@ def test_the_task_retries_transient_errors_only(kube_api, kube_cluster, settings
 
     from quotas import tasks
 
-    settings.GPULEDGER_SYNC_SECONDS = 5  # no watch: 5 s minus the margin
+    settings.GPULEDGER_SYNC_SECONDS = 5  # a short watch: 5 s minus the margin
+    settings.GPULEDGER_RELIST_SECONDS = 5
     kube_api.fail(lambda method, path, query: True, 503, times=1000)
 
     with pytest.raises(Retry):
@@ -727,3 +728,18 @@ def test_the_task_retries_transient_errors_only(kube_api, kube_cluster, settings
     result = tasks.sync_cluster_task.apply(args=[kube_cluster.pk], throw=True)
     assert result.successful()
     assert IngestRun.objects.filter(status=IngestStatus.FAILED).count() == 2
+
+
+@pytest.mark.parametrize(
+    ("relist", "interval", "expected"),
+    [(300, 30, 297), (100, 30, 87), (5, 5, 2), (10, 30, 27)],
+)
+def test_the_watch_lasts_until_the_tick_before_the_next_relist(
+    settings, relist, interval, expected
+) -> None:
+    from quotas.tasks import watch_window_seconds
+
+    settings.GPULEDGER_RELIST_SECONDS = relist
+    settings.GPULEDGER_SYNC_SECONDS = interval
+
+    assert watch_window_seconds() == expected
