@@ -129,11 +129,13 @@ PROMQL_POD_LABELS = (
 # and land in Prometheus after the scrape (and after remote-write to Thanos/Mimir).
 COLLECT_DELAY_SECONDS = 30
 # Queries of one window in flight at once: Prometheus evaluates them on its own cores while we
-# decode the previous answer (bench/RESULTS.md).
+# decode the previous answer: 4 at a time took 19.3 s against 28.2 s one by one for a
+# 50,000-GPU window on the shared 2-core machine (bench/RESULTS.md).
 QUERY_CONCURRENCY = 4
-# Catch-up/backfill range queries: points per answer bound memory (a decoded point costs ~200 B
-# and a window holds 10 answers), and Prometheus refuses more than 11,000 points per series.
-RANGE_POINTS_PER_QUERY = 250_000
+# Catch-up/backfill range queries: points per answer bound memory (250,000 gave 40-window
+# chunks and 914 MiB peak RSS at 5,000 GPUs, see bench/RESULTS.md), and Prometheus refuses
+# more than 11,000 points per series.
+RANGE_POINTS_PER_QUERY = 100_000
 RANGE_MAX_POINTS_PER_SERIES = 10_000
 # A claim on a cursor lasts this long and is renewed after every window; a worker that died
 # holding it is taken over once it expires.

@@ -1,0 +1,494 @@
+"""Collect DCGM usage and GPU allocation of one cluster from Prometheus, window by window.
+
+One run (``Collector.run``), driven by Celery beat every ``GPULEDGER_COLLECT_SECONDS``:
+
+1. Claim the cluster's ``CollectionCursor`` (source ``dcgm``) with a conditional UPDATE whose row
+   count is checked (STYLE rule 11). A claim is a lease, renewed after each window; a worker that
+   died holding it is taken over once the lease expires. A run that finds the cursor claimed does
+   nothing: the holder is already collecting those windows.
+2. Work out the windows: the last complete aligned window (``COLLECT_DELAY_SECONDS`` after its end)
+   on a first run; otherwise every window after the cursor, oldest first, at most
+   ``GPULEDGER_CATCHUP_HOURS`` back (an outage longer than that leaves a gap, logged).
+3. Ask Prometheus a handful of aggregated queries (``fleet.constants.PROMQL_*``): per DCGM metric
+   ``avg_over_time`` per GPU series, ``count_over_time`` of the activity metrics for coverage,
+   kube-state-metrics GPU requests of Running pods with their node, and the pods' Kueue labels.
+   One window → instant queries at its end; several → range queries with step = window, chunked so
+   an answer stays under ``RANGE_POINTS_PER_QUERY`` points and Prometheus' 11,000 points/series.
+4. Per window, oldest first: ``fleet.ingest.build_window`` → ``fleet.store.write_window``, the
+   cursor advance and a success ``IngestRun`` in ONE transaction, so a window is in the database
+   with its bookkeeping or not at all. A failure stops the run there: the cursor stays, a failed
+   ``IngestRun`` says why, and the next run starts again at that window.
+5. Roll up every hour the run touched (``fleet.rollup.roll_up_hour``), plus the hour of the window
+   the cursor stood on, so the last window of an hour is never left un-rolled.
+
+``Collector.backfill`` fills an explicit historical range the same way (``manage.py
+collect_metrics --start --end``). It is resumable: windows that already have a successful
+``IngestRun`` are skipped, and it only moves the cursor forward when a backfilled window extends
+it contiguously, so live collection carries on from where it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from core.timewindows import Window, ensure_aware, last_complete_window, windows_between
+from fleet import constants as c
+from fleet.choices import IngestSource, IngestStatus, PodLabelStyle
+from fleet.ingest import IngestStats, WindowInput, build_window, split_matrix
+from fleet.models import Cluster, CollectionCursor, Gpu, IngestRun
+from fleet.prometheus import PrometheusClient, PrometheusError
+from fleet.rollup import hours_touched, roll_up_hour
+from fleet.store import write_window
+
+logger = logging.getLogger(__name__)
+
+AVG = "avg:"
+COUNT = "count:"
+REQUESTS = "requests"
+POD_LABELS = "pod_labels"
+
+
+class ClaimLostError(Exception):
+    """Another worker took the cursor over (our lease ran out); stop without writing."""
+
+
+@dataclass
+class CollectResult:
+    """What one run or backfill did."""
+
+    cluster: str
+    claimed: bool = True
+    windows: int = 0
+    windows_skipped: int = 0
+    rows_written: int = 0
+    hours_rolled_up: list[datetime] = field(default_factory=list)
+    last_window_end: datetime | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "claimed": self.claimed,
+            "windows": self.windows,
+            "windows_skipped": self.windows_skipped,
+            "rows_written": self.rows_written,
+            "hours_rolled_up": [hour.isoformat() for hour in self.hours_rolled_up],
+            "last_window_end": self.last_window_end.isoformat() if self.last_window_end else None,
+        }
+
+
+def worker_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def window_queries(label_style: str, window_seconds: int) -> dict[str, str]:
+    """The PromQL of one window, by answer name (``avg:<key>``, ``count:<key>``, requests...)."""
+    labels = list(c.DCGM_IDENTITY_LABELS)
+    if label_style in c.POD_LABELS_BY_STYLE:
+        labels += c.POD_LABELS_BY_STYLE[label_style]
+    else:
+        # Auto-detection needs both spellings; on honor_labels: false the plain ones name the
+        # exporter pod, one value per exporter, so they cost bytes but split no series.
+        for names in c.POD_LABELS_BY_STYLE.values():
+            labels += [name for name in names if name not in labels]
+    by = ", ".join(labels)
+    span = f"{window_seconds * 1000 - 1}ms"
+    queries = {
+        AVG + key: c.PROMQL_DCGM_AVG.format(by=by, metric=metric, range=span)
+        for key, metric in c.DCGM_METRICS.items()
+    }
+    for key in c.DCGM_COUNT_METRICS:
+        queries[COUNT + key] = c.PROMQL_DCGM_COUNT.format(
+            by=by, metric=c.DCGM_METRICS[key], range=span
+        )
+    queries[REQUESTS] = c.PROMQL_GPU_REQUESTS
+    queries[POD_LABELS] = c.PROMQL_POD_LABELS
+    return queries
+
+
+def window_input(window: Window, answers: dict[str, list[dict]], label_style: str) -> WindowInput:
+    """Name the answers of one window the way ``fleet.ingest.build_window`` wants them."""
+    counts = {
+        name[len(COUNT) :]: items for name, items in answers.items() if name.startswith(COUNT)
+    }
+    return WindowInput(
+        window=window,
+        dcgm_avg={
+            name[len(AVG) :]: items for name, items in answers.items() if name.startswith(AVG)
+        },
+        dcgm_count=counts,
+        gpu_requests=answers.get(REQUESTS, []),
+        pod_labels=answers.get(POD_LABELS, []),
+        label_style=label_style,
+        expected_samples=_expected_samples(counts),
+    )
+
+
+def _expected_samples(counts: dict[str, list[dict]]) -> int:
+    """Samples a fully covered series has in the window: the most any series had.
+
+    The scrape interval is not visible through the query API (and differs per job), so the
+    best-covered GPU of the window stands for it; coverage of the others is relative to it.
+    """
+    best = 0.0
+    for items in counts.values():
+        for item in items:
+            try:
+                best = max(best, float(item["value"][1]))
+            except (KeyError, TypeError, ValueError, IndexError):
+                continue
+    return int(best) if best == best else 0  # NaN guard
+
+
+class Collector:
+    """Collects one cluster's windows; see the module docstring."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        client: PrometheusClient | None = None,
+        window_seconds: int | None = None,
+        worker: str | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.window_seconds = int(window_seconds or settings.GPULEDGER_COLLECT_SECONDS)
+        self.worker = worker or worker_identity()
+        self._client = client
+        self._cursor_pk: int | None = None
+        self._series_estimate = 0
+        self.label_style = str(cluster.pod_label_style or PodLabelStyle.AUTO)
+        self.queries = window_queries(self.label_style, self.window_seconds)
+
+    # --- claim ------------------------------------------------------------------------------
+
+    def claim(self) -> bool:
+        """Take the cursor's lease if it is free or expired; True when this worker holds it."""
+        cursor, _ = CollectionCursor.objects.get_or_create(
+            cluster=self.cluster, source=IngestSource.DCGM
+        )
+        self._cursor_pk = cursor.pk
+        now = timezone.now()
+        taken = (
+            CollectionCursor.objects.filter(pk=cursor.pk)
+            .filter(
+                Q(claimed_until__isnull=True) | Q(claimed_until__lt=now) | Q(claimed_by=self.worker)
+            )
+            .update(claimed_by=self.worker, claimed_until=now + self._lease())
+        )
+        return taken == 1
+
+    def release(self) -> None:
+        if self._cursor_pk is None:
+            return
+        CollectionCursor.objects.filter(pk=self._cursor_pk, claimed_by=self.worker).update(
+            claimed_by="", claimed_until=None
+        )
+
+    def _lease(self) -> timedelta:
+        return timedelta(seconds=max(c.CLAIM_LEASE_SECONDS, 5 * self.window_seconds))
+
+    def _cursor_id(self) -> int:
+        if self._cursor_pk is None:
+            raise ClaimLostError("the cursor was never claimed")
+        return self._cursor_pk
+
+    def _cursor(self) -> CollectionCursor:
+        return CollectionCursor.objects.get(pk=self._cursor_id())
+
+    # --- entry points -----------------------------------------------------------------------
+
+    def run(self, now: datetime | None = None) -> CollectResult:
+        """Collect the last complete window and every window missed since the cursor."""
+        now = ensure_aware(now or timezone.now())
+        target = last_complete_window(
+            now - timedelta(seconds=c.COLLECT_DELAY_SECONDS), self.window_seconds
+        )
+        result = CollectResult(cluster=self.cluster.name)
+        if not self.claim():
+            logger.info("cluster %s: cursor claimed by another worker, skipping", self.cluster)
+            result.claimed = False
+            return result
+        try:
+            last_end = self._cursor().last_window_end
+            windows = self._pending_windows(last_end, target)
+            extra_hours = hours_touched([last_end]) if last_end is not None else []
+            self._collect(windows, result, contiguous_only=False, extra_hours=extra_hours)
+        finally:
+            self.release()
+        return result
+
+    def backfill(
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        now: datetime | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> CollectResult:
+        """Collect every window ending in ``(start, end]`` that has no successful IngestRun yet."""
+        start, end = ensure_aware(start), ensure_aware(end)
+        now = ensure_aware(now or timezone.now())
+        newest = last_complete_window(
+            now - timedelta(seconds=c.COLLECT_DELAY_SECONDS), self.window_seconds
+        )
+        end = min(end, newest.end)
+        windows = list(windows_between(start, end, self.window_seconds))
+        result = CollectResult(cluster=self.cluster.name)
+        done = self.collected_window_ends(windows)
+        todo = [window for window in windows if window.end not in done]
+        result.windows_skipped = len(windows) - len(todo)
+        if progress is not None and result.windows_skipped:
+            progress(result.windows_skipped)
+        if not todo:
+            return result
+        if not self.claim():
+            result.claimed = False
+            return result
+        try:
+            self._collect(todo, result, contiguous_only=True, progress=progress)
+        finally:
+            self.release()
+        return result
+
+    def collected_window_ends(self, windows: Sequence[Window]) -> set[datetime]:
+        if not windows:
+            return set()
+        ends = (
+            IngestRun.objects.succeeded()
+            .filter(
+                cluster=self.cluster,
+                source=IngestSource.DCGM,
+                window_end__gt=windows[0].start,
+                window_end__lte=windows[-1].end,
+            )
+            .values_list("window_end", flat=True)
+        )
+        return {end for end in ends if end is not None}
+
+    # --- the work ---------------------------------------------------------------------------
+
+    def _pending_windows(self, last_end: datetime | None, target: Window) -> list[Window]:
+        if last_end is None:
+            return [target]
+        oldest = target.end - timedelta(hours=settings.GPULEDGER_CATCHUP_HOURS)
+        if last_end < oldest:
+            logger.warning(
+                "cluster %s: cursor at %s is older than the %dh catch-up; windows up to %s "
+                "are left out (use manage.py collect_metrics --start/--end to backfill them)",
+                self.cluster,
+                last_end.isoformat(),
+                settings.GPULEDGER_CATCHUP_HOURS,
+                oldest.isoformat(),
+            )
+        return list(windows_between(max(last_end, oldest), target.end, self.window_seconds))
+
+    def _collect(
+        self,
+        windows: list[Window],
+        result: CollectResult,
+        *,
+        contiguous_only: bool,
+        extra_hours: Sequence[datetime] = (),
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        pending_hours: set[datetime] = set(extra_hours)
+        try:
+            for chunk in self._chunks(windows):
+                started_at = timezone.now()
+                try:
+                    inputs = self._fetch(chunk)
+                except PrometheusError as exc:
+                    self._record_failure(chunk[0].start, chunk[-1].end, started_at, exc)
+                    raise
+                for window in chunk:
+                    hour = hours_touched([window.end])[0]
+                    # An hour is complete once a later hour's window is written: roll it up now
+                    # rather than at the end, so a long catch-up shows its progress in rollups.
+                    for done in sorted(h for h in pending_hours if h < hour):
+                        self._roll_up(done, result)
+                        pending_hours.discard(done)
+                    started = started_at if window is chunk[0] else timezone.now()
+                    try:
+                        rows = self._write(inputs.pop(window.end), started, contiguous_only)
+                    except ClaimLostError:
+                        logger.warning(
+                            "cluster %s: claim lost before window %s, stopping",
+                            self.cluster,
+                            window.end.isoformat(),
+                        )
+                        return
+                    except Exception as exc:
+                        self._record_failure(window.start, window.end, started, exc)
+                        raise
+                    pending_hours.add(hour)
+                    result.windows += 1
+                    result.rows_written += rows
+                    result.last_window_end = window.end
+                    if progress is not None:
+                        progress(1)
+        finally:
+            for hour in sorted(pending_hours):
+                self._roll_up(hour, result)
+
+    def _chunks(self, windows: list[Window]) -> Iterator[list[Window]]:
+        """Contiguous runs of windows, each small enough for one range query per metric."""
+        position = 0
+        while position < len(windows):
+            size = self._chunk_windows()
+            chunk = [windows[position]]
+            while (
+                len(chunk) < size
+                and position + len(chunk) < len(windows)
+                and windows[position + len(chunk)].start == chunk[-1].end
+            ):
+                chunk.append(windows[position + len(chunk)])
+            position += len(chunk)
+            yield chunk
+
+    def _chunk_windows(self) -> int:
+        if not self._series_estimate:
+            self._series_estimate = Gpu.objects.filter(cluster=self.cluster).count()
+        if not self._series_estimate:
+            # Unknown fleet size: one window (an instant query) tells us how many series to expect.
+            return 1
+        # Pods sharing GPUs add series; leave a quarter of the budget for them.
+        per_window = self._series_estimate + self._series_estimate // 4 + 1
+        return max(1, min(c.RANGE_MAX_POINTS_PER_SERIES, c.RANGE_POINTS_PER_QUERY // per_window))
+
+    def _client_for_run(self) -> PrometheusClient:
+        if self._client is None:
+            self._client = PrometheusClient.for_cluster(self.cluster)
+        return self._client
+
+    def _fetch(self, chunk: list[Window]) -> dict[datetime, WindowInput]:
+        client = self._client_for_run()
+        if len(chunk) == 1:
+            at = chunk[0].end
+
+            def fetch(promql: str) -> list[dict]:
+                return client.query(promql, at)
+        else:
+
+            def fetch(promql: str) -> list[dict]:
+                return client.query_range(promql, chunk[0].end, chunk[-1].end, self.window_seconds)
+
+        with ThreadPoolExecutor(max_workers=c.QUERY_CONCURRENCY) as pool:
+            futures = {name: pool.submit(fetch, promql) for name, promql in self.queries.items()}
+            answers = {name: future.result() for name, future in futures.items()}
+
+        self._series_estimate = max(
+            [self._series_estimate]
+            + [len(items) for name, items in answers.items() if name.startswith(AVG)]
+        )
+        if len(chunk) == 1:
+            return {chunk[0].end: window_input(chunk[0], answers, self.label_style)}
+
+        stats = IngestStats()
+        split = {name: split_matrix(items, stats) for name, items in answers.items()}
+        answers.clear()
+        if stats.skipped:
+            logger.warning(
+                "cluster %s: malformed matrix items %s", self.cluster, stats.skip_reasons
+            )
+        inputs: dict[datetime, WindowInput] = {}
+        for window in chunk:
+            ts = window.end.timestamp()
+            per_window = {name: by_ts.pop(ts, []) for name, by_ts in split.items()}
+            inputs[window.end] = window_input(window, per_window, self.label_style)
+        return inputs
+
+    def _write(self, inp: WindowInput, started_at: datetime, contiguous_only: bool) -> int:
+        batch = build_window(inp)
+        stats = batch.stats
+        window = inp.window
+        status = (
+            IngestStatus.PARTIAL
+            if stats.skipped or stats.nonfinite_skipped
+            else IngestStatus.SUCCESS
+        )
+        with transaction.atomic():
+            written = write_window(self.cluster, batch)
+            self._advance(window, contiguous_only)
+            IngestRun.objects.create(
+                cluster=self.cluster,
+                source=IngestSource.DCGM,
+                status=status,
+                window_start=window.start,
+                window_end=window.end,
+                started_at=started_at,
+                finished_at=timezone.now(),
+                records_read=stats.records_read,
+                rows_written=written.rows_written,
+                skipped=stats.skipped,
+                nonfinite_skipped=stats.nonfinite_skipped,
+                skip_reasons=dict(stats.skip_reasons),
+            )
+        return written.usage_rows
+
+    def _advance(self, window: Window, contiguous_only: bool) -> None:
+        """Renew the lease and move the cursor to ``window``; ClaimLostError if not ours."""
+        now = timezone.now()
+        mine = CollectionCursor.objects.filter(pk=self._cursor_id(), claimed_by=self.worker)
+        if mine.update(claimed_until=now + self._lease()) != 1:
+            raise ClaimLostError(self.worker)
+        if contiguous_only:
+            position = Q(last_window_end__isnull=True) | Q(last_window_end=window.start)
+        else:
+            position = Q(last_window_end__isnull=True) | Q(last_window_end__lt=window.end)
+        mine.filter(position).update(last_window_end=window.end)
+
+    def _record_failure(
+        self, start: datetime, end: datetime, started_at: datetime, exc: Exception
+    ) -> None:
+        transient = isinstance(exc, PrometheusError) and not exc.permanent
+        logger.warning(
+            "cluster %s: collecting windows (%s, %s] failed (%s): %s",
+            self.cluster,
+            start.isoformat(),
+            end.isoformat(),
+            "transient" if transient else "permanent",
+            exc,
+        )
+        try:
+            IngestRun.objects.create(
+                cluster=self.cluster,
+                source=IngestSource.DCGM,
+                status=IngestStatus.FAILED,
+                window_start=start,
+                window_end=end,
+                started_at=started_at,
+                finished_at=timezone.now(),
+                error=f"{type(exc).__name__}: {exc}"[:10_000],
+            )
+        except Exception:
+            # The database itself may be what failed; the original error is what matters.
+            logger.exception("cluster %s: cannot record the failed run", self.cluster)
+
+    def _roll_up(self, hour: datetime, result: CollectResult) -> None:
+        try:
+            roll_up_hour(self.cluster.pk, hour)
+        except Exception:
+            # The usage rows are committed; the next window of this hour (or a re-run of the
+            # rollup) rebuilds it. A failed rollup must not undo a successful collection.
+            logger.exception("cluster %s: rollup of %s failed", self.cluster, hour.isoformat())
+            return
+        result.hours_rolled_up.append(hour)
+
+
+def collect_cluster(cluster_id: int, now: datetime | None = None) -> CollectResult:
+    """One normal collection run of a cluster (what the Celery task does)."""
+    cluster = Cluster.objects.get(pk=cluster_id)
+    return Collector(cluster).run(now=now)

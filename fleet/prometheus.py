@@ -1,0 +1,218 @@
+"""Thin client for a Prometheus-API-compatible server (Prometheus, Thanos, Mimir), per cluster.
+
+It owns the URL, authentication, TLS, extra headers and timeouts, and maps every failure to
+``PrometheusError`` with a ``permanent`` flag (STYLE rules 10 and 12): connection errors, timeouts,
+5xx and 429 are transient and worth a retry; a bad query (400, 422), refused credentials (401, 403),
+a wrong URL (404) or an answer that is not a Prometheus answer are permanent.
+
+prometheus-api-client's ``PrometheusConnect`` sets up the session (headers, auth, TLS); the query
+calls go through that same session directly, because the library's ``custom_query`` hides the
+HTTP status code we need to tell transient from permanent failures, and retries on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import requests
+from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
+
+from core.timewindows import ensure_aware
+from fleet.choices import PrometheusAuth
+from fleet.ingest import IngestError, parse_query_response
+
+if TYPE_CHECKING:
+    from fleet.models import Cluster
+
+logger = logging.getLogger(__name__)
+
+# HTTP statuses worth retrying: overload and server-side failures. Prometheus answers 503 for a
+# query that timed out or was cancelled, 422 for one that cannot run (too many samples,
+# many-to-many matching), 400 for one that does not parse.
+TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class PrometheusError(Exception):
+    """A failed Prometheus call. ``permanent`` means a retry will fail the same way."""
+
+    def __init__(self, message: str, *, permanent: bool, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.permanent = permanent
+        self.status = status
+
+
+def read_secret(env_name: str) -> str:
+    """The secret in ``$NAME``, or in the file ``$NAME_FILE`` names (Docker/Kubernetes secrets)."""
+    path = os.environ.get(f"{env_name}_FILE")
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as exc:
+            raise PrometheusError(
+                f"{env_name}_FILE={path!r} cannot be read: {exc}", permanent=True
+            ) from exc
+    value = os.environ.get(env_name, "")
+    if not value:
+        raise PrometheusError(
+            f"neither {env_name} nor {env_name}_FILE is set in the environment", permanent=True
+        )
+    return value
+
+
+class PrometheusClient:
+    """Instant and range queries against one Prometheus HTTP API.
+
+    ``query`` and ``query_range`` return the ``data.result`` list of a successful answer, checked
+    by ``fleet.ingest.parse_query_response``: vector items ``{"metric", "value"}`` or matrix items
+    ``{"metric", "values"}`` exactly as Prometheus sends them.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        bearer_token: str = "",
+        basic_auth: tuple[str, str] | None = None,
+        verify: bool | str = True,
+        timeout: float = 30.0,
+    ) -> None:
+        if not url:
+            raise PrometheusError("no Prometheus URL configured", permanent=True)
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        all_headers = {"Accept": "application/json"}
+        all_headers.update(headers or {})
+        if bearer_token:
+            all_headers["Authorization"] = f"Bearer {bearer_token}"
+        session = requests.Session()
+        session.verify = verify
+        # Retries belong to the caller (Celery backoff, the collection cursor); none in here.
+        self._connect = PrometheusConnect(
+            url=self.url,
+            headers=all_headers,
+            auth=basic_auth,
+            session=session,
+            timeout=timeout,
+            retry=Retry(total=0, raise_on_status=False),
+            method="POST",
+        )
+        self._session = session
+        self._headers = all_headers
+        self._auth = basic_auth
+
+    @classmethod
+    def for_cluster(cls, cluster: Cluster) -> PrometheusClient:
+        bearer = ""
+        basic: tuple[str, str] | None = None
+        if cluster.prometheus_auth == PrometheusAuth.BEARER:
+            bearer = read_secret(cluster.prometheus_secret_env)
+        elif cluster.prometheus_auth == PrometheusAuth.BASIC:
+            basic = (cluster.prometheus_username, read_secret(cluster.prometheus_secret_env))
+        verify: bool | str = cluster.prometheus_verify_tls
+        if verify and cluster.prometheus_ca_bundle:
+            verify = cluster.prometheus_ca_bundle
+        return cls(
+            cluster.prometheus_url,
+            headers={str(k): str(v) for k, v in (cluster.prometheus_headers or {}).items()},
+            bearer_token=bearer,
+            basic_auth=basic,
+            verify=verify,
+            timeout=cluster.prometheus_timeout_seconds,
+        )
+
+    def close(self) -> None:
+        self._connect.close()
+
+    def __enter__(self) -> PrometheusClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def query(self, promql: str, at: datetime) -> list[dict[str, Any]]:
+        """An instant query evaluated at ``at`` (always explicit: never "now" on the server)."""
+        params = {"query": promql, "time": _timestamp(at)}
+        return self._call("/api/v1/query", params, expect="vector")
+
+    def query_range(
+        self, promql: str, start: datetime, end: datetime, step_seconds: int
+    ) -> list[dict[str, Any]]:
+        """A range query; Prometheus answers at most 11,000 points per series, callers chunk."""
+        params = {
+            "query": promql,
+            "start": _timestamp(start),
+            "end": _timestamp(end),
+            "step": str(int(step_seconds)),
+        }
+        return self._call("/api/v1/query_range", params, expect="matrix")
+
+    def fetch_raw(self, path: str, params: dict[str, str]) -> bytes:
+        """The undecoded body of a successful call (the benchmark times Prometheus alone)."""
+        return self._post(path, params).content
+
+    def _call(self, path: str, params: dict[str, str], expect: str) -> list[dict[str, Any]]:
+        response = self._post(path, params)
+        try:
+            payload = response.json()
+        except ValueError as exc:
+            # A 200 that is not JSON is a proxy or a login page in front of the URL.
+            raise PrometheusError(
+                f"{path}: answer is not JSON ({response.headers.get('Content-Type', '?')})",
+                permanent=True,
+                status=response.status_code,
+            ) from exc
+        try:
+            return parse_query_response(payload, expect=expect)
+        except IngestError as exc:
+            raise PrometheusError(
+                f"{path}: malformed answer: {exc}", permanent=True, status=response.status_code
+            ) from exc
+
+    def _post(self, path: str, params: dict[str, str]) -> requests.Response:
+        # POST form-encodes the query: long PromQL never meets a URL length limit.
+        try:
+            response = self._session.post(
+                f"{self.url}{path}",
+                data=params,
+                headers=self._headers,
+                auth=self._auth,
+                timeout=self.timeout,
+            )
+        except requests.Timeout as exc:
+            raise PrometheusError(
+                f"{path}: timed out after {self.timeout}s", permanent=False
+            ) from exc
+        except requests.exceptions.SSLError as exc:
+            raise PrometheusError(f"{path}: TLS error: {exc}", permanent=True) from exc
+        except requests.ConnectionError as exc:
+            raise PrometheusError(f"{path}: cannot connect: {exc}", permanent=False) from exc
+        except requests.RequestException as exc:
+            raise PrometheusError(f"{path}: request failed: {exc}", permanent=False) from exc
+        if response.status_code != 200:
+            raise _status_error(path, response)
+        return response
+
+
+def _status_error(path: str, response: requests.Response) -> PrometheusError:
+    status = response.status_code
+    detail = ""
+    try:
+        body = response.json()
+        detail = f"{body.get('errorType', '')}: {body.get('error', '')}"
+    except ValueError:
+        detail = response.text[:200]
+    permanent = status not in TRANSIENT_STATUSES and not 500 <= status < 600
+    return PrometheusError(
+        f"{path}: HTTP {status} {detail}".strip(), permanent=permanent, status=status
+    )
+
+
+def _timestamp(moment: datetime) -> str:
+    return f"{ensure_aware(moment).timestamp():.3f}"

@@ -1,0 +1,83 @@
+"""Celery tasks of the fleet app: thin glue over ``fleet.collector`` and ``fleet.rollup``.
+
+Tasks take ids and primitives, re-read what they need and are idempotent: a doubled beat tick
+finds the cursor claimed (or already past the window) and does nothing (STYLE rules 11-13).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from fleet import rollup
+from fleet.collector import collect_cluster
+from fleet.models import Cluster, IngestRun
+from fleet.prometheus import PrometheusError
+
+logger = logging.getLogger(__name__)
+
+
+class TransientPrometheusError(Exception):
+    """Raised by ``collect_metrics`` for a transient Prometheus failure, so Celery retries it."""
+
+
+@shared_task(name="fleet.tasks.collect_metrics_all")
+def collect_metrics_all() -> list[int]:
+    """Fan out one ``collect_metrics`` per enabled cluster that has a Prometheus URL."""
+    cluster_ids = list(
+        Cluster.objects.filter(collect_enabled=True)
+        .exclude(prometheus_url="")
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    expires = float(settings.GPULEDGER_COLLECT_SECONDS)
+    for cluster_id in cluster_ids:
+        collect_metrics.apply_async(args=[cluster_id], expires=expires)
+    return cluster_ids
+
+
+@shared_task(
+    name="fleet.tasks.collect_metrics",
+    autoretry_for=(TransientPrometheusError,),
+    retry_backoff=2,
+    retry_backoff_max=30,
+    retry_jitter=True,
+    max_retries=3,
+)
+def collect_metrics(cluster_id: int) -> dict[str, Any]:
+    """Collect one cluster's missed and newest windows (see ``fleet.collector``)."""
+    try:
+        cluster = Cluster.objects.get(pk=cluster_id)
+    except Cluster.DoesNotExist:
+        logger.warning("collect_metrics: cluster %s no longer exists", cluster_id)
+        return {"cluster_id": cluster_id, "skipped": "missing"}
+    if not cluster.collect_enabled or not cluster.prometheus_url:
+        return {"cluster_id": cluster_id, "skipped": "disabled"}
+    try:
+        result = collect_cluster(cluster.pk)
+    except PrometheusError as exc:
+        if exc.permanent:
+            # Logged and recorded in a failed IngestRun; a retry would fail the same way.
+            logger.error("collect_metrics: cluster %s: %s", cluster.name, exc)
+            return {"cluster_id": cluster_id, "error": str(exc), "permanent": True}
+        raise TransientPrometheusError(str(exc)) from exc
+    return result.as_dict()
+
+
+@shared_task(name="fleet.tasks.prune_usage")
+def prune_usage() -> dict[str, int]:
+    """Drop per-window usage, rollups and run records older than their retention."""
+    now = timezone.now()
+    usage_before = now - timedelta(days=settings.GPULEDGER_USAGE_RETENTION_DAYS)
+    rollups_before = now - timedelta(days=settings.GPULEDGER_ROLLUP_RETENTION_DAYS)
+    usage = rollup.prune_usage(usage_before)
+    rollups = rollup.prune_rollups(rollups_before)
+    # Run records answer "how fresh is this" and "why did it fail": the usage retention is plenty.
+    runs, _ = IngestRun.objects.filter(started_at__lt=usage_before).delete()
+    logger.info("prune_usage: %d usage, %d rollup, %d run rows deleted", usage, rollups, runs)
+    return {"usage": usage, "rollups": rollups, "ingest_runs": runs}
