@@ -263,6 +263,8 @@ GPULEDGER_SYNC_SECONDS = env_int("GPULEDGER_SYNC_SECONDS", 30, minimum=5)
 GPULEDGER_RELIST_SECONDS = env_int("GPULEDGER_RELIST_SECONDS", 300, minimum=5)
 # How far back the collector catches up after an outage.
 GPULEDGER_CATCHUP_HOURS = env_int("GPULEDGER_CATCHUP_HOURS", 24, minimum=1)
+# The hour still being collected is re-rolled at most this often (complete hours always are).
+GPULEDGER_ROLLUP_SECONDS = env_int("GPULEDGER_ROLLUP_SECONDS", 300, minimum=0)
 GPULEDGER_USAGE_RETENTION_DAYS = env_int("GPULEDGER_USAGE_RETENTION_DAYS", 14, minimum=1)
 GPULEDGER_ROLLUP_RETENTION_DAYS = env_int("GPULEDGER_ROLLUP_RETENTION_DAYS", 400, minimum=1)
 # SM_ACTIVE below this is idle (DESIGN "Figures"); real idle GPUs report a small noise floor.

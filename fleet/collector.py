@@ -46,9 +46,9 @@ from django.utils import timezone
 
 from core.timewindows import Window, ensure_aware, last_complete_window, windows_between
 from fleet import constants as c
-from fleet.choices import IngestSource, IngestStatus, PodLabelStyle
+from fleet.choices import IngestSource, IngestStatus, PodLabelStyle, RollupScope
 from fleet.ingest import IngestStats, WindowInput, build_window, split_matrix
-from fleet.models import Cluster, CollectionCursor, Gpu, IngestRun
+from fleet.models import Cluster, CollectionCursor, Gpu, HourlyRollup, IngestRun
 from fleet.prometheus import PrometheusClient, PrometheusError
 from fleet.rollup import hours_touched, roll_up_hour
 from fleet.store import write_window
@@ -341,7 +341,7 @@ class Collector:
                         progress(1)
         finally:
             for hour in sorted(pending_hours):
-                self._roll_up(hour, result)
+                self._roll_up(hour, result, open_hour=self._is_open(hour, result))
 
     def _chunks(self, windows: list[Window]) -> Iterator[list[Window]]:
         """Contiguous runs of windows, each small enough for one range query per metric."""
@@ -477,7 +477,31 @@ class Collector:
             # The database itself may be what failed; the original error is what matters.
             logger.exception("cluster %s: cannot record the failed run", self.cluster)
 
-    def _roll_up(self, hour: datetime, result: CollectResult) -> None:
+    def _is_open(self, hour: datetime, result: CollectResult) -> bool:
+        """Whether windows of ``hour`` are still to come (no window after it is written)."""
+        last_end = result.last_window_end or self.cursor_end()
+        return last_end is not None and last_end < hour + timedelta(hours=1)
+
+    def cursor_end(self) -> datetime | None:
+        return (
+            CollectionCursor.objects.filter(cluster=self.cluster, source=IngestSource.DCGM)
+            .values_list("last_window_end", flat=True)
+            .first()
+        )
+
+    def _roll_up(self, hour: datetime, result: CollectResult, *, open_hour: bool = False) -> None:
+        """Roll up ``hour``. The open hour is re-rolled at most every GPULEDGER_ROLLUP_SECONDS:
+        at 50,000 GPUs a rollup costs seconds, and pages read the newest windows directly; a
+        complete hour is always rolled up."""
+        if open_hour and settings.GPULEDGER_ROLLUP_SECONDS > 0:
+            fresh_after = timezone.now() - timedelta(seconds=settings.GPULEDGER_ROLLUP_SECONDS)
+            if HourlyRollup.objects.filter(
+                cluster=self.cluster,
+                scope=RollupScope.FLEET,
+                hour=hour,
+                updated_at__gt=fresh_after,
+            ).exists():
+                return
         try:
             roll_up_hour(self.cluster.pk, hour)
         except Exception:

@@ -21,6 +21,29 @@ from fleet.choices import (
 MIG_COMPUTE_SLICES = 7
 
 
+class ClusterQuerySet(models.QuerySet["Cluster"]):
+    def ensure_from_settings(self) -> Cluster | None:
+        """The cluster named by GPULEDGER_CLUSTER_NAME, created from the environment on first use.
+
+        A single-cluster install needs no admin step: PROMETHEUS_URL and/or KUBECONFIG (with
+        GPULEDGER_KUBE_CONTEXT) describe it. Once the row exists, the admin owns it: the
+        environment never overwrites what was edited there. Returns None when neither is set.
+        """
+        if not settings.PROMETHEUS_URL and not settings.KUBECONFIG:
+            return None
+        cluster, _ = self.get_or_create(
+            name=settings.GPULEDGER_CLUSTER_NAME,
+            defaults={
+                "prometheus_url": settings.PROMETHEUS_URL,
+                "prometheus_timeout_seconds": settings.PROMETHEUS_TIMEOUT_SECONDS,
+                "kube_context": settings.GPULEDGER_KUBE_CONTEXT,
+                "collect_enabled": bool(settings.PROMETHEUS_URL),
+                "sync_enabled": bool(settings.KUBECONFIG),
+            },
+        )
+        return cluster
+
+
 class Cluster(models.Model):
     """A Kubernetes cluster with its Prometheus (DCGM, kube-state-metrics) and its API server."""
 
@@ -79,6 +102,8 @@ class Cluster(models.Model):
     sync_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ClusterQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

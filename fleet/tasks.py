@@ -29,6 +29,7 @@ class TransientPrometheusError(Exception):
 @shared_task(name="fleet.tasks.collect_metrics_all")
 def collect_metrics_all() -> list[int]:
     """Fan out one ``collect_metrics`` per enabled cluster that has a Prometheus URL."""
+    Cluster.objects.ensure_from_settings()
     cluster_ids = list(
         Cluster.objects.filter(collect_enabled=True)
         .exclude(prometheus_url="")

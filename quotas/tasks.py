@@ -34,6 +34,7 @@ def watch_window_seconds() -> int:
 @shared_task(name="quotas.tasks.sync_clusters_all", ignore_result=True)
 def sync_clusters_all() -> int:
     """Fan out one ``sync_cluster`` per cluster with sync enabled; returns how many."""
+    Cluster.objects.ensure_from_settings()
     interval = float(settings.GPULEDGER_SYNC_SECONDS)
     cluster_ids = list(Cluster.objects.filter(sync_enabled=True).values_list("id", flat=True))
     for cluster_id in cluster_ids:
