@@ -2,7 +2,7 @@
 
 All figures come from ``fleet.HourlyRollup`` (DESIGN "Figures"); one aggregated query per
 request, grouped by (cluster, key, flavor, GPU model[, period][, price segment]), then priced and
-summed here. The rules (docs/chargeback.md has the worked example):
+summed here. The rules (README "Chargeback API" has the worked example):
 
 - A window is ``[start, end)`` on whole UTC hours, the rollup resolution; a rollup row belongs
   to the window when its ``hour`` starts inside it.

@@ -536,7 +536,7 @@ def user_team_ids(user: object) -> set[int]:
 
 
 class RateKind(models.TextChoices):
-    """What a rate card prices (docs/chargeback.md "Rate cards")."""
+    """What a rate card prices (README "Rate cards and chargeback models")."""
 
     ALLOCATED = "allocated", "Allocated (usage model) / nominal quota (quota model)"
     BORROWING = "borrowing", "Borrowed GPU-hours (quota model)"

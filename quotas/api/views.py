@@ -212,7 +212,7 @@ CHARGEBACK_PARAMETERS = [
 
 
 class ChargebackView(ChargebackThrottled):
-    """GPU-hours, real use and cost per group over a window (docs/chargeback.md)."""
+    """GPU-hours, real use and cost per group over a window (README "Chargeback API")."""
 
     content_negotiation_class = QueryFormatNegotiation
 
@@ -296,7 +296,7 @@ ALLOCATION_PARAMETERS = [
 
 
 class AllocationView(ChargebackThrottled):
-    """OpenCost-compatible allocation (GPU figures only; docs/chargeback.md)."""
+    """OpenCost-compatible allocation (GPU figures only; README "Chargeback API")."""
 
     @extend_schema(
         operation_id="allocation",
