@@ -1,0 +1,555 @@
+"""Benchmark: server time of every dashboard page and chart JSON view at the issue's scale.
+
+    .venv/bin/python bench/pages.py [--database-url URL] [--reset] [--requests 20]
+
+PostgreSQL (default postgres://postgres@127.0.0.1:5432/gpuledger_bench_pages, created when
+missing) holds one cluster with 50,000 GPUs on 6,250 nodes, 100 teams, 1,000 ClusterQueues in 50
+cohorts, 50,000 workloads, 30 days of hourly rollups (fleet, flavor, team, cohort, ClusterQueue
+and workload scopes), the newest USAGE_WINDOWS collection windows of every GPU, and 30 days of
+minutely collection runs. The data is generated once with COPY and kept (``--reset`` rebuilds
+it). Each URL is requested ``--requests`` times with the Django test client, logged in as staff,
+after one warm-up request; p50 / p95 are wall time inside ``Client.get`` (view, queries,
+template). Target (issue 5): p95 <= 300 ms.
+
+To add pages, append a function to ``URL_GROUPS``: it gets the ``Sample`` (ids and names of
+objects that exist) and returns ``(label, path)`` pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(BASE_DIR))
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gpuledger_bench_pages"
+GPUS_PER_NODE = 8
+NODES = 6250
+TEAMS = 100
+CLUSTER_QUEUES = 1000
+COHORTS = 50
+WORKLOADS = 50_000
+DAYS = 30
+USAGE_WINDOWS = 30  # newest collection windows stored per GPU (60 s each)
+FLAVORS = (
+    ("h100", "NVIDIA-H100-80GB-HBM3", 0.5),
+    ("a100", "NVIDIA-A100-SXM4-80GB", 0.35),
+    ("l4", "NVIDIA-L4", 0.15),
+)
+TARGET_P95_MS = 300.0
+
+
+def prepare_environment(database_url: str) -> None:
+    os.environ["DATABASE_URL"] = database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    # Production-like: no debug cursor wrapper; plain HTTP through the test client.
+    os.environ["DEBUG"] = "false"
+    os.environ.setdefault("SECRET_KEY", "bench-pages-not-a-secret")
+    os.environ["SECURE_SSL_REDIRECT"] = "false"
+    os.environ["SESSION_COOKIE_SECURE"] = "false"
+    os.environ["CSRF_COOKIE_SECURE"] = "false"
+
+
+def create_database(database_url: str, *, drop: bool) -> None:
+    import psycopg
+
+    parts = urlsplit(database_url)
+    name = parts.path.lstrip("/")
+    admin = parts._replace(path="/postgres").geturl()
+    with psycopg.connect(admin, autocommit=True) as connection:
+        if drop:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        exists = connection.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [name]
+        ).fetchone()
+        if not exists:
+            connection.execute(f'CREATE DATABASE "{name}"')
+            print(f"created database {name}")
+
+
+def setup_django() -> None:
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.test.utils import setup_test_environment
+
+    # Templates use {% static %}; the manifest storage DEBUG=false selects needs collectstatic.
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+    setup_test_environment()
+    if not (BASE_DIR / "fleet" / "migrations").is_dir():
+        # A working tree without generated migrations: build every table from the models (a
+        # syncdb of only our apps would fail on foreign keys into the still-missing auth tables).
+        from django.apps import apps
+
+        settings.MIGRATION_MODULES = {app.label: None for app in apps.get_app_configs()}
+
+
+# --- Data ---------------------------------------------------------------------------------------
+
+
+def copy_rows(model: Any, rows: Iterable[dict[str, Any]]) -> int:
+    """COPY dicts of field names into ``model``'s table; missing fields take their defaults."""
+    from django.db import connection
+    from psycopg.types.json import Jsonb
+
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(f'"{f.column}"' for f in fields)
+    now = datetime.now(UTC)
+    defaults = {}
+    for f in fields:
+        if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
+            defaults[f.attname] = now
+        else:
+            # "" for blank text fields without a default, None for nullable ones.
+            defaults[f.attname] = f.get_default()
+    json_fields = {f.attname for f in fields if f.get_internal_type() == "JSONField"}
+    count = 0
+    with connection.cursor() as cursor:
+        raw = cursor.cursor
+        with raw.copy(f'COPY "{model._meta.db_table}" ({columns}) FROM STDIN') as copy:
+            for row in rows:
+                values = []
+                for f in fields:
+                    value = row.get(f.attname, row.get(f.name, defaults[f.attname]))
+                    if f.attname in json_fields:
+                        value = Jsonb(value)
+                    values.append(value)
+                copy.write_row(values)
+                count += 1
+    return count
+
+
+def generate(end: datetime) -> None:
+    from django.contrib.auth import get_user_model
+    from django.db import connection, transaction
+
+    from fleet.choices import IngestSource, IngestStatus, RollupScope
+    from fleet.models import Cluster, Gpu, GpuUsage, HourlyRollup, IngestRun, Node
+    from quotas.choices import WorkloadState
+    from quotas.models import ClusterQueue, Cohort, Team, Workload
+
+    rng = random.Random(7)
+    started = time.perf_counter()
+
+    def step(label: str) -> None:
+        print(f"  {label} ({time.perf_counter() - started:.0f} s)", flush=True)
+
+    with transaction.atomic():
+        cluster = Cluster.objects.create(name="bench", display_name="Bench cluster")
+        copy_rows(
+            Team, ({"name": f"team-{i:03d}", "display_name": f"Team {i:03d}"} for i in range(TEAMS))
+        )
+        teams = list(Team.objects.order_by("pk").values_list("pk", "name"))
+        copy_rows(
+            Cohort, ({"cluster_id": cluster.pk, "name": f"cohort-{i:02d}"} for i in range(COHORTS))
+        )
+        cohorts = list(Cohort.objects.order_by("pk").values_list("pk", "name"))
+        copy_rows(
+            ClusterQueue,
+            (
+                {
+                    "cluster_id": cluster.pk,
+                    "name": f"cq-{i:04d}",
+                    "team_id": teams[i % TEAMS][0],
+                    "cohort_id": cohorts[i % COHORTS][0],
+                    "cohort_name": cohorts[i % COHORTS][1],
+                }
+                for i in range(CLUSTER_QUEUES)
+            ),
+        )
+        queues = list(ClusterQueue.objects.order_by("pk").values_list("pk", "team_id"))
+        step("teams, cohorts, queues")
+
+        def flavor_of(i: int) -> tuple[str, str]:
+            share = i / NODES
+            cumulative = 0.0
+            for name, model, weight in FLAVORS:
+                cumulative += weight
+                if share < cumulative:
+                    return name, model
+            return FLAVORS[-1][0], FLAVORS[-1][1]
+
+        copy_rows(
+            Node,
+            (
+                {
+                    "cluster_id": cluster.pk,
+                    "name": f"gpu-node-{i:05d}",
+                    "flavor": flavor_of(i)[0],
+                    "gpu_product": flavor_of(i)[1],
+                    "node_pool": f"{flavor_of(i)[0]}-pool-{i % 4}",
+                    "gpu_capacity": GPUS_PER_NODE,
+                    "gpu_allocatable": GPUS_PER_NODE,
+                }
+                for i in range(NODES)
+            ),
+        )
+        nodes = list(Node.objects.order_by("pk").values_list("pk", "name", "flavor", "gpu_product"))
+        copy_rows(
+            Gpu,
+            (
+                {
+                    "cluster_id": cluster.pk,
+                    "node_id": pk,
+                    "host": name,
+                    "uuid": f"GPU-{name}-{index}",
+                    "gi_id": "",
+                    "index": index,
+                    "model_name": model,
+                    "time_sliced": index == 7 and pk % 50 == 0,
+                }
+                for pk, name, _flavor, model in nodes
+                for index in range(GPUS_PER_NODE)
+            ),
+        )
+        step("6,250 nodes, 50,000 GPUs")
+
+        states = (
+            [WorkloadState.SUCCEEDED] * 6 + [WorkloadState.ADMITTED] * 3 + [WorkloadState.PENDING]
+        )
+        copy_rows(
+            Workload,
+            (
+                {
+                    "cluster_id": cluster.pk,
+                    "namespace": f"ns-{i % TEAMS:03d}",
+                    "name": f"job-{i:05d}",
+                    "cluster_queue_id": queues[i % CLUSTER_QUEUES][0],
+                    "state": states[i % len(states)],
+                    "requested_gpus": float(rng.choice((1, 2, 4, 8, 16))),
+                    "admitted_gpus": 8.0,
+                    "pod_sets": [],
+                    "flavors": {},
+                }
+                for i in range(WORKLOADS)
+            ),
+        )
+        workloads = list(
+            Workload.objects.order_by("pk").values_list(
+                "pk", "namespace", "name", "cluster_queue_id", "cluster_queue__team_id", "state"
+            )
+        )
+        running = [w for w in workloads if w[5] == WorkloadState.ADMITTED]
+        step("50,000 workloads")
+
+        # Newest windows: 8 of 10 nodes held whole by one running workload.
+        gpus = list(Gpu.objects.order_by("pk").values_list("pk", "host", "uuid", "node__flavor"))
+        holders = {}
+        for n, (_pk, name, *_rest) in enumerate(nodes):
+            if n % 10 < 8:
+                holders[name] = running[n % len(running)]
+
+        def usage_rows():
+            for w in range(USAGE_WINDOWS):
+                window_end = end - timedelta(minutes=w)
+                window_start = window_end - timedelta(minutes=1)
+                for pk, host, uuid, flavor in gpus:
+                    holder = holders.get(host)
+                    activity = None if pk % 97 == 0 else round(rng.random(), 3)
+                    row = {
+                        "cluster_id": cluster.pk,
+                        "window_start": window_start,
+                        "window_end": window_end,
+                        "gpu_id": pk,
+                        "gpu_key": f"{host}/{uuid}/",
+                        "node_name": host,
+                        "flavor": flavor,
+                        "allocated": holder is not None,
+                        "gpus": 1.0,
+                        "capacity_gpus": 1.0,
+                        "activity": activity,
+                        "sm_active": activity,
+                        "gpu_util": None if activity is None else round(rng.random() * 100, 1),
+                        "fb_used_mib": 20000.0,
+                        "activity_source": "none" if activity is None else "sm_active",
+                        "samples": 0 if activity is None else 4,
+                        "expected_samples": 4,
+                    }
+                    if holder is not None:
+                        row.update(
+                            namespace=holder[1],
+                            pod=f"{holder[2]}-0",
+                            workload_id=holder[0],
+                            cluster_queue_id=holder[3],
+                            team_id=holder[4],
+                        )
+                    yield row
+
+        copy_rows(GpuUsage, usage_rows())
+        step(f"{USAGE_WINDOWS} windows x 50,000 GPUs of usage")
+
+        last_hour = end.replace(minute=0, second=0, microsecond=0)
+        hours = [last_hour - timedelta(hours=h) for h in range(DAYS * 24, 0, -1)]
+
+        def rollup(scope: str, key: str, hour: datetime, size: float, **extra: Any) -> dict:
+            allocated = size * rng.uniform(0.5, 0.9)
+            telemetry = allocated * 0.97
+            if scope == RollupScope.WORKLOAD:
+                # One workload-hour in ten is input-bound (busy but not working), one in five idle.
+                busy = allocated * rng.uniform(0.3, 0.9) if rng.random() < 0.1 else 0.0
+                idle = allocated * rng.uniform(0.5, 1.0) if rng.random() < 0.2 else 0.0
+            else:
+                busy = allocated * rng.uniform(0.0, 0.05)
+                idle = allocated * rng.uniform(0.0, 0.2)
+            return {
+                "cluster_id": cluster.pk,
+                "scope": scope,
+                "key": key,
+                "hour": hour,
+                "flavor": extra.pop("flavor", ""),
+                "gpu_model": "",
+                "capacity_gpu_hours": size,
+                "allocated_gpu_hours": allocated,
+                "telemetry_gpu_hours": telemetry,
+                "active_gpu_hours": telemetry * rng.uniform(0.2, 0.7),
+                "idle_gpu_hours": idle,
+                "busy_not_working_gpu_hours": busy,
+                "gpu_util_gpu_hours": telemetry * 0.6,
+                "gpu_util_covered_gpu_hours": telemetry,
+                "nominal_gpu_hours": size,
+                "peak_allocated_gpus": allocated,
+                "windows": 60,
+                **extra,
+            }
+
+        def rollup_rows():
+            # Hour by hour, as the hourly rollup writes them (rows of one hour sit together).
+            flavor_gpus = {name: NODES * GPUS_PER_NODE * weight for name, _m, weight in FLAVORS}
+            # Each workload ran 12 hours somewhere in the 30 days.
+            running_by_hour: dict[int, list[tuple]] = {}
+            for workload in workloads:
+                first = rng.randrange(0, len(hours) - 12)
+                for h in range(first, first + 12):
+                    running_by_hour.setdefault(h, []).append(workload)
+            for h, hour in enumerate(hours):
+                for flavor, size in flavor_gpus.items():
+                    yield rollup(RollupScope.FLEET, "bench", hour, size, flavor=flavor)
+                    yield rollup(RollupScope.FLAVOR, flavor, hour, size, flavor=flavor)
+                for pk, name in teams:
+                    yield rollup(RollupScope.TEAM, name, hour, 500.0, team_id=pk)
+                for _pk, name in cohorts:
+                    yield rollup(RollupScope.COHORT, name, hour, 1000.0)
+                for i, (pk, team_id) in enumerate(queues):
+                    yield rollup(
+                        RollupScope.CLUSTER_QUEUE,
+                        f"cq-{i:04d}",
+                        hour,
+                        50.0,
+                        cluster_queue_id=pk,
+                        team_id=team_id,
+                    )
+                for pk, namespace, name, cq, team_id, _state in running_by_hour.get(h, []):
+                    yield rollup(
+                        RollupScope.WORKLOAD,
+                        f"{namespace}/{name}",
+                        hour,
+                        8.0,
+                        workload_id=pk,
+                        cluster_queue_id=cq,
+                        team_id=team_id,
+                    )
+
+        count = copy_rows(HourlyRollup, rollup_rows())
+        step(f"{count:,} hourly rollups")
+
+        def runs():
+            for minute in range(DAYS * 24 * 60):
+                moment = end - timedelta(minutes=minute)
+                yield {
+                    "cluster_id": cluster.pk,
+                    "source": IngestSource.DCGM,
+                    "status": IngestStatus.SUCCESS,
+                    "started_at": moment - timedelta(seconds=20),
+                    "finished_at": moment - timedelta(seconds=5),
+                    "window_start": moment - timedelta(minutes=1),
+                    "window_end": moment,
+                    "skip_reasons": {},
+                }
+
+        copy_rows(IngestRun, runs())
+        step("30 days of collection runs")
+        user_model = get_user_model()
+        user_model.objects.create_user("bench-staff", password="bench", is_staff=True)
+    # Autovacuum does this for insert-only tables in production (PostgreSQL >= 13); index-only
+    # scans need the visibility map it sets.
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")
+    step("VACUUM ANALYZE")
+
+
+def data_present() -> bool:
+    from fleet.models import Gpu, HourlyRollup
+
+    return Gpu.objects.count() >= NODES * GPUS_PER_NODE and HourlyRollup.objects.exists()
+
+
+# --- URLs ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    node_id: int
+    gpu_id: int
+    team_name: str
+    cluster_name: str
+    cluster_queue_name: str
+    cohort_name: str
+    workload_id: int
+
+
+def sample() -> Sample:
+    from fleet.models import Gpu
+    from quotas.choices import WorkloadState
+    from quotas.models import ClusterQueue, Workload
+
+    gpu = Gpu.objects.select_related("node", "cluster").order_by("pk")[8 * 100]
+    queue = ClusterQueue.objects.select_related("team", "cohort").order_by("pk").first()
+    workload = Workload.objects.filter(state=WorkloadState.ADMITTED).order_by("pk").first()
+    return Sample(
+        node_id=gpu.node_id,
+        gpu_id=gpu.pk,
+        team_name=queue.team.name,
+        cluster_name=gpu.cluster.name,
+        cluster_queue_name=queue.name,
+        cohort_name=queue.cohort.name,
+        workload_id=workload.pk,
+    )
+
+
+def fleet_urls(s: Sample) -> list[tuple[str, str]]:
+    return [
+        ("overview 24h", "/"),
+        ("overview 30d", "/?range=30d"),
+        ("chart capacity 24h", "/fleet/charts/capacity.json"),
+        ("chart capacity 30d", "/fleet/charts/capacity.json?range=30d"),
+        ("chart team idle 30d", "/fleet/charts/team-idle.json?range=30d"),
+        ("chart team active 30d", "/fleet/charts/team-active.json?range=30d"),
+        ("fleet map p1", "/fleet/map/"),
+        ("fleet map p40 h100", "/fleet/map/?flavor=h100&page=20"),
+        ("fleet map search", "/fleet/map/?q=0123"),
+        ("chart map p1", "/fleet/charts/map.json"),
+        ("chart map mean 24h", "/fleet/charts/map.json?value=mean"),
+        ("node", f"/fleet/nodes/{s.node_id}/"),
+        ("chart node 24h", f"/fleet/charts/nodes/{s.node_id}/activity.json"),
+        ("gpu", f"/fleet/gpus/{s.gpu_id}/"),
+        ("chart gpu activity", f"/fleet/charts/gpus/{s.gpu_id}/activity.json"),
+        ("chart gpu memory", f"/fleet/charts/gpus/{s.gpu_id}/memory.json"),
+        ("busy 24h", "/fleet/busy/"),
+        ("busy 30d", "/fleet/busy/?range=30d"),
+        ("chart busy teams 30d", "/fleet/charts/busy-teams.json?range=30d"),
+        ("chart busy time 30d", "/fleet/charts/busy-over-time.json?range=30d"),
+    ]
+
+
+# The quota pages add their own function here.
+def quota_urls(s: Sample) -> list[tuple[str, str]]:
+    team = f"/teams/{s.team_name}/"
+    cohort = f"/cohorts/{s.cluster_name}/{s.cohort_name}/"
+    queue = f"/queues/{s.cluster_name}/{s.cluster_queue_name}/"
+    workload = f"/workloads/{s.workload_id}/"
+    return [
+        ("teams 24h", "/teams/"),
+        ("teams 30d", "/teams/?range=30d"),
+        ("team 24h", team),
+        ("team 30d", f"{team}?range=30d"),
+        ("chart team allocation 30d", f"{team}charts/allocation.json?range=30d"),
+        ("chart team queues 30d", f"{team}charts/queues.json?range=30d"),
+        ("cohorts", "/cohorts/"),
+        ("cohort 24h", cohort),
+        ("chart cohort usage 30d", f"{cohort}charts/usage.json?range=30d"),
+        ("chart cohort borrowing 30d", f"{cohort}charts/borrowing.json?range=30d"),
+        ("queues p1", "/queues/"),
+        ("queues p10", "/queues/?page=10"),
+        ("queue 24h", queue),
+        ("chart queue usage 30d", f"{queue}charts/usage.json?range=30d"),
+        ("chart queue evictions 30d", f"{queue}charts/evictions.json?range=30d"),
+        ("workload 24h", workload),
+        ("chart workload timeline", f"{workload}charts/timeline.json"),
+        ("chart workload sm 24h", f"{workload}charts/activity.json"),
+        ("chart workload tensor 30d", f"{workload}charts/activity.json?range=30d&metric=tensor"),
+    ]
+
+
+URL_GROUPS: list[Callable[[Sample], list[tuple[str, str]]]] = [fleet_urls, quota_urls]
+
+
+def measure(requests: int, only: str | None) -> list[tuple[str, str, float, float, int]]:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    client = Client()
+    client.force_login(get_user_model().objects.get(username="bench-staff"))
+    s = sample()
+    results = []
+    for group in URL_GROUPS:
+        for label, path in group(s):
+            if only and only not in label:
+                continue
+            response = client.get(path)  # warm-up (and status check)
+            timings = []
+            for _ in range(requests):
+                started = time.perf_counter()
+                response = client.get(path)
+                timings.append((time.perf_counter() - started) * 1000.0)
+            timings.sort()
+            p50 = statistics.median(timings)
+            p95 = timings[max(0, int(round(0.95 * len(timings))) - 1)]
+            results.append((label, path, p50, p95, response.status_code))
+            flag = "" if p95 <= TARGET_P95_MS else "  > target"
+            print(
+                f"{label:28} {p50:8.1f} {p95:8.1f}  HTTP {response.status_code}{flag}", flush=True
+            )
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--database-url", default=os.environ.get("BENCH_PAGES_DATABASE_URL", DEFAULT_URL)
+    )
+    parser.add_argument(
+        "--reset", action="store_true", help="drop the database and regenerate the data"
+    )
+    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--only", help="time only URLs whose label contains this")
+    args = parser.parse_args()
+
+    prepare_environment(args.database_url)
+    create_database(args.database_url, drop=args.reset)
+    setup_django()
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    call_command("migrate", run_syncdb=True, verbosity=0)
+    if not data_present():
+        call_command("flush", interactive=False, verbosity=0)
+        end = timezone.now().replace(second=0, microsecond=0)
+        print("generating data (once; --reset regenerates):")
+        generate(end)
+    print(f"{'page / chart':28} {'p50 ms':>8} {'p95 ms':>8}  ({args.requests} requests each)")
+    results = measure(args.requests, args.only)
+    failed = [r for r in results if r[4] != 200]
+    slow = [r for r in results if r[3] > TARGET_P95_MS]
+    print(
+        f"{len(results)} URLs, {len(slow)} above p95 {TARGET_P95_MS:.0f} ms, {len(failed)} not 200"
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

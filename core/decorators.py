@@ -1,0 +1,109 @@
+"""Decorators every dashboard page and chart JSON view share.
+
+``@dashboard_page``: login required (redirect to /login/), GET/HEAD only, the time range parsed
+into ``request.time_range`` and the freshness banner into ``request.freshness`` (lazy: computed
+only when the frame renders it). A ``RangeError`` or ``BadParameter`` becomes a 400 page that
+says what was wrong.
+
+``@chart_view``: the same for the small JSON views behind each Plotly figure; the view returns a
+dict (a Plotly figure from ``core.plotting``) and errors become ``{"error": ...}`` with 400.
+Unauthenticated chart requests get 401 JSON rather than a redirect to the login form.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.utils.functional import SimpleLazyObject
+from django.views.decorators.http import require_safe
+
+from core.freshness import current_freshness
+from core.ranges import RangeError, hidden_params, parse_range, picker_links
+
+logger = logging.getLogger(__name__)
+
+
+class BadParameter(ValueError):
+    """A query parameter (filter, page, mode) that cannot be honoured; shown to the user."""
+
+
+def int_param(request: HttpRequest, name: str, default: int | None = None) -> int | None:
+    raw = request.GET.get(name, "").strip()
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise BadParameter(f"{name}={raw!r} is not a whole number") from exc
+    if value < 1:
+        raise BadParameter(f"{name} must be 1 or more")
+    return value
+
+
+def choice_param(request: HttpRequest, name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = request.GET.get(name, "").strip() or default
+    if raw not in choices:
+        raise BadParameter(f"{name}={raw!r} is not one of {', '.join(choices)}")
+    return raw
+
+
+def _attach_frame(request: HttpRequest, uses_range: bool) -> None:
+    request.freshness = SimpleLazyObject(current_freshness)  # type: ignore[attr-defined]
+    if uses_range:
+        time_range = parse_range(request.GET)
+        request.time_range = time_range  # type: ignore[attr-defined]
+        request.range_links = picker_links(request.GET, time_range)  # type: ignore[attr-defined]
+        request.range_hidden = hidden_params(request.GET)  # type: ignore[attr-defined]
+
+
+def dashboard_page(
+    view: Callable[..., HttpResponse] | None = None, *, uses_range: bool = True
+) -> Any:
+    def decorate(func: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @functools.wraps(func)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            try:
+                _attach_frame(request, uses_range)
+                return func(request, *args, **kwargs)
+            except (RangeError, BadParameter) as exc:
+                logger.info("bad page parameters %s: %s", request.get_full_path(), exc)
+                return render(
+                    request,
+                    "base_dashboard.html",
+                    {"error_message": str(exc), "page_title": "Bad request"},
+                    status=400,
+                )
+
+        return login_required(require_safe(wrapper))
+
+    return decorate(view) if view is not None else decorate
+
+
+def chart_view(view: Callable[..., Any] | None = None, *, uses_range: bool = True) -> Any:
+    def decorate(func: Callable[..., Any]) -> Callable[..., HttpResponse]:
+        @functools.wraps(func)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return JsonResponse({"error": "authentication required"}, status=401)
+            try:
+                if uses_range:
+                    request.time_range = parse_range(request.GET)  # type: ignore[attr-defined]
+                result = func(request, *args, **kwargs)
+            except (RangeError, BadParameter) as exc:
+                logger.info("bad chart parameters %s: %s", request.get_full_path(), exc)
+                return JsonResponse({"error": str(exc)}, status=400)
+            if isinstance(result, HttpResponse):
+                return result
+            response = JsonResponse(result)
+            response["Cache-Control"] = "private, max-age=0"
+            return response
+
+        return require_safe(wrapper)
+
+    return decorate(view) if view is not None else decorate

@@ -1,0 +1,145 @@
+"""The time-range picker every time-based page shares: ``range=24h|7d|30d`` or ``start``/``end``.
+
+``start`` and ``end`` are ISO dates (``2025-01-31``) or datetimes (``2025-01-31T12:00``,
+``2025-01-31T12:00:00+02:00``). Naive values are UTC. A date-only ``end`` includes that whole day.
+Anything else raises ``RangeError``, which the page and chart decorators turn into a 400.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+
+from django.conf import settings
+from django.http import QueryDict
+from django.utils import timezone
+
+from core.timewindows import floor_time
+
+PRESETS: dict[str, tuple[timedelta, str]] = {
+    "24h": (timedelta(hours=24), "Last 24 hours"),
+    "7d": (timedelta(days=7), "Last 7 days"),
+    "30d": (timedelta(days=30), "Last 30 days"),
+}
+DEFAULT_PRESET = "24h"
+CUSTOM = "custom"
+# Query parameters the picker owns; links it builds keep every other parameter.
+RANGE_PARAMS = ("range", "start", "end")
+# Changing the range sends the user back to the first page of any paginated list.
+RESET_ON_CHANGE = ("page",)
+
+
+class RangeError(ValueError):
+    """A time-range parameter that cannot be honoured; the message is shown to the user."""
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    start: datetime
+    end: datetime
+    preset: str  # one of PRESETS, or CUSTOM
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+    @property
+    def hours(self) -> float:
+        return self.seconds / 3600.0
+
+    @property
+    def label(self) -> str:
+        if self.preset in PRESETS:
+            return PRESETS[self.preset][1]
+        return f"{self.start:%Y-%m-%d %H:%M} – {self.end:%Y-%m-%d %H:%M} UTC"
+
+    @property
+    def hour_start(self) -> datetime:
+        """The first whole hour that overlaps the range (rollups are keyed on hour starts)."""
+        return floor_time(self.start, 3600)
+
+    def query(self) -> dict[str, str]:
+        """The query parameters that reproduce this range."""
+        if self.preset in PRESETS:
+            return {"range": self.preset}
+        return {
+            "start": self.start.strftime("%Y-%m-%dT%H:%M"),
+            "end": self.end.strftime("%Y-%m-%dT%H:%M"),
+        }
+
+
+def _parse_moment(raw: str, name: str, *, is_end: bool) -> datetime:
+    raw = raw.strip()
+    try:
+        if len(raw) == 10:
+            day = date.fromisoformat(raw)
+            moment = datetime.combine(day, time.min, tzinfo=UTC)
+            return moment + timedelta(days=1) if is_end else moment
+        moment = datetime.fromisoformat(raw)
+    except ValueError as exc:
+        raise RangeError(
+            f"{name}={raw!r} is not an ISO date or datetime (e.g. 2025-01-31 or 2025-01-31T12:00)"
+        ) from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def parse_range(params: QueryDict | dict[str, str], now: datetime | None = None) -> TimeRange:
+    """The range the query parameters ask for; 24 hours when they ask for none."""
+    now = floor_time(now or timezone.now(), 60)
+    preset = (params.get("range") or "").strip()
+    raw_start = (params.get("start") or "").strip()
+    raw_end = (params.get("end") or "").strip()
+
+    if preset in PRESETS:
+        return TimeRange(now - PRESETS[preset][0], now, preset)
+    if preset not in ("", CUSTOM):
+        choices = ", ".join([*PRESETS, CUSTOM])
+        raise RangeError(f"range={preset!r} is not one of {choices}")
+    if not raw_start and not raw_end:
+        if preset == CUSTOM:
+            raise RangeError("a custom range needs a start date")
+        return TimeRange(now - PRESETS[DEFAULT_PRESET][0], now, DEFAULT_PRESET)
+    if not raw_start:
+        raise RangeError("a custom range needs a start date")
+
+    start = _parse_moment(raw_start, "start", is_end=False)
+    end = _parse_moment(raw_end, "end", is_end=True) if raw_end else now
+    end = min(end, now)
+    if start >= end:
+        raise RangeError("start must be before end (and before now)")
+    longest = timedelta(days=settings.GPULEDGER_ROLLUP_RETENTION_DAYS)
+    if end - start > longest:
+        raise RangeError(
+            f"a range can span at most {longest.days} days (the rollup retention)",
+        )
+    return TimeRange(start, end, CUSTOM)
+
+
+def picker_links(params: QueryDict, current: TimeRange) -> list[dict[str, object]]:
+    """One link per preset, keeping every other query parameter (filters, grouping)."""
+    links = []
+    for key, (_, label) in PRESETS.items():
+        query = params.copy()
+        for name in (*RANGE_PARAMS, *RESET_ON_CHANGE):
+            query.pop(name, None)
+        query["range"] = key
+        links.append(
+            {
+                "key": key,
+                "label": key,
+                "title": label,
+                "query": query.urlencode(),
+                "active": current.preset == key,
+            }
+        )
+    return links
+
+
+def hidden_params(params: QueryDict) -> list[tuple[str, str]]:
+    """The parameters the custom-range form must carry along as hidden inputs."""
+    dropped = {*RANGE_PARAMS, *RESET_ON_CHANGE}
+    return [
+        (key, value) for key, values in params.lists() if key not in dropped for value in values
+    ]
