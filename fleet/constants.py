@@ -69,10 +69,11 @@ KSM_LABEL_LOCAL_QUEUE = "label_kueue_x_k8s_io_local_queue_name"
 # Older Kueue and most Job manifests set only the LocalQueue as `kueue.x-k8s.io/queue-name`.
 KSM_LABEL_QUEUE_NAME = "label_kueue_x_k8s_io_queue_name"
 
-# Batch sizes. On PostgreSQL fleet.store writes every bulk set with COPY (into the usage table,
-# or into a temporary table followed by one INSERT ... SELECT ... ON CONFLICT), so these only
-# apply to the ORM paths and to IN (...) lookups. Timings: bench/ingest_pure.py, bench/RESULTS.md.
-# Rows per bulk_create statement where the ORM path is used: 2,000 rows x 30 columns stays under
+# Batch sizes. On PostgreSQL fleet.store writes every bulk set with binary COPY (into the usage
+# table, or into a temporary table followed by one INSERT ... SELECT ... ON CONFLICT) and looks
+# rows up with one `= ANY(array)` parameter, so these only apply to the other databases' paths.
+# Timings: bench/ingest_pure.py, bench/RESULTS.md.
+# Rows per bulk statement where the ORM path is used: 2,000 rows x 30 columns stays under
 # PostgreSQL's 65,535 bind parameters. Not tuned further: COPY replaced bulk_create on
 # PostgreSQL after a profile of a 10,000-GPU write showed bulk_create's per-value SQL
 # compilation taking more than half of it.
@@ -81,9 +82,10 @@ USAGE_BATCH_SIZE = 2000
 GPU_BATCH_SIZE = 2000
 # Allocation rows and M2M links per bulk statement on the ORM path (same bound).
 ALLOCATION_BATCH_SIZE = 2000
-# Names or ids per `IN (...)` lookup: SQLite's limit is 32,766 variables (3.32+), PostgreSQL's
-# 65,535; 5,000 keeps each query well under both and reads 50,000 GPUs in 10 queries (~0.2 s of
-# the 50,000-GPU write on the 2-core benchmark machine).
+# Names or ids per `IN (...)` lookup off PostgreSQL: SQLite's limit is 32,766 variables (3.32+);
+# 5,000 keeps each query well under it. On PostgreSQL an IN list of 5,000 placeholders cost more
+# client CPU than the query (Django prepares each value: ~0.3 s per 18,000 ids on the 2-core
+# benchmark machine), so lookups there send one array instead.
 LOOKUP_BATCH_SIZE = 5000
 
 # --- Collector (fleet/collector.py) -------------------------------------------------------------
