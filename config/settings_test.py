@@ -15,3 +15,6 @@ STORAGES = {
 }
 # Tests check rollups right after each collection; the throttle has its own test.
 GPULEDGER_ROLLUP_SECONDS = 0
+# Serve static files from the finders: tests never run collectstatic.
+WHITENOISE_AUTOREFRESH = True
+WHITENOISE_USE_FINDERS = True
