@@ -36,6 +36,10 @@ PAGES = [
     ("teams", "/teams/?range=7d"),
     ("cohorts", "/cohorts/?range=7d"),
     ("queues", "/queues/?range=7d"),
+    # Detail pages of the simulated fleet (`make demo`); skipped elsewhere when they 404.
+    ("team", "/teams/nlp/?range=7d"),
+    ("cohort", "/cohorts/demo/research/?range=7d"),
+    ("cluster-queue", "/queues/demo/speech/?range=7d"),
 ]
 
 
@@ -89,6 +93,16 @@ def main() -> int:
 
         for name, path in PAGES:
             shoot(page, args.url, path, out / f"{name}.png")
+            if name == "cluster-queue":
+                # The demo's preempted-and-readmitted job has the richest timeline.
+                page.goto(urljoin(args.url, "/teams/speech/?range=7d"))
+                workload_link = page.locator("a[href^='/workloads/']:has-text('asr-finetune')")
+                if not workload_link.count():
+                    workload_link = page.locator("a[href^='/workloads/']")
+                workload_link = workload_link.first
+                if workload_link.count():
+                    href = workload_link.get_attribute("href") or ""
+                    shoot(page, args.url, href.split("?")[0] + "?range=7d", out / "workload.png")
 
         page.goto(urljoin(args.url, "/fleet/map/"), wait_until="domcontentloaded")
         node_link = page.locator("[data-testid=nodes-table] a").first

@@ -185,6 +185,8 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not 
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 # Preload-listing is hard to undo, so it is an explicit opt-in; its reminder is silenced until then.
 SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+# The chargeback index is covering (INCLUDE) on PostgreSQL; SQLite keeps its key columns only.
+SILENCED_SYSTEM_CHECKS += ["models.W040"]
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
@@ -278,7 +280,7 @@ GPULEDGER_BUSY_GPU_UTIL = env_float("GPULEDGER_BUSY_GPU_UTIL", 50.0)
 GPULEDGER_BUSY_SM_ACTIVE = env_float("GPULEDGER_BUSY_SM_ACTIVE", 0.2)
 GPULEDGER_CHARGEBACK_MAX_DAYS = env_int("GPULEDGER_CHARGEBACK_MAX_DAYS", 400, minimum=1)
 GPULEDGER_CURRENCY = env_str("GPULEDGER_CURRENCY", "USD")
-# How chargeback prices GPU-hours (docs/chargeback.md): "usage" = allocated GPU-hours × price;
+# How chargeback prices GPU-hours (README "Chargeback API"): "usage" = allocated GPU-hours × price;
 # "quota" = nominal quota hours + borrowed hours at the borrowing price − lent hours at a credit.
 GPULEDGER_CHARGEBACK_MODEL = env_str("GPULEDGER_CHARGEBACK_MODEL", "usage")
 if GPULEDGER_CHARGEBACK_MODEL not in {"usage", "quota"}:

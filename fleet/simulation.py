@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TypedDict, Unpack
 
 from core.timewindows import Window, floor_time, windows_between
 
@@ -99,6 +100,15 @@ class SimGpu:
         return f"nvidia.com/mig-{self.profile}" if self.profile else "nvidia.com/gpu"
 
 
+class SimGpuOptions(TypedDict, total=False):
+    """The optional :class:`SimGpu` fields, as keyword arguments."""
+
+    gi_id: str
+    profile: str
+    time_sliced: bool
+    holders: list[str]
+
+
 @dataclass
 class SimNode:
     name: str
@@ -143,6 +153,8 @@ class SimWorkload:
     pod_started: dict[str, datetime] = field(default_factory=dict)
     evict_at: datetime | None = None
     evicted_by: SimWorkload | None = None
+    # Bumped on eviction: the job controller re-creates its pods with new names and UIDs.
+    attempt: int = 0
 
     @property
     def namespace(self) -> str:
@@ -166,7 +178,8 @@ class SimWorkload:
     def pod_names(self) -> list[str]:
         if self.owner_kind == "Pod":
             return [self.owner_name]
-        return [f"{self.owner_name}-{i}-{self.key[5:10]}" for i in range(self.pods)]
+        suffix = self.key[5:10] if not self.attempt else f"{self.key[5:9]}{self.attempt}"
+        return [f"{self.owner_name}-{i}-{suffix}" for i in range(self.pods)]
 
 
 class FleetSimulator:
@@ -188,12 +201,12 @@ class FleetSimulator:
 
     # --- Scenario -------------------------------------------------------------------------
 
-    def _gpu(self, node: SimNode, index: int, **kwargs: object) -> SimGpu:
+    def _gpu(self, node: SimNode, index: int, **kwargs: Unpack[SimGpuOptions]) -> SimGpu:
         bus = f"00000000:{0x1B + index * 0x18:02X}:00.0"
         gpu_uuid = "GPU-" + _uid(self.seed, node.name, index)[4:]
         return SimGpu(
             node=node, index=index, uuid=gpu_uuid, pci_bus_id=bus, model=node.model, **kwargs
-        )  # type: ignore[arg-type]
+        )
 
     def _build_nodes(self) -> None:
         lost = self.end - timedelta(hours=36)
@@ -446,6 +459,7 @@ class FleetSimulator:
                 workload.admitted_at = None
                 self._event(workload, "evicted", now, preemptor=victim_of.key)
                 self._release(workload)
+                workload.attempt += 1
         pending = [
             w
             for w in self.workloads

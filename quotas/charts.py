@@ -616,6 +616,14 @@ def workload_timeline_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
         .values("kind", "at", "reason", "message")[:MAX_TRANSITIONS]
     )
     transitions.reverse()
+    recorded = len(transitions)
+    created = workload.observed_at
+    if created is not None and (not transitions or created < transitions[0]["at"]):
+        # Kueue keeps no "created" condition: the wait before the first transition is a phase too.
+        transitions.insert(
+            0,
+            {"kind": TransitionKind.CREATED, "at": created, "reason": "Created", "message": ""},
+        )
     end = workload.finished_at or (workload.deleted_at or now)
     segments, points = timeline_segments(transitions, end)
     data = []
@@ -672,7 +680,7 @@ def workload_timeline_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
         data,
         layout,
         empty_message="No transitions recorded for this workload yet.",
-        meta={"transitions": len(transitions)},
+        meta={"transitions": recorded},
     )
 
 

@@ -1,6 +1,6 @@
 """The simulated fleet: deterministic, and every scenario element reaches the tables."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -77,6 +77,10 @@ def test_every_scenario_element_is_ingested_through_the_real_path():
     preemption = speech.transitions.get(kind=TransitionKind.PREEMPTED)
     assert preemption.preemptor is not None
     assert preemption.preemptor.name.startswith("job-vit-huge-pretrain")
+    # The job controller re-created its pods after the eviction: new pods, the old ones ended.
+    pods = Allocation.objects.filter(workload=speech)
+    assert pods.values("pod").distinct().count() == 6
+    assert pods.filter(ended_at__lte=evicted_at + timedelta(hours=1)).count() == 3
 
     # The idle notebook: allocated and idle for all of its telemetry hours.
     notebook = HourlyRollup.objects.filter(

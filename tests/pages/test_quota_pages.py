@@ -1331,6 +1331,16 @@ def test_workload_timeline_chart_draws_one_bar_per_phase(staff_client, world):
     assert "InCohortReclamation" in json.dumps(trace(fig, "Evicted")["customdata"])
 
 
+def test_a_workload_without_transitions_shows_its_wait_since_creation(staff_client, world):
+    waiting = world.wl["a1"]
+    WorkloadTransition.objects.filter(workload=waiting).delete()
+    fig = figure(staff_client.get(reverse("quotas:workload-chart-timeline", args=[waiting.pk])))
+
+    pending = trace(fig, "Pending")
+    assert pending["base"] == [waiting.observed_at.isoformat()]
+    assert fig["meta"]["transitions"] == 0
+
+
 def test_workload_activity_chart_has_one_line_per_gpu_and_rollups_before_retention(
     staff_client, world
 ):
