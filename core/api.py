@@ -9,6 +9,7 @@ reach only views that set ``chargeback_scope = True``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,8 +26,13 @@ from rest_framework.authentication import (
     get_authorization_header,
 )
 from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.pagination import BasePagination, LimitOffsetPagination
+from rest_framework.permissions import (
+    BasePermission,
+    IsAuthenticated,
+    OperandHolder,
+    SingleOperandHolder,
+)
 from rest_framework.request import Request
 from rest_framework.settings import APISettings, api_settings
 from rest_framework.throttling import ScopedRateThrottle
@@ -134,7 +140,11 @@ class ChargebackRateThrottle(ScopedRateThrottle):
     scope_attr = "throttle_scope"
 
     def get_rate(self) -> str | None:
-        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        if self.scope is None:
+            return None
+        # The stubs type the rates as numbers; DRF's values are strings such as "60/min".
+        rates: Mapping[str, str | None] = api_settings.DEFAULT_THROTTLE_RATES  # type: ignore[assignment]
+        return rates.get(self.scope)
 
     def allow_request(self, request: Request, view: Any) -> bool:
         self.scope = getattr(view, self.scope_attr, None)
@@ -150,7 +160,9 @@ class ChargebackRateThrottle(ScopedRateThrottle):
 class QueryFormatNegotiation(DefaultContentNegotiation):
     """``?format=`` is our own parameter (json | csv) on chargeback views, not DRF's override."""
 
-    settings = APISettings(user_settings={"URL_FORMAT_OVERRIDE": None})
+    # The stubs pin ``settings`` to the global ``_Settings`` and URL_FORMAT_OVERRIDE to ``str``;
+    # DRF takes any APISettings here and documents None as "no URL format override".
+    settings = APISettings(user_settings={"URL_FORMAT_OVERRIDE": None})  # type: ignore[assignment,arg-type]
 
 
 class BoundedLimitOffsetPagination(LimitOffsetPagination):
@@ -163,15 +175,26 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
         return min(super().get_offset(request), self.max_offset)
 
 
-AUTHENTICATION_CLASSES = [SessionAuthentication, TokenAuthentication, ApiTokenAuthentication]
+AUTHENTICATION_CLASSES: Sequence[type[BaseAuthentication]] = [
+    SessionAuthentication,
+    TokenAuthentication,
+    ApiTokenAuthentication,
+]
 
 
 class ApiViewMixin:
-    """Authentication and permissions every GPU Ledger API view shares."""
+    """Authentication and permissions every GPU Ledger API view shares.
 
-    authentication_classes = AUTHENTICATION_CLASSES
-    permission_classes = [IsAuthenticated, TokenScopePermission]
-    pagination_class = BoundedLimitOffsetPagination
+    The attributes are declared with the types of ``APIView`` / ``GenericAPIView`` so the mixin
+    combines with them.
+    """
+
+    authentication_classes: Sequence[type[BaseAuthentication]] = AUTHENTICATION_CLASSES
+    permission_classes: Sequence[type[BasePermission] | OperandHolder | SingleOperandHolder] = [
+        IsAuthenticated,
+        TokenScopePermission,
+    ]
+    pagination_class: type[BasePagination] | None = BoundedLimitOffsetPagination
     chargeback_scope = False
 
 

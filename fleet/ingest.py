@@ -862,11 +862,11 @@ def _build_window(inp: WindowInput) -> WindowBatch:
         if (namespace, pod) in requests_by_pod:
             continue
         # On DCGM series but not in the requests: still held (see the module docstring).
-        held = sorted(keys)
-        profiles = sorted(gpus[k].mig_profile for k in held if gpus[k].gi_id)
+        held_keys = sorted(keys)
+        profiles = sorted(gpus[k].mig_profile for k in held_keys if gpus[k].gi_id)
         resource = (
             c.K8S_RESOURCE_MIG_PREFIX + profiles[0]
-            if len(profiles) == len(held)
+            if len(profiles) == len(held_keys)
             else c.K8S_RESOURCE_GPU
         )
         cluster_queue, local_queue = queues(namespace, pod)
@@ -875,10 +875,10 @@ def _build_window(inp: WindowInput) -> WindowBatch:
                 namespace=namespace,
                 pod=pod,
                 pod_uid=pod_uid(namespace, pod),
-                node_name=gpus[held[0]].host,
+                node_name=gpus[held_keys[0]].host,
                 resource=resource,
-                gpus=sum(gpus[k].fraction for k in held),
-                gpu_keys=held,
+                gpus=sum(gpus[k].fraction for k in held_keys),
+                gpu_keys=held_keys,
                 cluster_queue_name=cluster_queue,
                 local_queue_name=local_queue,
             )

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import connection, transaction
-from django.db.models import BooleanField, ExpressionWrapper, Model, Q, QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, Field, Model, Q, QuerySet
 from django.db.models.expressions import RawSQL
+from django.db.models.fields.reverse_related import ForeignObjectRel
 from django.utils import timezone
 
 from core.timewindows import Window
@@ -79,6 +80,13 @@ def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
+def _column(field: Field | ForeignObjectRel) -> str:
+    """The database column of a concrete field (None only for fields without a column)."""
+    if isinstance(field, ForeignObjectRel) or field.column is None:
+        raise ValueError(f"{field!r} has no database column")
+    return field.column
+
+
 def _filter_in(queryset: QuerySet, field: str, values: Sequence[Any]) -> Iterator[QuerySet]:
     """``queryset`` filtered on ``field IN values``, as few queries as the database allows.
 
@@ -92,7 +100,7 @@ def _filter_in(queryset: QuerySet, field: str, values: Sequence[Any]) -> Iterato
     if connection.vendor == "postgresql":
         meta = queryset.model._meta
         quote = connection.ops.quote_name
-        column = f"{quote(meta.db_table)}.{quote(meta.get_field(field).column)}"
+        column = f"{quote(meta.db_table)}.{quote(_column(meta.get_field(field)))}"
         condition = RawSQL(f"{column} = ANY(%s)", (list(values),), output_field=BooleanField())
         yield queryset.filter(condition)
         return
@@ -149,13 +157,13 @@ def _insert(
         ]
     quote = connection.ops.quote_name
     table = quote(meta.db_table)
-    column_list = ", ".join(quote(f.column) for f in fields)
+    column_list = ", ".join(quote(_column(f)) for f in fields)
     conflict = ""
     unique = [meta.get_field(name) for name in unique_fields]
     if unique:
-        targets = ", ".join(quote(f.column) for f in unique)
+        targets = ", ".join(quote(_column(f)) for f in unique)
         if update_fields:
-            updated = [quote(meta.get_field(name).column) for name in update_fields]
+            updated = [quote(_column(meta.get_field(name))) for name in update_fields]
             sets = ", ".join(f"{column} = excluded.{column}" for column in updated)
             conflict = f" ON CONFLICT ({targets}) DO UPDATE SET {sets}"
         else:
@@ -176,7 +184,7 @@ def _insert(
     scratch = quote(scratch_name)
     returned_columns = ""
     if returning:
-        returned_columns = " RETURNING " + ", ".join(["id", *(quote(f.column) for f in unique)])
+        returned_columns = " RETURNING " + ", ".join(["id", *(quote(_column(f)) for f in unique)])
     with connection.cursor() as cursor:
         # Column types only: no constraints, no identity, nothing to check twice. Dropped at
         # commit; dropped first in case this transaction loaded the same model already.
@@ -185,7 +193,7 @@ def _insert(
             f"CREATE TEMPORARY TABLE {scratch} ON COMMIT DROP AS "
             f"SELECT {column_list} FROM {table} WITH NO DATA"
         )
-    copy_rows(scratch_name, [f.column for f in fields], full_rows)
+    copy_rows(scratch_name, [_column(f) for f in fields], full_rows)
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {table} ({column_list}) SELECT {column_list} FROM {scratch}"
@@ -209,7 +217,7 @@ def _touch(model: type[Model], ids: list[int], seen_at: datetime) -> None:
             )
         return
     for chunk in _chunks(ids, c.LOOKUP_BATCH_SIZE):
-        model.objects.filter(id__in=chunk).update(last_seen_at=seen_at)
+        model._default_manager.filter(id__in=chunk).update(last_seen_at=seen_at)
 
 
 def write_window(cluster: Cluster, batch: WindowBatch) -> WriteResult:
@@ -527,12 +535,12 @@ def _resolve_owners(
     """(namespace, pod) -> owner, with a few set-based queries for the whole window."""
     queue_names: dict[PodKey, tuple[str, str]] = {}
     uids: dict[PodKey, str] = {}
-    for row in batch.usage:
-        if row.pod:
+    for usage in batch.usage:
+        if usage.pod:
             queue_names.setdefault(
-                (row.namespace, row.pod), (row.cluster_queue_name, row.local_queue_name)
+                (usage.namespace, usage.pod), (usage.cluster_queue_name, usage.local_queue_name)
             )
-            uids.setdefault((row.namespace, row.pod), row.pod_uid)
+            uids.setdefault((usage.namespace, usage.pod), usage.pod_uid)
     for alloc in batch.allocations:
         queue_names.setdefault(
             (alloc.namespace, alloc.pod), (alloc.cluster_queue_name, alloc.local_queue_name)
@@ -543,34 +551,37 @@ def _resolve_owners(
 
     # Workload through a stored allocation of the same pod: the same uid first, else the newest.
     by_workload: dict[PodKey, dict] = {}
-    for (namespace, pod, uid), row in existing.items():
-        if row["workload_id"] is None:
+    for (namespace, pod, uid), stored in existing.items():
+        if stored["workload_id"] is None:
             continue
         current = by_workload.get((namespace, pod))
-        rank = (uid == uids.get((namespace, pod)), row["started_at"])
+        rank = (uid == uids.get((namespace, pod)), stored["started_at"])
         if current is None or rank > (
             current["pod_uid"] == uids.get((namespace, pod)),
             current["started_at"],
         ):
-            by_workload[(namespace, pod)] = row
+            by_workload[(namespace, pod)] = stored
 
     namespaces = sorted({namespace for namespace, _ in queue_names})
-    local_queues: dict[tuple[str, str], dict] = {}
-    only_queue: dict[str, dict | None] = {}
+    # .values() rows (TypedDicts for mypy), read by key.
+    local_queues: dict[tuple[str, str], Mapping[str, Any]] = {}
+    only_queue: dict[str, Mapping[str, Any] | None] = {}
     for chunk in _chunks(namespaces, c.LOOKUP_BATCH_SIZE):
-        rows = LocalQueue.objects.filter(cluster=cluster, namespace__in=chunk).values(
+        lq_rows = LocalQueue.objects.filter(cluster=cluster, namespace__in=chunk).values(
             "id", "namespace", "name", "cluster_queue_id", "cluster_queue_name", "deleted_at"
         )
-        for row in rows:
-            local_queues[(row["namespace"], row["name"])] = row
-            if row["deleted_at"] is None:
+        for lq_row in lq_rows:
+            local_queues[(lq_row["namespace"], lq_row["name"])] = lq_row
+            if lq_row["deleted_at"] is None:
                 # Two live LocalQueues in a namespace: no "only" queue (None).
-                only_queue[row["namespace"]] = row if row["namespace"] not in only_queue else None
-    cluster_queues: dict[str, dict] = {}
-    cluster_queue_by_id: dict[int, dict] = {}
-    for row in ClusterQueue.objects.filter(cluster=cluster).values("id", "name", "team_id"):
-        cluster_queues[row["name"]] = row
-        cluster_queue_by_id[row["id"]] = row
+                only_queue[lq_row["namespace"]] = (
+                    lq_row if lq_row["namespace"] not in only_queue else None
+                )
+    cluster_queues: dict[str, Mapping[str, Any]] = {}
+    cluster_queue_by_id: dict[int, Mapping[str, Any]] = {}
+    for cq_row in ClusterQueue.objects.filter(cluster=cluster).values("id", "name", "team_id"):
+        cluster_queues[cq_row["name"]] = cq_row
+        cluster_queue_by_id[cq_row["id"]] = cq_row
     teams: dict[str, int] = {}
     for chunk in _chunks(namespaces, c.LOOKUP_BATCH_SIZE):
         teams.update(
@@ -853,12 +864,12 @@ def _upsert_allocations(
             ],
         )
         missing_ids = False
-        for row in upserts:
-            allocation_id = returned.get(row[:4])
+        for upsert in upserts:
+            allocation_id = returned.get(upsert[:4])
             if allocation_id is None:
                 missing_ids = True
             else:
-                ids[row[1:4]] = allocation_id
+                ids[upsert[1:4]] = allocation_id
         if missing_ids:
             for key, stored in _existing_allocations(
                 cluster, sorted({(ns, pod) for ns, pod, _ in seen})

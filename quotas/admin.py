@@ -41,11 +41,14 @@ class CohortAdmin(CollectorOwnedAdmin):
     list_filter = ["cluster", "implicit"]
 
 
+QUOTA_INLINE_FIELDS = ("flavor_name", "resource", "nominal", "borrowing_limit", "lending_limit")
+
+
 class ClusterQueueQuotaInline(admin.TabularInline):
     model = ClusterQueueQuota
     extra = 0
-    fields = ["flavor_name", "resource", "nominal", "borrowing_limit", "lending_limit"]
-    readonly_fields = fields
+    fields = QUOTA_INLINE_FIELDS
+    readonly_fields = QUOTA_INLINE_FIELDS
 
     def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
         return False
@@ -84,12 +87,15 @@ class WorkloadPriorityClassAdmin(CollectorOwnedAdmin):
     list_display = ["name", "value", "cluster"]
 
 
+TRANSITION_INLINE_FIELDS = ("at", "kind", "reason", "message", "preemptor", "requeue_at")
+
+
 class WorkloadTransitionInline(admin.TabularInline):
     model = WorkloadTransition
     fk_name = "workload"
     extra = 0
-    fields = ["at", "kind", "reason", "message", "preemptor", "requeue_at"]
-    readonly_fields = fields
+    fields = TRANSITION_INLINE_FIELDS
+    readonly_fields = TRANSITION_INLINE_FIELDS
 
     def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
         return False

@@ -413,7 +413,9 @@ def aggregate_pieces(
                 cursor.execute("SET LOCAL jit = off")
         rows = list(queryset)
     for row in rows:
-        figures = Figures(**{name: row[f"sum_{name}"] or 0.0 for name in SUM_FIELDS})
+        figures = Figures()
+        for name in SUM_FIELDS:
+            setattr(figures, name, row[f"sum_{name}"] or 0.0)
         pricer.price_piece(figures, row["flavor"], row["gpu_model"], row.get("segment", 0))
         row_period = row.get("period")
         if row_period is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models
@@ -14,6 +15,9 @@ from quotas.choices import (
     TransitionKind,
     WorkloadState,
 )
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # Quantities keep Kubernetes precision (milli-units) without float drift.
@@ -524,7 +528,7 @@ class ClusterQueueSample(models.Model):
         return f"{self.cluster_queue} {self.flavor_name} @ {self.sampled_at}"
 
 
-def user_team_ids(user: object) -> set[int]:
+def user_team_ids(user: Any) -> set[int]:
     """The teams a user leads (empty for anonymous users)."""
     if not getattr(user, "is_authenticated", False):
         return set()
@@ -677,7 +681,9 @@ class ApiToken(models.Model):
         self.key_hash = self.hash_key(key)
 
     @classmethod
-    def issue(cls, user: object, name: str, scope: str = ApiTokenScope.CHARGEBACK) -> tuple:
+    def issue(
+        cls, user: User, name: str, scope: str = ApiTokenScope.CHARGEBACK
+    ) -> tuple[ApiToken, str]:
         """Create a token and return it with its key, which is not stored and shown only now."""
         key = cls.generate_key()
         token = cls(user=user, name=name, scope=scope)

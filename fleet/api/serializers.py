@@ -34,7 +34,9 @@ class ClusterSerializer(serializers.ModelSerializer):
 
 
 class NodeSerializer(serializers.ModelSerializer):
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
 
     class Meta:
         model = Node
@@ -55,7 +57,9 @@ class NodeSerializer(serializers.ModelSerializer):
 
 
 class GpuSerializer(serializers.ModelSerializer):
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     node = BriefNodeSerializer(read_only=True, allow_null=True)
     fraction = serializers.FloatField(read_only=True, help_text="1, or slices/7 for MIG.")
 
@@ -82,7 +86,9 @@ class GpuSerializer(serializers.ModelSerializer):
 
 
 class IngestRunSerializer(serializers.ModelSerializer):
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = IngestRun

@@ -11,6 +11,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from fleet.models import Cluster
 from quotas.models import (
     ClusterQueue,
     ClusterQueueQuota,
@@ -43,7 +44,9 @@ class BriefLocalQueueSerializer(serializers.ModelSerializer):
 
 
 class TeamNamespaceSerializer(serializers.ModelSerializer):
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
 
     class Meta:
         model = TeamNamespace
@@ -69,7 +72,9 @@ class TeamSerializer(serializers.ModelSerializer):
 
 
 class CohortSerializer(serializers.ModelSerializer):
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     cluster_queues = BriefClusterQueueSerializer(many=True, read_only=True)
 
     class Meta:
@@ -125,7 +130,9 @@ class ClusterQueueUsageSerializer(serializers.ModelSerializer):
 
 
 class ClusterQueueSerializer(serializers.ModelSerializer):
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     team = BriefTeamSerializer(read_only=True, allow_null=True)
     quotas = ClusterQueueQuotaSerializer(many=True, read_only=True)
     usage = serializers.SerializerMethodField()
@@ -164,7 +171,9 @@ class ClusterQueueSerializer(serializers.ModelSerializer):
 
 
 class LocalQueueSerializer(serializers.ModelSerializer):
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     cluster_queue = BriefClusterQueueSerializer(read_only=True, allow_null=True)
 
     class Meta:
@@ -191,7 +200,9 @@ class WorkloadTransitionSerializer(serializers.ModelSerializer):
 
 
 class WorkloadSerializer(serializers.ModelSerializer):
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     local_queue = BriefLocalQueueSerializer(read_only=True, allow_null=True)
     cluster_queue = BriefClusterQueueSerializer(read_only=True, allow_null=True)
     team = serializers.SerializerMethodField()
@@ -310,4 +321,6 @@ class AllocationSerializer(serializers.Serializer):
 class AllocationResponseSerializer(serializers.Serializer):
     code = serializers.IntegerField()
     status = serializers.CharField()
-    data = serializers.ListField(child=serializers.DictField(child=AllocationSerializer()))
+    # A field named ``data``: the serializer metaclass moves declared fields off the class, so
+    # it does not shadow ``Serializer.data`` at runtime, but the stubs see the class attribute.
+    data = serializers.ListField(child=serializers.DictField(child=AllocationSerializer()))  # type: ignore[assignment]

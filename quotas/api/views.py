@@ -183,7 +183,11 @@ def report_body(report: chargeback.Report) -> dict[str, Any]:
 class ChargebackThrottled(ApiViewMixin, APIView):
     chargeback_scope = True
     throttle_scope = "chargeback"
-    throttle_classes = [*api_settings.DEFAULT_THROTTLE_CLASSES, ChargebackRateThrottle]
+    throttle_classes = [
+        # DRF resolves the setting's import strings to classes; the stubs type it Sequence[str].
+        *api_settings.DEFAULT_THROTTLE_CLASSES,  # type: ignore[list-item]
+        ChargebackRateThrottle,
+    ]
 
 
 CHARGEBACK_PARAMETERS = [
