@@ -1,0 +1,536 @@
+"""Hourly rollup benchmark on PostgreSQL: ``fleet.rollup.roll_up_hour`` over one synthetic hour.
+
+Data (generated once per size and reused; ``--reload`` rebuilds): one cluster per size
+(``bench-5000``, ``bench-50000``), 8 GPUs per node, one node in 10 an L4 node, one in 20 an A100
+node whose first two GPUs are MIG-split 3g+2g+1g+1g; about 75 % of the GPUs held by Kueue
+workloads of 1-64 GPUs (~10,000 at 50,000 GPUs; one pod per node a workload spans) from 1,000
+ClusterQueues (5 per team of 200, 50 cohorts of which 10 implicit, one queue in 20 without a
+team), 3 % by notebook pods
+with no queue, 2 % time-sliced between a workload pod and a notebook, one node in 200 without
+DCGM (its pods' rows have no telemetry); 15 % of the workloads start or end inside the hour;
+6 % of the GPUs report GR_ENGINE_ACTIVE only. 60 windows of 60 s; every window's usage rows go in
+with COPY, followed by one ClusterQueueSample per queue and window. ``VACUUM ANALYZE`` follows a
+load, as autovacuum would after a bulk insert.
+
+Measured: ``roll_up_hour`` of that hour, ``--runs`` times per size and path: wall time, CPU of
+this process, CPU of the PostgreSQL backend (``/proc/<pid>/stat``, loopback only), rows written,
+and the load average around the runs. ``--path portable`` times the ORM path every database
+takes (the path before the PostgreSQL fast path existed), ``--path fast`` the default on
+PostgreSQL, ``both`` both and checks they wrote the same figures.
+
+    .venv/bin/python bench/rollup.py [--database-url postgres://…] [--sizes 5000,50000]
+        [--runs 3] [--path both] [--reload]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import random
+import statistics
+import sys
+import time
+import urllib.parse
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gpuledger_bench_rollup"
+HOUR = datetime(2026, 1, 15, 10, tzinfo=UTC)
+WINDOWS = 60
+WINDOW = timedelta(seconds=60)
+GPUS_PER_NODE = 8
+TEAMS = 200
+QUEUES = 1000
+COHORTS = 50
+IMPLICIT_COHORTS = 10
+MIG_SLICES = (3, 2, 1, 1)
+WORKLOAD_SIZES = (1, 1, 1, 1, 2, 2, 2, 4, 4, 8, 8, 16, 64)
+H100 = ("h100", "NVIDIA-H100-80GB-HBM3")
+A100 = ("a100-mig", "NVIDIA-A100-SXM4-40GB")
+L4 = ("l4", "NVIDIA-L4")
+# Columns that stay the same in every window first, then the ones each window sets.
+STATIC_COLUMNS = [
+    "cluster_id", "gpu_key", "namespace", "pod", "container", "node_name", "flavor",
+    "gpu_model", "workload_id", "local_queue_id", "cluster_queue_id", "team_id", "allocated",
+    "gpus", "capacity_gpus", "shared", "activity_source", "samples", "expected_samples",
+    "created_at",
+]  # fmt: skip
+WINDOW_COLUMNS = [
+    "window_start", "window_end", "sm_active", "pipe_tensor_active", "gr_engine_active",
+    "gpu_util", "activity",
+]  # fmt: skip
+
+
+def setup_django(database_url: str) -> None:
+    ensure_database(database_url)
+    os.environ["DATABASE_URL"] = database_url
+    os.environ.setdefault("DEBUG", "false")
+    os.environ.setdefault("SECRET_KEY", "bench-only")
+    os.environ.setdefault("SECURE_SSL_REDIRECT", "false")
+    os.environ.setdefault("ALLOWED_HOSTS", "testserver")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings_test"
+    import django
+
+    django.setup()
+    from django.apps import apps
+    from django.conf import settings
+    from django.core.management import call_command
+
+    if not (ROOT / "fleet" / "migrations").is_dir():
+        # A working tree without generated migrations: build every table from the models (a
+        # syncdb of only our apps would fail on foreign keys into the still-missing auth tables).
+        settings.MIGRATION_MODULES = {app.label: None for app in apps.get_app_configs()}
+    call_command("migrate", run_syncdb=True, verbosity=0)
+
+
+def ensure_database(database_url: str) -> None:
+    import psycopg
+
+    parts = urllib.parse.urlsplit(database_url)
+    name = parts.path.lstrip("/")
+    admin = urllib.parse.urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as connection:
+        found = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+        if found.fetchone() is None:
+            connection.execute(f'CREATE DATABASE "{name}"')
+            print(f"created database {name}")
+
+
+# --- Data ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Slot:
+    """One usage row repeated over the windows it lives in: a GPU, a MIG instance or a share."""
+
+    static: str  # the tab-separated STATIC_COLUMNS
+    first: int  # first and last window (1-based) the row exists in
+    last: int
+    kind: str  # "sm", "gr", "none" (no telemetry) or "free" (unallocated GPU)
+    base: float  # typical activity of the holder
+    busy: bool  # GPU_UTIL high while SM_ACTIVE stays low
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return "\\N"
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    return str(value)
+
+
+def _kueue_objects(cluster, rng: random.Random) -> dict[str, list]:
+    from quotas.models import ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Team
+
+    Team.objects.bulk_create(
+        [Team(name=f"team-{index:03d}") for index in range(TEAMS)], ignore_conflicts=True
+    )
+    teams = list(Team.objects.filter(name__startswith="team-").order_by("name")[:TEAMS])
+    for name, model in (H100, A100, L4):
+        ResourceFlavor.objects.get_or_create(cluster=cluster, name=name, gpu_model=model)
+    cohorts = Cohort.objects.bulk_create(
+        [Cohort(cluster=cluster, name=f"cohort-{i:02d}") for i in range(COHORTS - IMPLICIT_COHORTS)]
+    )
+    queues = ClusterQueue.objects.bulk_create(
+        [
+            ClusterQueue(
+                cluster=cluster,
+                name=f"cq-{index:04d}",
+                team=None if index % 20 == 19 else teams[index // 5],
+                cohort=cohorts[index % COHORTS] if index % COHORTS < len(cohorts) else None,
+                cohort_name=f"cohort-{index % COHORTS:02d}",
+            )
+            for index in range(QUEUES)
+        ]
+    )
+    local_queues = LocalQueue.objects.bulk_create(
+        [
+            LocalQueue(
+                cluster=cluster,
+                namespace=f"ns-{queue.name}",
+                name="default",
+                cluster_queue=queue,
+                cluster_queue_name=queue.name,
+            )
+            for queue in queues
+        ]
+    )
+    return {"queues": queues, "local_queues": local_queues}
+
+
+def _slots(cluster, gpus: int, rng: random.Random) -> list[Slot]:
+    """Every usage row of the hour, with the windows it lives in."""
+    from quotas.models import Workload
+
+    objects = _kueue_objects(cluster, rng)
+    queues, local_queues = objects["queues"], objects["local_queues"]
+    now = datetime.now(UTC).isoformat()
+
+    # Physical GPUs (and MIG instances), node by node.
+    devices = []  # (gpu_key, node, flavor, capacity, GR_ENGINE_ACTIVE only)
+    nodes = max(1, gpus // GPUS_PER_NODE)
+    dark_nodes = set(range(7, nodes, 200))  # no dcgm-exporter on these
+    for node in range(nodes):
+        host = f"gpu-node-{node:05d}"
+        flavor = A100 if node % 20 == 3 else L4 if node % 10 == 5 else H100
+        for index in range(GPUS_PER_NODE):
+            uuid = f"GPU-{node:05d}-{index}"
+            if flavor == A100 and index < 2:
+                for gi, slices in enumerate(MIG_SLICES):
+                    key = f"{host}/{uuid}/{gi + 1}"
+                    devices.append((key, host, flavor, slices / 7, rng.random() < 0.06))
+            else:
+                devices.append((f"{host}/{uuid}/", host, flavor, 1.0, rng.random() < 0.06))
+
+    def static(device, **fields) -> str:
+        key, host, (flavor, model), capacity, _gr = device
+        values = {
+            "cluster_id": cluster.pk,
+            "gpu_key": key,
+            "namespace": "",
+            "pod": "",
+            "container": "",
+            "node_name": host,
+            "flavor": flavor,
+            "gpu_model": model,
+            "workload_id": None,
+            "local_queue_id": None,
+            "cluster_queue_id": None,
+            "team_id": None,
+            "allocated": False,
+            "gpus": capacity,
+            "capacity_gpus": capacity,
+            "shared": False,
+            "activity_source": "none",
+            "samples": 4,
+            "expected_samples": 4,
+            "created_at": now,
+        }
+        values.update(fields)
+        return "\t".join(_text(values[column]) for column in STATIC_COLUMNS)
+
+    def lifetime() -> tuple[int, int]:
+        if rng.random() < 0.85:
+            return 1, WINDOWS
+        first, last = sorted(rng.sample(range(1, WINDOWS + 1), 2))
+        return first, last
+
+    def kind_of(device) -> str:
+        return "gr" if device[4] else "sm"
+
+    def source_of(kind: str) -> dict[str, str]:
+        return {"activity_source": "gr_engine_active" if kind == "gr" else "sm_active"}
+
+    def holder_base() -> tuple[float, bool]:
+        if rng.random() < 0.2:
+            return 0.003, rng.random() < 0.3
+        return rng.uniform(0.05, 0.95), False
+
+    slots: list[Slot] = []
+    workloads: list[Workload] = []
+    pending: list[tuple[int, list, dict]] = []  # (workload index, devices, pod fields)
+    position = 0
+    notebook = 0
+    while position < len(devices):
+        draw = rng.random()
+        if draw >= 0.78:  # unallocated
+            device = devices[position]
+            if device[1] not in dark_nodes:
+                line = static(device, activity_source="sm_active")
+                slots.append(Slot(line, 1, WINDOWS, "free", 0.0, False))
+            position += 1
+            continue
+        if draw >= 0.75:  # a notebook pod outside Kueue
+            device = devices[position]
+            notebook += 1
+            fields = {"namespace": f"notebooks-{notebook % 40}", "pod": f"nb-{notebook}"}
+            base, busy = holder_base()
+            first, last = lifetime()
+            if device[1] in dark_nodes:
+                line = static(device, allocated=True, gpu_key="", capacity_gpus=0.0, **fields)
+                slots.append(Slot(line, first, last, "none", 0.0, False))
+            else:
+                kind = kind_of(device)
+                line = static(device, allocated=True, **source_of(kind), **fields)
+                slots.append(Slot(line, first, last, kind, base, busy))
+            position += 1
+            continue
+        size = rng.choice(WORKLOAD_SIZES)
+        held = devices[position : position + size]
+        if held[0][3] < 1:  # MIG instances go one per workload
+            held = held[:1]
+        position += len(held)
+        queue_index = rng.randrange(QUEUES)
+        workloads.append(
+            Workload(
+                cluster=cluster,
+                namespace=local_queues[queue_index].namespace,
+                name=f"job-{len(workloads):06d}",
+                cluster_queue=queues[queue_index],
+                local_queue=local_queues[queue_index],
+            )
+        )
+        pending.append((len(workloads) - 1, held, {"queue": queue_index}))
+    Workload.objects.bulk_create(workloads, batch_size=5_000)
+
+    for workload_index, held, extra in pending:
+        workload = workloads[workload_index]
+        queue = queues[extra["queue"]]
+        fields = {
+            "namespace": workload.namespace,
+            "workload_id": workload.pk,
+            "local_queue_id": local_queues[extra["queue"]].pk,
+            "cluster_queue_id": queue.pk,
+            "team_id": queue.team_id,
+            "allocated": True,
+        }
+        first, last = lifetime()
+        base, busy = holder_base()
+        by_node: dict[str, list] = {}
+        for device in held:
+            by_node.setdefault(device[1], []).append(device)
+        for pod_index, (host, on_node) in enumerate(by_node.items()):
+            pod = f"{workload.name}-{pod_index}"
+            if host in dark_nodes:
+                # No DCGM series: one row for the pod's allocation, no telemetry, no capacity.
+                key = ""
+                device = (key, host, on_node[0][2], 0.0, False)
+                count = sum(d[3] for d in on_node)
+                line = static(device, pod=pod, gpus=count, capacity_gpus=0.0, **fields)
+                slots.append(Slot(line, first, last, "none", 0.0, False))
+                continue
+            for device in on_node:
+                kind = kind_of(device)
+                source = source_of(kind)
+                if device[3] == 1.0 and rng.random() < 0.02:
+                    # Time-sliced with a notebook: two rows, half a GPU each, one capacity.
+                    notebook += 1
+                    slots.append(
+                        Slot(
+                            static(device, pod=pod, gpus=0.5, shared=True, **source, **fields),
+                            first,
+                            last,
+                            kind,
+                            base,
+                            busy,
+                        )
+                    )
+                    slots.append(
+                        Slot(
+                            static(
+                                device,
+                                namespace=f"notebooks-{notebook % 40}",
+                                pod=f"nb-{notebook}",
+                                allocated=True,
+                                gpus=0.5,
+                                capacity_gpus=0.0,
+                                shared=True,
+                                **source,
+                            ),
+                            first,
+                            last,
+                            kind,
+                            base,
+                            busy,
+                        )
+                    )
+                    continue
+                line = static(device, pod=pod, **source, **fields)
+                slots.append(Slot(line, first, last, kind, base, busy))
+    return slots
+
+
+def _window_fields(slot: Slot, rng: random.Random) -> str:
+    if slot.kind == "none":
+        return "\\N\t\\N\t\\N\t\\N\t\\N"
+    if slot.kind == "free":
+        return "0.0\t0.0\t0.0\t0\t0.0"
+    activity = min(1.0, max(0.0, slot.base + rng.uniform(-0.03, 0.03)))
+    util = rng.uniform(60, 100) if slot.busy else min(100.0, activity * 130)
+    if slot.kind == "gr":
+        return f"\\N\t\\N\t{activity:.4f}\t{util:.1f}\t{activity:.4f}"
+    return f"{activity:.4f}\t{activity * 0.4:.4f}\t{activity:.4f}\t{util:.1f}\t{activity:.4f}"
+
+
+def load(gpus: int, reload: bool) -> tuple[int, int]:
+    """Create (or find) the cluster of this size with its hour of usage; returns (id, rows)."""
+    from django.db import connection, transaction
+
+    from fleet.models import Cluster, GpuUsage, HourlyRollup
+    from quotas.models import ClusterQueue, ClusterQueueSample
+
+    name = f"bench-{gpus}"
+    cluster = Cluster.objects.filter(name=name).first()
+    if cluster is not None and not reload and GpuUsage.objects.filter(cluster=cluster).exists():
+        return cluster.pk, GpuUsage.objects.filter(cluster=cluster).count()
+    if cluster is not None:
+        # Cascades to its usage, rollups and Kueue objects.
+        HourlyRollup.objects.filter(cluster=cluster).delete()
+        cluster.delete()
+    started = time.perf_counter()
+    rng = random.Random(gpus)
+    with transaction.atomic():
+        cluster = Cluster.objects.create(name=name, display_name=f"Bench {gpus:,} GPUs")
+        slots = _slots(cluster, gpus, rng)
+    print(f"{name}: {len(slots):,} usage rows per full window, generating {WINDOWS} windows")
+    columns = ", ".join(f'"{column}"' for column in STATIC_COLUMNS + WINDOW_COLUMNS)
+    rows = 0
+    with connection.cursor() as cursor:
+        for window in range(1, WINDOWS + 1):
+            end = HOUR + window * WINDOW
+            times = f"{(end - WINDOW).isoformat()}\t{end.isoformat()}"
+            buffer = io.StringIO()
+            for slot in slots:
+                if slot.first <= window <= slot.last:
+                    buffer.write(f"{slot.static}\t{times}\t{_window_fields(slot, rng)}\n")
+                    rows += 1
+            with cursor.cursor.copy(f"COPY fleet_gpuusage ({columns}) FROM STDIN") as copy:
+                copy.write(buffer.getvalue())
+        queues = list(ClusterQueue.objects.filter(cluster=cluster).values_list("pk", "name"))
+        sample_columns = (
+            "cluster_queue_id, flavor_name, resource, sampled_at, window_seconds, total, "
+            "reserved, borrowed, lent, nominal, pending_demand, pending_workloads, "
+            "admitted_workloads"
+        )
+        buffer = io.StringIO()
+        for window in range(1, WINDOWS + 1):
+            end = (HOUR + window * WINDOW).isoformat()
+            for pk, _name in queues:
+                nominal = 4 * (1 + pk % 8)
+                borrowed = pk % 3 if pk % 5 == 0 else 0
+                lent = pk % 4 if pk % 7 == 0 else 0
+                pending = rng.choice((0, 0, 0, 1, 2, 8))
+                buffer.write(
+                    f"{pk}\th100\tnvidia.com/gpu\t{end}\t60\t{nominal + borrowed}\t"
+                    f"{nominal + borrowed}\t{borrowed}\t{lent}\t{nominal}\t{pending}\t"
+                    f"{1 if pending else 0}\t3\n"
+                )
+        with cursor.cursor.copy(
+            f"COPY {ClusterQueueSample._meta.db_table} ({sample_columns}) FROM STDIN"
+        ) as copy:
+            copy.write(buffer.getvalue())
+        cursor.execute("VACUUM ANALYZE fleet_gpuusage")
+        cursor.execute(f"VACUUM ANALYZE {ClusterQueueSample._meta.db_table}")
+    print(f"{name}: loaded {rows:,} usage rows in {time.perf_counter() - started:.1f} s")
+    return cluster.pk, rows
+
+
+# --- Measurement --------------------------------------------------------------------------------
+
+
+def backend_cpu() -> float | None:
+    """CPU seconds of this connection's PostgreSQL backend (same host only)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # Fields 14 and 15 of /proc/<pid>/stat (utime, stime), counted after the command name.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def snapshot(cluster_id: int) -> dict[tuple, tuple]:
+    from fleet.models import HourlyRollup
+
+    figures = [
+        field.attname
+        for field in HourlyRollup._meta.concrete_fields
+        if field.get_internal_type() == "FloatField"
+    ]
+    rows = HourlyRollup.objects.filter(cluster_id=cluster_id, hour=HOUR).values_list(
+        "scope", "key", "flavor", "gpu_model", "team_id", "cluster_queue_id", "workload_id",
+        "windows", *figures,
+    )  # fmt: skip
+    return {row[:4]: row[4:] for row in rows}
+
+
+def differences(expected: dict[tuple, tuple], actual: dict[tuple, tuple]) -> int:
+    import math
+
+    if expected.keys() != actual.keys():
+        return len(expected.keys() ^ actual.keys())
+    wrong = 0
+    for identity, values in expected.items():
+        other = actual[identity]
+        if values[:4] != other[:4] or not all(
+            math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+            for a, b in zip(values[4:], other[4:], strict=True)
+        ):
+            wrong += 1
+    return wrong
+
+
+def measure(cluster_id: int, runs: int, path: str) -> dict[str, float]:
+    from fleet import rollup
+
+    saved = rollup.FAST_PATH_VENDORS
+    rollup.FAST_PATH_VENDORS = saved if path == "fast" else ()
+    walls, cpus, backends = [], [], []
+    written = 0
+    try:
+        for _ in range(runs):
+            pg_before = backend_cpu()
+            cpu_before = time.process_time()
+            started = time.perf_counter()
+            written = rollup.roll_up_hour(cluster_id, HOUR)
+            walls.append(time.perf_counter() - started)
+            cpus.append(time.process_time() - cpu_before)
+            pg_after = backend_cpu()
+            if pg_before is not None and pg_after is not None:
+                backends.append(pg_after - pg_before)
+    finally:
+        rollup.FAST_PATH_VENDORS = saved
+    return {
+        "wall_min": min(walls),
+        "wall_median": statistics.median(walls),
+        "cpu": statistics.median(cpus),
+        "backend_cpu": statistics.median(backends) if backends else float("nan"),
+        "rows": written,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL))
+    parser.add_argument("--sizes", default="5000,50000", help="GPUs per cluster, comma-separated")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--path", choices=("fast", "portable", "both"), default="both")
+    parser.add_argument("--reload", action="store_true", help="regenerate the data")
+    args = parser.parse_args()
+    setup_django(args.database_url)
+    from django.db import connection
+
+    paths = ("portable", "fast") if args.path == "both" else (args.path,)
+    print(f"PostgreSQL: {connection.cursor().connection.info.server_version}")
+    for size in (int(value) for value in args.sizes.split(",")):
+        cluster_id, rows = load(size, args.reload)
+        results = {}
+        for path in paths:
+            load_before = os.getloadavg()
+            result = measure(cluster_id, args.runs, path)
+            load_after = os.getloadavg()
+            results[path] = snapshot(cluster_id)
+            print(
+                f"{size:>6,} GPUs, {rows:>9,} usage rows, {path:<8}: "
+                f"wall min {result['wall_min']:.2f} s, median {result['wall_median']:.2f} s; "
+                f"CPU median: process {result['cpu']:.2f} s + backend "
+                f"{result['backend_cpu']:.2f} s; {result['rows']:,} rollup rows; load average "
+                f"{load_before[0]:.1f} before, {load_after[0]:.1f} after ({args.runs} runs)"
+            )
+        if len(results) == 2:
+            wrong = differences(results["portable"], results["fast"])
+            print(f"{size:>6,} GPUs: fast vs portable rows that differ: {wrong}")
+
+
+if __name__ == "__main__":
+    main()
