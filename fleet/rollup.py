@@ -246,7 +246,7 @@ def _quota_groups(cluster_name: str) -> list[_Group]:
     ]
 
 
-def _usage_per_window(base: QuerySet[GpuUsage], group: _Group) -> QuerySet[GpuUsage]:
+def _usage_per_window(base: QuerySet[GpuUsage], group: _Group) -> QuerySet[GpuUsage, Any]:
     """One row per (group, flavor, GPU model, window) with the window's GPU sums."""
     threshold = settings.GPULEDGER_IDLE_THRESHOLD
     busy_util = getattr(settings, "GPULEDGER_BUSY_GPU_UTIL", 50)
@@ -631,8 +631,9 @@ def _quota_rows(samples: QuerySet[ClusterQueueSample], group: _Group) -> list[di
         for name, expression in group.foreign_keys().items()
         if expression is not None
     }
-    found = list(
-        samples.order_by()
+    found: list[dict[str, Any]] = [
+        dict(row)
+        for row in samples.order_by()
         .annotate(key=group.key, flavor=F("flavor_name"))
         .values("key", "flavor")
         .annotate(
@@ -643,7 +644,7 @@ def _quota_rows(samples: QuerySet[ClusterQueueSample], group: _Group) -> list[di
             windows=Count("sampled_at", distinct=True),
             **fk_maxima,
         )
-    )
+    ]
     for row in found:
         for name in _FOREIGN_KEYS:
             row[name] = row.pop(f"fk_{name}", None)
@@ -750,7 +751,7 @@ def _insert_rows(rows: list[dict[str, Any]]) -> None:
     }
     copy_rows(
         HourlyRollup._meta.db_table,
-        [field.column for field in fields],
+        [str(field.column) for field in fields],
         (tuple(row.get(name, default) for name, default in defaults.items()) for row in rows),
     )
 
