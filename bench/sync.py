@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import multiprocessing
 import os
 import random
@@ -447,9 +448,11 @@ def main() -> None:
         started_at=timezone.now(),
     )
     sync = ClusterSync(cluster, client, run)
+    cpu = time.process_time()
     sync.relist()
+    relist_cpu = time.process_time() - cpu
     phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in sync.timings.items())
-    print(f"third full sync (for the watch), by phase: {phases}")
+    print(f"third full sync (for the watch), by phase: {phases}; {relist_cpu:.1f} s CPU")
     admitted_before = Workload.objects.filter(cluster=cluster, state="admitted").count()
     marks: dict[str, float] = {}
 
@@ -464,21 +467,41 @@ def main() -> None:
     flushes: list[float] = []
     flush = sync.flush
 
+    flush_cpu: list[float] = []
+    # Full garbage collections during the watch: with ~1 GB of decoded objects alive, one takes
+    # about a second, and whether one lands in the timed write is luck.
+    gc_seconds: list[float] = []
+    gc_started: list[float] = []
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            gc_started.append(time.perf_counter())
+        elif gc_started:
+            gc_seconds.append(time.perf_counter() - gc_started.pop())
+
+    gc.callbacks.append(on_gc)
+
     def timed_flush(changes: Any) -> None:
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         flush(changes)
         flushes.append(time.perf_counter() - began)
+        flush_cpu.append(time.process_time() - began_cpu)
 
     sync.flush = timed_flush  # type: ignore[method-assign]
     sync.watch(30.0, stop_after_events=CHANGED)
     done = time.perf_counter()
+    gc.callbacks.remove(on_gc)
     changer.join()
     admitted_after = Workload.objects.filter(cluster=cluster, state="admitted").count()
     sync.finish(IngestStatus.SUCCESS)
     print(
         f"incremental sync: {done - marks['sent']:.2f} s from {marks['changed']} upstream changes "
         f"to the committed write (admitted workloads {admitted_before} -> {admitted_after}); "
-        f"{len(flushes)} write(s) of {', '.join(f'{f:.2f} s' for f in flushes)}; "
+        f"{len(flushes)} write(s) of {', '.join(f'{f:.2f} s' for f in flushes)} "
+        f"({', '.join(f'{f:.2f} s' for f in flush_cpu)} CPU); "
+        f"{len(gc_seconds)} full GC(s) of {sum(gc_seconds):.2f} s during the watch; "
         f"peak RSS {peak_rss_mib():.0f} MiB; load average {os.getloadavg()[0]:.1f}"
     )
     client.close()

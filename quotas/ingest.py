@@ -41,6 +41,7 @@ Readings worth knowing:
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections import Counter, defaultdict
@@ -394,9 +395,19 @@ def _str_map(value: object, what: str) -> dict[str, str]:
     return mapping
 
 
+# The same few quantity strings ("8", "500m", "64Gi") recur across tens of thousands of objects;
+# Decimals are immutable, so one parse per distinct string serves them all.
+_parse_text = functools.lru_cache(maxsize=4096)(parse_quantity)
+
+
+def _parse(value: object) -> Decimal:
+    # Only strings are cached: True == 1 and 1 == 1.0 share a cache entry.
+    return _parse_text(value) if type(value) is str else parse_quantity(value)
+
+
 def _quantity(value: object, what: str) -> Decimal:
     try:
-        return parse_quantity(value)
+        return _parse(value)
     except ValueError as exc:
         raise Malformed("bad_quantity", f"{what}: {value!r}") from exc
 
@@ -712,7 +723,10 @@ def _usage(entries: object, what: str) -> list[UsageRow]:
 
 
 def _condition(conditions: list[dict], kind: str) -> dict | None:
-    return next((cond for cond in conditions if cond.get("type") == kind), None)
+    for cond in conditions:
+        if cond.get("type") == kind:
+            return cond
+    return None
 
 
 def _conditions(status: dict) -> list[dict]:
@@ -834,7 +848,13 @@ def _container_requests(container: object, what: str) -> dict[str, Decimal]:
     limits = _dict(resources.get("limits"), f"{what}.resources.limits")
     # Kubernetes defaults a missing request to its limit (always so for extended resources).
     merged = {**limits, **requests}
-    return {name: _quantity(value, f"{what} {name}") for name, value in merged.items()}
+    result = {}
+    for name, value in merged.items():
+        try:
+            result[name] = _parse(value)
+        except ValueError as exc:  # the message is built only when needed: this is a hot loop
+            raise Malformed("bad_quantity", f"{what} {name}: {value!r}") from exc
+    return result
 
 
 def _add(total: dict[str, Decimal], more: Mapping[str, Decimal]) -> dict[str, Decimal]:
@@ -845,7 +865,16 @@ def _add(total: dict[str, Decimal], more: Mapping[str, Decimal]) -> dict[str, De
 
 
 def _max(a: Mapping[str, Decimal], b: Mapping[str, Decimal]) -> dict[str, Decimal]:
-    return {name: max(a.get(name, ZERO), b.get(name, ZERO)) for name in set(a) | set(b)}
+    # max(x, y) per resource, a missing one counting as 0; written out because it runs for every
+    # pod and pod set (builtin max keeps x on a tie, and so does this).
+    result = {}
+    for name, value in a.items():
+        other = b.get(name, ZERO)
+        result[name] = other if other > value else value
+    for name, other in b.items():
+        if name not in a:
+            result[name] = other if other > ZERO else ZERO
+    return result
 
 
 def pod_requests(spec: dict) -> dict[str, Decimal]:

@@ -5,6 +5,14 @@ Every kind is upserted with ``bulk_create(update_conflicts=True)`` on its named 
 written: a re-run of the same snapshot writes nothing and ``WriteResult`` says what changed.
 Foreign keys are resolved by name with one query per kind, never per row.
 
+The big kinds (Workload, Node, Allocation, transitions) are read selectively, so a watch batch of
+a hundred objects costs a hundred rows, not the cluster: only the batch's keys are read unless the
+kind is checked for deletions. Rows are compared field by field, not by resourceVersion: a row
+also depends on other objects (queues, priority classes, borrowing) and on this code's reading.
+Transitions already stored are not re-inserted.
+``Node.observed_at`` ("last seen") is no change by itself: it is refreshed, set-based, once it is
+``NODE_SEEN_REFRESH_SECONDS`` old. ``mark_deleted`` marks objects a WATCH saw deleted, by key.
+
 History is never deleted: an object missing from a *complete* LIST gets ``deleted_at`` (a pod's
 allocation gets ``ended_at``), and one that comes back has it cleared. Kinds outside ``complete``
 (a failed or paginated-away LIST) are never marked deleted (DESIGN "Never read a failed or partial
@@ -17,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -47,7 +55,16 @@ from quotas.models import (
 logger = logging.getLogger(__name__)
 
 _QUANTUM = Decimal(1).scaleb(-QUANTITY_PLACES)
-_KUEUE_FIELDS = ("uid", "resource_version", "labels", "observed_at", "deleted_at")
+# Kinds ``mark_deleted`` handles, with their key fields.
+_DELETABLE: dict[str, tuple[type[models.Model], tuple[str, ...]]] = {
+    "ResourceFlavor": (ResourceFlavor, ("name",)),
+    "Cohort": (Cohort, ("name",)),
+    "ClusterQueue": (ClusterQueue, ("name",)),
+    "LocalQueue": (LocalQueue, ("namespace", "name")),
+    "WorkloadPriorityClass": (WorkloadPriorityClass, ("name",)),
+    "Workload": (Workload, ("namespace", "name")),
+    "Node": (Node, ("name",)),
+}
 
 
 @dataclass
@@ -79,14 +96,56 @@ def _chunks(items: Sequence[Any], size: int = c.LOOKUP_BATCH_SIZE) -> Iterable[S
         yield items[start : start + size]
 
 
+_MAX_LENGTHS: dict[tuple[type[models.Model], str], int | None] = {}
+
+
 def _fit(model: type[models.Model], values: dict[str, Any]) -> dict[str, Any]:
     """Cut strings to their column's max_length: one odd upstream value must not fail the batch."""
     for name, value in values.items():
         if isinstance(value, str):
-            limit = getattr(model._meta.get_field(name), "max_length", None)
+            try:
+                limit = _MAX_LENGTHS[(model, name)]
+            except KeyError:
+                limit = getattr(model._meta.get_field(name), "max_length", None)
+                _MAX_LENGTHS[(model, name)] = limit
             if limit and len(value) > limit:
                 values[name] = value[:limit]
     return values
+
+
+def _read_keys(
+    model: type[models.Model],
+    scope: Q,
+    key_fields: Sequence[str],
+    keys: Iterable[tuple],
+    fields: Sequence[str],
+) -> dict[tuple, dict[str, Any]]:
+    """Rows in ``scope`` whose key is in ``keys``: key -> ``fields`` (the key fields included).
+
+    Up to LOOKUP_BATCH_SIZE keys are looked up with ``IN`` per key field (matched exactly in
+    Python); more than that read the whole scope at once, which is cheaper than many lookups.
+    """
+    wanted = set(keys)
+    if not wanted:
+        return {}
+    columns = list(dict.fromkeys([*key_fields, *fields]))
+    queries: list[models.QuerySet] = []
+    if len(wanted) > c.LOOKUP_BATCH_SIZE:
+        queries.append(model.objects.filter(scope))
+    else:
+        for chunk in _chunks(sorted(wanted), c.LOOKUP_BATCH_SIZE // len(key_fields)):
+            lookups = {
+                f"{name}__in": sorted({key[i] for key in chunk})
+                for i, name in enumerate(key_fields)
+            }
+            queries.append(model.objects.filter(scope, **lookups))
+    found = {}
+    for query in queries:
+        for row in query.values(*columns):
+            key = tuple(row[name] for name in key_fields)
+            if key in wanted:
+                found[key] = row
+    return found
 
 
 class _Writer:
@@ -114,45 +173,57 @@ class _Writer:
         keep_existing: bool = False,
         soft_delete: bool = True,
         want_ids: bool = True,
+        selective: bool = False,
+        stamp: dict[str, Any] | None = None,
     ) -> dict[tuple, int]:
         """Upsert ``rows`` (key -> field values) and return key -> id for all rows in scope.
 
         ``seen``: the keys listed upstream; rows in scope outside it get ``deleted_at`` (only pass
         it for a complete LIST). ``keep_existing``: create missing rows, never touch existing ones.
+        ``selective``: unless ``seen`` is given, read only the keys of ``rows`` and return ids
+        for those. ``stamp``: values set on every row written, never compared.
         """
         update_fields = sorted({name for values in rows.values() for name in values})
         read_fields = {*update_fields, "deleted_at"} if soft_delete else set(update_fields)
-        existing = {
-            tuple(row[k] for k in key_fields): row
-            for row in model.objects.filter(scope).values("id", *key_fields, *sorted(read_fields))
-        }
+        full = ("id", *key_fields, *sorted(read_fields))
+        if selective and seen is None:
+            current = _read_keys(model, scope, key_fields, rows, full)
+        else:
+            current = {
+                tuple(row[k] for k in key_fields): row
+                for row in model.objects.filter(scope).values(*full)
+            }
         to_write = []
-        created = updated = 0
+        created_keys = []
+        updated = 0
         for key, values in rows.items():
-            current = existing.get(key)
-            if current is None:
-                created += 1
+            existing = current.get(key)
+            if existing is None:
+                created_keys.append(key)
             elif keep_existing or all(
-                _norm(current[name]) == _norm(value) for name, value in values.items()
+                _norm(existing[name]) == _norm(value) for name, value in values.items()
             ):
                 continue
             else:
                 updated += 1
             fields = dict(zip(key_fields, key, strict=True))
-            to_write.append(model(cluster=self.cluster, **_fit(model, {**fields, **values})))
+            to_write.append(
+                model(cluster=self.cluster, **_fit(model, {**fields, **values, **(stamp or {})}))
+            )
+        created = len(created_keys)
         if to_write:
             model.objects.bulk_create(
                 to_write,
                 batch_size=c.WRITE_BATCH_SIZE,
                 update_conflicts=True,
                 unique_fields=["cluster", *key_fields],
-                update_fields=[*update_fields, "updated_at"],
+                update_fields=[*update_fields, *sorted(stamp or ()), "updated_at"],
             )
         gone: list[int] = []
         if seen is not None:
             gone = [
                 row["id"]
-                for key, row in existing.items()
+                for key, row in current.items()
                 if key not in seen and key not in rows and row["deleted_at"] is None
             ]
             for ids in _chunks(gone):
@@ -163,12 +234,25 @@ class _Writer:
         self.result.deleted[label] = len(gone)
         if not want_ids:
             return {}
-        if created:
+        ids = {key: row["id"] for key, row in current.items()}
+        if not created:
+            return ids
+        if not selective:
             return {
                 tuple(row[:-1]): row[-1]
                 for row in model.objects.filter(scope).values_list(*key_fields, "id")
             }
-        return {key: row["id"] for key, row in existing.items()}
+        # PostgreSQL and SQLite return the ids of upserted rows; read them back otherwise.
+        written = {tuple(getattr(obj, k) for k in key_fields): obj.pk for obj in to_write}
+        missing = [key for key in created_keys if written.get(key) is None]
+        ids.update({key: written[key] for key in created_keys if written.get(key) is not None})
+        ids.update(
+            {
+                key: row["id"]
+                for key, row in _read_keys(model, scope, key_fields, missing, ("id",)).items()
+            }
+        )
+        return ids
 
     def seen(self, kind: str, extra: Iterable[tuple] = ()) -> set[tuple] | None:
         if kind not in self.deletable:
@@ -465,47 +549,55 @@ class _Writer:
             ("namespace", "name"),
             rows,
             seen=self.seen("Workload"),
+            selective=True,
         )
-        gone = self.marked_deleted["Workload"]
-        if gone:
-            # Kueue keeps no history: record when a Workload disappeared.
-            WorkloadTransition.objects.bulk_create(
-                [
-                    WorkloadTransition(workload_id=pk, kind=TransitionKind.DELETED, at=self.now)
-                    for pk in gone
-                ],
-                batch_size=c.WRITE_BATCH_SIZE,
-                ignore_conflicts=True,
-            )
+        _record_deletions(self.marked_deleted["Workload"], self.now)
         return ids
 
     def transitions(self, workloads: dict[tuple[str, str], int]) -> None:
         scope = Q(workload__cluster=self.cluster)
-        before = WorkloadTransition.objects.filter(scope).count()
-        objs = []
+        wanted = {}
         for row in self.batch.transitions:
             workload_id = workloads.get((row.workload_namespace, row.workload_name))
-            if workload_id is None:
-                continue
-            objs.append(
-                WorkloadTransition(
-                    workload_id=workload_id,
-                    **_fit(
-                        WorkloadTransition,
-                        {
-                            "kind": str(row.kind),
-                            "reason": row.reason,
-                            "message": row.message,
-                            "preemptor_uid": row.preemptor_uid,
-                            "preemptor_job_uid": row.preemptor_job_uid,
-                            "preemptor_path": row.preemptor_path,
-                        },
-                    ),
-                    at=row.at,
-                    requeue_at=row.requeue_at,
-                )
+            if workload_id is not None:
+                wanted.setdefault((workload_id, str(row.kind), row.at), row)
+        # Kueue keeps the conditions, so every sync sees the same transitions again: insert
+        # only those not stored yet.
+        workload_ids = sorted({key[0] for key in wanted})
+        stored: set[tuple[int, str, datetime]] = set()
+        if len(workload_ids) > c.LOOKUP_BATCH_SIZE:
+            stored.update(
+                WorkloadTransition.objects.filter(scope).values_list("workload_id", "kind", "at")
             )
+        else:
+            for ids in _chunks(workload_ids):
+                stored.update(
+                    WorkloadTransition.objects.filter(workload_id__in=ids).values_list(
+                        "workload_id", "kind", "at"
+                    )
+                )
+        objs = [
+            WorkloadTransition(
+                workload_id=workload_id,
+                **_fit(
+                    WorkloadTransition,
+                    {
+                        "kind": kind,
+                        "reason": row.reason,
+                        "message": row.message,
+                        "preemptor_uid": row.preemptor_uid,
+                        "preemptor_job_uid": row.preemptor_job_uid,
+                        "preemptor_path": row.preemptor_path,
+                    },
+                ),
+                at=at,
+                requeue_at=row.requeue_at,
+            )
+            for (workload_id, kind, at), row in wanted.items()
+            if (workload_id, kind, at) not in stored
+        ]
         if objs:
+            # ignore_conflicts only guards against a writer outside the cluster's claim.
             WorkloadTransition.objects.bulk_create(
                 objs, batch_size=c.WRITE_BATCH_SIZE, ignore_conflicts=True
             )
@@ -514,13 +606,15 @@ class _Writer:
         WorkloadTransition.objects.filter(scope, Exists(preemptor), preemptor__isnull=True).exclude(
             preemptor_uid=""
         ).update(preemptor=Subquery(preemptor.values("id")[:1]))
-        after = WorkloadTransition.objects.filter(scope).count()
-        self.result.transitions_added = after - before
+        self.result.transitions_added = len(objs)
 
     def nodes(self) -> dict[str, int]:
-        products = dict(
-            Node.objects.filter(cluster=self.cluster).values_list("name", "gpu_product")
-        )
+        scope = Q(cluster=self.cluster)
+        names = [(row.meta.name,) for row in self.batch.nodes if not row.gpu_product]
+        products = {
+            key[0]: row["gpu_product"]
+            for key, row in _read_keys(Node, scope, ("name",), names, ("gpu_product",)).items()
+        }
         rows = {
             (row.meta.name,): {
                 # The DCGM modelName may have filled it; an absent label does not erase it.
@@ -531,14 +625,26 @@ class _Writer:
                 "gpu_allocatable": row.gpu_allocatable,
                 "mig_allocatable": row.mig_allocatable,
                 "labels": row.meta.labels,
-                "observed_at": self.now,
                 "deleted_at": None,
             }
             for row in self.batch.nodes
         }
+        # observed_at ("last seen") is set on every row written, and otherwise refreshed once it
+        # is old: comparing it would rewrite every node on every sync.
         ids = self.sync(
-            "Node", Node, Q(cluster=self.cluster), ("name",), rows, seen=self.seen("Node")
+            "Node",
+            Node,
+            scope,
+            ("name",),
+            rows,
+            seen=self.seen("Node"),
+            selective=True,
+            stamp={"observed_at": self.now},
         )
+        cutoff = self.now - timedelta(seconds=c.NODE_SEEN_REFRESH_SECONDS)
+        old = Q(observed_at__isnull=True) | Q(observed_at__lt=cutoff)
+        for names in _chunks(sorted(key[0] for key in rows)):
+            Node.objects.filter(scope, old, name__in=names).update(observed_at=self.now)
         return {key[0]: pk for key, pk in ids.items()}
 
     def allocations(self, nodes: dict[str, int], workloads: dict[tuple[str, str], int]) -> None:
@@ -554,11 +660,52 @@ class _Writer:
             window |= Q(ended_at__gte=min(starts))
         scope = Q(cluster=self.cluster) & window
         key_fields = ("namespace", "pod", "pod_uid")
-        existing = {
-            (row["namespace"], row["pod"], row["pod_uid"]): row
-            for row in Allocation.objects.filter(scope).values(
-                "id", *key_fields, "started_at", "ended_at"
+        check_vanished = "Pod" in self.deletable
+        if check_vanished:
+            existing = {
+                (row["namespace"], row["pod"], row["pod_uid"]): row
+                for row in Allocation.objects.filter(scope).values(
+                    "id", *key_fields, "started_at", "ended_at"
+                )
+            }
+        else:
+            existing = _read_keys(
+                Allocation,
+                scope,
+                key_fields,
+                [(pod.meta.namespace, pod.meta.name, pod.meta.uid) for pod in pods],
+                ("id", "started_at", "ended_at"),
             )
+        # Pods of a watch batch may run on nodes and belong to Workloads outside the batch.
+        missing_nodes = {
+            (pod.node_name,) for pod in pods if pod.node_name and pod.node_name not in nodes
+        }
+        nodes = {
+            **{
+                key[0]: row["id"]
+                for key, row in _read_keys(
+                    Node, Q(cluster=self.cluster), ("name",), missing_nodes, ("id",)
+                ).items()
+            },
+            **nodes,
+        }
+        missing_workloads = {
+            (pod.meta.namespace, pod.workload_name)
+            for pod in pods
+            if pod.workload_name and (pod.meta.namespace, pod.workload_name) not in workloads
+        }
+        workloads = {
+            **{
+                key: row["id"]
+                for key, row in _read_keys(
+                    Workload,
+                    Q(cluster=self.cluster),
+                    ("namespace", "name"),
+                    missing_workloads,
+                    ("id",),
+                ).items()
+            },
+            **workloads,
         }
         rows: dict[tuple, dict[str, Any]] = {}
         ended = 0
@@ -588,10 +735,17 @@ class _Writer:
                 "ended_at": ended_at,
             }
         self.sync(
-            "Allocation", Allocation, scope, key_fields, rows, soft_delete=False, want_ids=False
+            "Allocation",
+            Allocation,
+            scope,
+            key_fields,
+            rows,
+            soft_delete=False,
+            want_ids=False,
+            selective=True,
         )
         self.result.deleted["Allocation"] = ended
-        if "Pod" not in self.deletable:
+        if not check_vanished:
             return
         listed = self.batch.seen.get("Pod", set())
         uids = {(pod.meta.namespace, pod.meta.name): pod.meta.uid for pod in pods}
@@ -606,6 +760,49 @@ class _Writer:
             self.result.deleted["Allocation"] += Allocation.objects.filter(
                 pk__in=ids, ended_at__isnull=True
             ).update(ended_at=self.now)
+
+
+def _record_deletions(workload_ids: Sequence[int], at: datetime) -> None:
+    """Kueue keeps no history: record when a Workload disappeared."""
+    if workload_ids:
+        WorkloadTransition.objects.bulk_create(
+            [
+                WorkloadTransition(workload_id=pk, kind=TransitionKind.DELETED, at=at)
+                for pk in workload_ids
+            ],
+            batch_size=c.WRITE_BATCH_SIZE,
+            ignore_conflicts=True,
+        )
+
+
+def mark_deleted(cluster: Cluster, kind: str, keys: Iterable[tuple[str, ...]], at: datetime) -> int:
+    """Mark the objects of ``kind`` a WATCH saw deleted; returns the rows marked.
+
+    ``keys`` are ingest's identities: ``(namespace, name)`` for namespaced kinds, ``(name,)``
+    for the others, ``(namespace, name, uid)`` for a Pod (its open allocation is ended). Rows
+    already marked are left alone; a deleted Workload gets its ``deleted`` transition. Call it
+    inside the transaction of the batch's ``write_snapshot``.
+    """
+    at = ensure_aware(at)
+    keys = list(keys)
+    if kind == "Pod":
+        scope = Q(cluster=cluster, ended_at__isnull=True)
+        fields = ("namespace", "pod", "pod_uid")
+        ids = [row["id"] for row in _read_keys(Allocation, scope, fields, keys, ("id",)).values()]
+        ended = 0
+        for chunk in _chunks(ids):
+            ended += Allocation.objects.filter(pk__in=chunk, ended_at__isnull=True).update(
+                ended_at=at
+            )
+        return ended
+    model, key_fields = _DELETABLE[kind]
+    scope = Q(cluster=cluster, deleted_at__isnull=True)
+    ids = [row["id"] for row in _read_keys(model, scope, key_fields, keys, ("id",)).values()]
+    for chunk in _chunks(ids):
+        model.objects.filter(pk__in=chunk).update(deleted_at=at)
+    if kind == "Workload":
+        _record_deletions(ids, at)
+    return len(ids)
 
 
 def write_snapshot(cluster: Cluster, batch: KueueBatch, complete: frozenset[str]) -> WriteResult:

@@ -12,7 +12,8 @@ the writer (``quotas.store``), in the shape DESIGN describes:
   kind doing HTTP only; the calling thread applies the events in batches to the lists it keeps in
   memory and writes only what changed. ``410 Gone`` relists that kind and turns the difference
   into events. A DELETED event removes the object from the in-memory list, which is complete, so
-  the writer marks it deleted exactly as a complete LIST would.
+  the object is marked deleted exactly as a complete LIST would: Workloads, Pods and Nodes by key
+  (``quotas.store.mark_deleted``), the small kinds by the writer's pass over their lists.
 * **Per collection window**, one ClusterQueue sample per queue and flavor at the aligned window
   end (``floor_time(now, GPULEDGER_COLLECT_SECONDS)``), so syncs every 30 s still leave exactly one
   sample per window, and pending positions from the visibility API when it is served.
@@ -23,6 +24,7 @@ sync claims the cluster's ``CollectionCursor`` with a conditional UPDATE (STYLE 
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import queue
@@ -36,6 +38,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -46,7 +49,7 @@ from quotas.constants import LIST_KINDS, LOOKUP_BATCH_SIZE, WRITE_BATCH_SIZE
 from quotas.ingest import KueueBatch, KueueSnapshot, build_queue_samples, build_snapshot
 from quotas.kueue import KINDS, KubeError, KueueClient, ResourceExpired, WatchEvent
 from quotas.models import Workload
-from quotas.store import write_queue_samples, write_snapshot
+from quotas.store import mark_deleted, write_queue_samples, write_snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +88,8 @@ class _Changes:
     queues: set[str] = field(default_factory=set)
     # Kinds with objects gone since the last write: only these need the deletion check.
     deleted: set[str] = field(default_factory=set)
+    # Per kind, the objects gone since the last write: key -> the uid of the object that went.
+    gone: dict[str, dict[Key, str]] = field(default_factory=lambda: defaultdict(dict))
     count: int = 0
     since: float | None = None
 
@@ -337,6 +342,10 @@ class ClusterSync:
             if kind in self.complete:
                 start(kind)
         changes = _Changes()
+        # The listed objects (about 1 GB at 50,000 workloads) stay alive through the watch: keep
+        # full collections from walking them, which took over a second inside a timed write.
+        # Frozen objects are still freed by reference counting; unfreeze hands them back after.
+        gc.freeze()
         try:
             while running:
                 now = time.monotonic()
@@ -384,6 +393,7 @@ class ClusterSync:
                 self.flush(changes)
         finally:
             stop.set()
+            gc.unfreeze()
 
     def _seconds_to_next_window(self) -> float:
         seconds = settings.GPULEDGER_COLLECT_SECONDS
@@ -458,6 +468,7 @@ class ClusterSync:
         if event.type == "DELETED":
             self.objects[kind].pop(key, None)
             changes.deleted.add(kind)
+            changes.gone[kind][key] = _uid(event.object)
         else:
             self.objects[kind][key] = event.object
         changes.add(kind, key)
@@ -479,6 +490,7 @@ class ClusterSync:
                 continue
             if new is None:
                 changes.deleted.add(kind)
+                changes.gone[kind][key] = _uid(old)
             if kind == "Workload":
                 for obj in (old, new):
                     if obj is not None and self._workload_queue(obj):
@@ -520,8 +532,9 @@ class ClusterSync:
             if key in changed_workloads
             or (
                 key not in bad
-                and _may_hold(obj)
+                # The queue test first: it is a few dict lookups, and rules out most workloads.
                 and (key[0] in pod_namespaces or (queues and self._workload_queue(obj) in queues))
+                and _may_hold(obj)
             )
         ]
         select: dict[str, list[dict[str, Any]]] = {
@@ -569,19 +582,48 @@ class ClusterSync:
         self._count_changed_skips(parsed, changed)
         # The in-memory lists are complete (for the kinds in ``complete``): what is not in them
         # is gone, and skipped or unselected objects are still there.
-        for kind in KIND_NAMES:
+        for kind in SMALL_KINDS:
             batch.seen[kind] = {_store_key(kind, key) for key in self.objects[kind]}
         batch.unidentified = set(batch.unidentified) | set(self.unidentified)
-        # Only kinds that lost objects need the writer's deletion pass.
-        complete = frozenset(self.complete & changes.deleted)
-        result = write_snapshot(self.cluster, batch, complete)
-        self.rows_written += result.rows_written
+        trusted = self.complete - batch.unidentified
+        # Only small kinds that lost objects need the writer's deletion pass over their lists;
+        # Workloads, Pods and Nodes that went are marked by key.
+        complete = frozenset(self.complete & changes.deleted & set(SMALL_KINDS))
+        gone = {
+            kind: self._gone_keys(kind, entries)
+            for kind, entries in changes.gone.items()
+            if kind not in SMALL_KINDS and kind in trusted
+        }
+        with transaction.atomic():
+            result = write_snapshot(self.cluster, batch, complete)
+            deleted = sum(
+                mark_deleted(self.cluster, kind, keys, batch.observed_at)
+                for kind, keys in gone.items()
+                if keys
+            )
+        self.rows_written += result.rows_written + deleted
         logger.info(
             "cluster %s: applied %d watch events (%s)",
             self.cluster.name,
             changes.count,
             ", ".join(f"{kind} {len(keys)}" for kind, keys in sorted(changed.items())),
         )
+
+    def _gone_keys(self, kind: str, entries: dict[Key, str]) -> list[tuple[str, ...]]:
+        """``mark_deleted`` keys of the objects that went and did not come back.
+
+        A Pod that came back under the same name is a new pod when its uid differs: the old
+        one's allocation ends all the same.
+        """
+        keys = []
+        for key, uid in entries.items():
+            current = self.objects[kind].get(key)
+            if kind == "Pod":
+                if current is None or _uid(current) != uid:
+                    keys.append((*key, uid))
+            elif current is None:
+                keys.append(_store_key(kind, key))
+        return keys
 
     def _count_changed_skips(
         self, parsed: dict[str, set[Key]], changed: dict[str, set[Key]]
@@ -642,6 +684,11 @@ def _may_hold(obj: dict[str, Any]) -> bool:
             if isinstance(cond, dict) and cond.get("type") == "Finished":
                 return cond.get("status") != "True"
     return True
+
+
+def _uid(obj: Any) -> str:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return str(meta.get("uid") or "") if isinstance(meta, dict) else ""
 
 
 def _rv(obj: dict[str, Any]) -> str:
