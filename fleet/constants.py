@@ -69,6 +69,10 @@ KSM_LABEL_LOCAL_QUEUE = "label_kueue_x_k8s_io_local_queue_name"
 # Older Kueue and most Job manifests set only the LocalQueue as `kueue.x-k8s.io/queue-name`.
 KSM_LABEL_QUEUE_NAME = "label_kueue_x_k8s_io_queue_name"
 
+# Gpu.last_seen_at is refreshed at most this often: rewriting 50,000 GPU rows every window was
+# 0.8 s of PostgreSQL time per window (bench/ingest_pure.py) for a date nobody reads to the minute.
+GPU_SEEN_REFRESH_SECONDS = 300
+
 # Batch sizes. On PostgreSQL fleet.store writes every bulk set with binary COPY (into the usage
 # table, or into a temporary table followed by one INSERT ... SELECT ... ON CONFLICT) and looks
 # rows up with one `= ANY(array)` parameter, so these only apply to the other databases' paths.

@@ -21,7 +21,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django.db import connection, transaction
@@ -353,7 +353,12 @@ def _upsert_gpus(
     # themselves are read below, only for the rows an upsert rewrites.
     flags = {
         "newest": Q(last_seen_at__isnull=True) | Q(last_seen_at__lte=end),
-        "current": Q(last_seen_at=end),
+        # Seen recently enough: last_seen_at is inventory bookkeeping, refreshed at most every
+        # GPU_SEEN_REFRESH_SECONDS, so a steady-state window does not rewrite 50,000 GPU rows.
+        "current": Q(
+            last_seen_at__gte=end - timedelta(seconds=c.GPU_SEEN_REFRESH_SECONDS),
+            last_seen_at__lte=end,
+        ),
         "earlier": Q(first_seen_at__isnull=True) | Q(first_seen_at__gt=end),
     }
     stored_gpus = Gpu.objects.filter(cluster=cluster).annotate(

@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 
 from core.timewindows import Window
 from fleet.choices import ActivitySource
+from fleet.constants import GPU_SEEN_REFRESH_SECONDS
 from fleet.ingest import WindowInput, build_window
 from fleet.models import Allocation, Gpu, GpuUsage, Node
 from fleet.store import close_missing_allocations, write_window
@@ -184,14 +185,24 @@ def test_a_later_window_adds_rows_and_advances_last_seen(cluster):
     write_window(cluster, build_window(fixture_input(window=NEXT)))
 
     assert GpuUsage.objects.filter(cluster=cluster).count() == 38
-    assert set(Gpu.objects.values_list("first_seen_at", "last_seen_at")) == {(WINDOW.end, NEXT.end)}
+    # A GPU's last_seen_at is refreshed at most every GPU_SEEN_REFRESH_SECONDS...
+    assert set(Gpu.objects.values_list("first_seen_at", "last_seen_at")) == {
+        (WINDOW.end, WINDOW.end)
+    }
+    # ...while a pod's is exact: it decides when its allocation ends.
     pretrain = Allocation.objects.get(pod="llm-pretrain-0-8vw5d")
     assert (pretrain.started_at, pretrain.last_seen_at) == (WINDOW.start, NEXT.end)
-    # Re-collecting the older window rolls nothing back.
-    write_window(cluster, build_window(fixture_input()))
-    assert set(Gpu.objects.values_list("last_seen_at", flat=True)) == {NEXT.end}
+    later_end = WINDOW.end + timedelta(seconds=GPU_SEEN_REFRESH_SECONDS + 60)
+    later = Window(later_end - timedelta(minutes=1), later_end)
+    write_window(cluster, build_window(fixture_input(window=later)))
+    assert set(Gpu.objects.values_list("first_seen_at", "last_seen_at")) == {
+        (WINDOW.end, later.end)
+    }
+    # Re-collecting an older window rolls nothing back.
+    write_window(cluster, build_window(fixture_input(window=NEXT)))
+    assert set(Gpu.objects.values_list("last_seen_at", flat=True)) == {later.end}
     pretrain.refresh_from_db()
-    assert pretrain.last_seen_at == NEXT.end
+    assert pretrain.last_seen_at == later.end
 
 
 def test_allocations_end_when_their_pod_is_gone_and_old_windows_do_not_end_them(cluster):
