@@ -74,6 +74,7 @@ format: venv
 bench: venv
 	$(PY) bench/ingest_pure.py
 	$(PY) bench/collect.py
+	$(PY) bench/rollup.py
 	$(PY) bench/sync.py
 	$(PY) bench/pages.py
 	$(PY) bench/chargeback.py
