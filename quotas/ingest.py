@@ -1291,10 +1291,10 @@ def _teams(
         team_of_queue[cq.meta.name] = team
     claimed: set[str] = set()
     for lq in sorted(local_queues, key=lambda row: (row.meta.namespace, row.meta.name)):
-        team = team_of_queue.get(lq.cluster_queue_name)
-        if team is not None and lq.meta.namespace not in claimed:
+        owner = team_of_queue.get(lq.cluster_queue_name)
+        if owner is not None and lq.meta.namespace not in claimed:
             claimed.add(lq.meta.namespace)
-            team.namespaces.append(lq.meta.namespace)
+            owner.namespaces.append(lq.meta.namespace)
     return sorted(teams.values(), key=lambda team: team.name)
 
 
@@ -1318,10 +1318,10 @@ def cohort_totals(
     own: dict[tuple[str, str], dict[str, Decimal]] = defaultdict(
         lambda: {"nominal": ZERO, "reserved": ZERO, "total": ZERO, "borrowed": ZERO}
     )
-    for cohort in batch.cohorts:
-        for quota in cohort.quotas:
+    for cohort_row in batch.cohorts:
+        for quota in cohort_row.quotas:
             if quota.resource == resource:
-                own[(cohort.meta.name, quota.flavor_name)]["nominal"] += quota.nominal
+                own[(cohort_row.meta.name, quota.flavor_name)]["nominal"] += quota.nominal
     for cq in batch.cluster_queues:
         if not cq.cohort_name:
             continue
@@ -1413,10 +1413,10 @@ def build_queue_samples(batch: KueueBatch, resource: str = c.GPU_RESOURCE) -> li
 def _attribute_lending(batch: KueueBatch, samples: list[QueueSampleRow], resource: str) -> None:
     cohort_of = {cq.meta.name: cq.cohort_name for cq in batch.cluster_queues if cq.cohort_name}
     own_quota: dict[tuple[str, str], Decimal] = defaultdict(lambda: ZERO)
-    for cohort in batch.cohorts:
-        for quota in cohort.quotas:
+    for cohort_row in batch.cohorts:
+        for quota in cohort_row.quotas:
             if quota.resource == resource:
-                own_quota[(cohort.meta.name, quota.flavor_name)] += quota.nominal
+                own_quota[(cohort_row.meta.name, quota.flavor_name)] += quota.nominal
     groups: dict[tuple[str, str], list[QueueSampleRow]] = defaultdict(list)
     for sample in samples:
         cohort = cohort_of.get(sample.cluster_queue_name)

@@ -23,7 +23,7 @@ rows are replaced by what its spec says now.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -36,7 +36,7 @@ from core.timewindows import ensure_aware
 from fleet.models import Allocation, Cluster, Node
 from quotas import constants as c
 from quotas.choices import TransitionKind
-from quotas.ingest import KueueBatch, QueueSampleRow
+from quotas.ingest import KueueBatch, QueueSampleRow, TransitionRow
 from quotas.models import (
     QUANTITY_PLACES,
     ClusterQueue,
@@ -131,14 +131,14 @@ def _read_keys(
     columns = list(dict.fromkeys([*key_fields, *fields]))
     queries: list[models.QuerySet] = []
     if len(wanted) > c.LOOKUP_BATCH_SIZE:
-        queries.append(model.objects.filter(scope))
+        queries.append(model._default_manager.filter(scope))
     else:
         for chunk in _chunks(sorted(wanted), c.LOOKUP_BATCH_SIZE // len(key_fields)):
             lookups = {
                 f"{name}__in": sorted({key[i] for key in chunk})
                 for i, name in enumerate(key_fields)
             }
-            queries.append(model.objects.filter(scope, **lookups))
+            queries.append(model._default_manager.filter(scope, **lookups))
     found = {}
     for query in queries:
         for row in query.values(*columns):
@@ -191,7 +191,7 @@ class _Writer:
         else:
             current = {
                 tuple(row[k] for k in key_fields): row
-                for row in model.objects.filter(scope).values(*full)
+                for row in model._default_manager.filter(scope).values(*full)
             }
         to_write = []
         created_keys = []
@@ -212,7 +212,7 @@ class _Writer:
             )
         created = len(created_keys)
         if to_write:
-            model.objects.bulk_create(
+            model._default_manager.bulk_create(
                 to_write,
                 batch_size=c.WRITE_BATCH_SIZE,
                 update_conflicts=True,
@@ -226,8 +226,8 @@ class _Writer:
                 for key, row in current.items()
                 if key not in seen and key not in rows and row["deleted_at"] is None
             ]
-            for ids in _chunks(gone):
-                model.objects.filter(pk__in=ids).update(deleted_at=self.now)
+            for chunk in _chunks(gone):
+                model._default_manager.filter(pk__in=chunk).update(deleted_at=self.now)
         self.marked_deleted[label] = gone
         self.result.created[label] = created
         self.result.updated[label] = updated
@@ -240,7 +240,7 @@ class _Writer:
         if not selective:
             return {
                 tuple(row[:-1]): row[-1]
-                for row in model.objects.filter(scope).values_list(*key_fields, "id")
+                for row in model._default_manager.filter(scope).values_list(*key_fields, "id")
             }
         # PostgreSQL and SQLite return the ids of upserted rows; read them back otherwise.
         written = {tuple(getattr(obj, k) for k in key_fields): obj.pk for obj in to_write}
@@ -386,7 +386,7 @@ class _Writer:
         return {key[0]: pk for key, pk in ids.items()}
 
     def quotas(self, queues: dict[str, int]) -> None:
-        wanted = {}
+        wanted: dict[tuple[int, str, str], dict[str, Any]] = {}
         for row in self.batch.cluster_queues:
             queue_id = queues[row.meta.name]
             for quota in row.quotas:
@@ -397,7 +397,8 @@ class _Writer:
                     "lending_limit": quota.lending_limit,
                 }
         queue_ids = sorted({queues[row.meta.name] for row in self.batch.cluster_queues})
-        existing = {
+        # values() is typed as the model's TypedDict; fields are looked up by name below.
+        existing: dict[tuple[int, str, str], Mapping[str, Any]] = {
             (row["cluster_queue_id"], row["flavor_name"], row["resource"]): row
             for row in ClusterQueueQuota.objects.filter(cluster_queue_id__in=queue_ids).values()
         }
@@ -556,7 +557,7 @@ class _Writer:
 
     def transitions(self, workloads: dict[tuple[str, str], int]) -> None:
         scope = Q(workload__cluster=self.cluster)
-        wanted = {}
+        wanted: dict[tuple[int, str, datetime], TransitionRow] = {}
         for row in self.batch.transitions:
             workload_id = workloads.get((row.workload_namespace, row.workload_name))
             if workload_id is not None:
@@ -643,8 +644,8 @@ class _Writer:
         )
         cutoff = self.now - timedelta(seconds=c.NODE_SEEN_REFRESH_SECONDS)
         old = Q(observed_at__isnull=True) | Q(observed_at__lt=cutoff)
-        for names in _chunks(sorted(key[0] for key in rows)):
-            Node.objects.filter(scope, old, name__in=names).update(observed_at=self.now)
+        for chunk in _chunks(sorted(key[0] for key in rows)):
+            Node.objects.filter(scope, old, name__in=chunk).update(observed_at=self.now)
         return {key[0]: pk for key, pk in ids.items()}
 
     def allocations(self, nodes: dict[str, int], workloads: dict[tuple[str, str], int]) -> None:
@@ -799,7 +800,7 @@ def mark_deleted(cluster: Cluster, kind: str, keys: Iterable[tuple[str, ...]], a
     scope = Q(cluster=cluster, deleted_at__isnull=True)
     ids = [row["id"] for row in _read_keys(model, scope, key_fields, keys, ("id",)).values()]
     for chunk in _chunks(ids):
-        model.objects.filter(pk__in=chunk).update(deleted_at=at)
+        model._default_manager.filter(pk__in=chunk).update(deleted_at=at)
     if kind == "Workload":
         _record_deletions(ids, at)
     return len(ids)

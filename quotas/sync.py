@@ -615,7 +615,7 @@ class ClusterSync:
         A Pod that came back under the same name is a new pod when its uid differs: the old
         one's allocation ends all the same.
         """
-        keys = []
+        keys: list[tuple[str, ...]] = []
         for key, uid in entries.items():
             current = self.objects[kind].get(key)
             if kind == "Pod":
