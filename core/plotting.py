@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from core import figures
+
 # One colour per figure of DESIGN "Figures", the same on every page.
 COLORS = {
     "capacity": "#94a3b8",
@@ -221,5 +223,4 @@ def percent(value: float | None) -> float | None:
     return None if value is None else round(value * 100.0, 2)
 
 
-def ratio(numerator: float, denominator: float) -> float | None:
-    return numerator / denominator if denominator > 0 else None
+ratio = figures.ratio

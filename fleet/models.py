@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from core import figures
 from fleet.choices import (
     ActivitySource,
     IngestSource,
@@ -580,16 +581,11 @@ class HourlyRollup(models.Model):
 
     @property
     def utilization(self) -> float | None:
-        """active / allocated-with-telemetry; None when nothing had telemetry."""
-        if self.telemetry_gpu_hours <= 0:
-            return None
-        return self.active_gpu_hours / self.telemetry_gpu_hours
+        return figures.utilization(self.active_gpu_hours, self.telemetry_gpu_hours)
 
     @property
     def telemetry_coverage(self) -> float | None:
-        if self.allocated_gpu_hours <= 0:
-            return None
-        return self.telemetry_gpu_hours / self.allocated_gpu_hours
+        return figures.telemetry_coverage(self.telemetry_gpu_hours, self.allocated_gpu_hours)
 
 
 class IngestRunQuerySet(models.QuerySet["IngestRun"]):

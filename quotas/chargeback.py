@@ -40,6 +40,7 @@ from django.db import connection, transaction
 from django.db.models import Case, Exists, F, IntegerField, OuterRef, Q, Sum, Value, When
 from django.db.models.functions import Concat, TruncDay, TruncMonth
 
+from core import figures
 from fleet.choices import RollupScope
 from fleet.models import Cluster, HourlyRollup, Node
 from quotas.models import (
@@ -209,19 +210,15 @@ class Figures:
 
     @property
     def no_telemetry_gpu_hours(self) -> float:
-        return max(self.allocated_gpu_hours - self.telemetry_gpu_hours, 0.0)
+        return figures.no_telemetry_gpu_hours(self.allocated_gpu_hours, self.telemetry_gpu_hours)
 
     @property
     def utilization(self) -> float | None:
-        if self.telemetry_gpu_hours <= 0:
-            return None
-        return self.active_gpu_hours / self.telemetry_gpu_hours
+        return figures.utilization(self.active_gpu_hours, self.telemetry_gpu_hours)
 
     @property
     def telemetry_coverage(self) -> float | None:
-        if self.allocated_gpu_hours <= 0:
-            return None
-        return self.telemetry_gpu_hours / self.allocated_gpu_hours
+        return figures.telemetry_coverage(self.telemetry_gpu_hours, self.allocated_gpu_hours)
 
     def hours(self, with_capacity: bool) -> dict[str, float | None]:
         values: dict[str, float | None] = {}

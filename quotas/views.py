@@ -41,6 +41,7 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from core.decorators import choice_param, dashboard_page, int_param
+from core.figures import ratio
 from core.quantity import parse_quantity
 from core.ranges import TimeRange
 from core.timewindows import floor_time
@@ -183,12 +184,6 @@ def fmt_quantity(resource: str, value: Decimal | None) -> str:
         gib = Decimal(value) / Decimal(2**30)
         return f"{fmt(gib)} GiB"
     return fmt(value, digits=3)
-
-
-def ratio(numerator: float | None, denominator: float | None) -> float | None:
-    if numerator is None or not denominator or denominator <= 0:
-        return None
-    return numerator / denominator
 
 
 def _paginate(request: HttpRequest, queryset: QuerySet[Any]) -> tuple[Page, str]:

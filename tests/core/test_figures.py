@@ -1,0 +1,26 @@
+"""The ratios of DESIGN "Figures": no telemetry is never 0 %, and never idle."""
+
+import pytest
+
+from core import figures
+
+
+def test_utilization_is_active_over_allocated_with_telemetry():
+    assert figures.utilization(3.0, 4.0) == pytest.approx(0.75)
+
+
+def test_a_ratio_without_a_denominator_is_unknown_not_zero():
+    assert figures.utilization(0.0, 0.0) is None
+    assert figures.telemetry_coverage(0.0, 0.0) is None
+    assert figures.ratio(None, 4.0) is None
+    assert figures.ratio(1.0, None) is None
+
+
+def test_telemetry_coverage_is_allocated_with_telemetry_over_allocated():
+    assert figures.telemetry_coverage(6.0, 8.0) == pytest.approx(0.75)
+
+
+def test_no_telemetry_hours_never_go_negative():
+    assert figures.no_telemetry_gpu_hours(8.0, 6.0) == pytest.approx(2.0)
+    # Float sums can leave telemetry a hair above allocated.
+    assert figures.no_telemetry_gpu_hours(8.0, 8.0000001) == 0.0
