@@ -330,9 +330,26 @@ class GpuUsage(models.Model):
 
     Rows for allocated GPUs without any DCGM series have ``gpu`` empty and ``activity`` null:
     "no data", never idle. Unallocated GPUs have rows too, so capacity is exact per window.
+
+    The foreign keys have no database constraint (``db_constraint=False``). This is the
+    high-volume fact table (50,000 rows a window per 50,000-GPU cluster), and PostgreSQL's
+    deferred checks of six foreign keys per row cost ~0.4 s at each window's commit, nearly
+    as much as the COPY of the rows itself (bench/ingest_pure.py). Integrity is kept by the
+    only writer, ``fleet.store.write_window``, which takes every id from the database in the
+    same transaction, and by Django, which still applies ``on_delete`` (CASCADE, SET_NULL)
+    when the referenced rows are deleted through the ORM. The indexes remain. Trade-off: a
+    delete that bypasses the ORM (raw SQL, ``_raw_delete``), or an ORM delete of a workload,
+    queue or team that commits while a window referencing it is being written, leaves a
+    dangling id here instead of failing the write (the id then matches no row: joins lose the
+    owner, and reading the relation on an instance raises ``DoesNotExist``).
     """
 
-    cluster = models.ForeignKey(Cluster, related_name="usage", on_delete=models.CASCADE)
+    cluster = models.ForeignKey(
+        Cluster,
+        related_name="usage",
+        on_delete=models.CASCADE,
+        db_constraint=False,
+    )
     window_start = models.DateTimeField()
     window_end = models.DateTimeField(help_text="A window is (start, end]; samples end it.")
     gpu = models.ForeignKey(
@@ -341,6 +358,7 @@ class GpuUsage(models.Model):
         null=True,
         blank=True,
         on_delete=models.CASCADE,
+        db_constraint=False,
     )
     gpu_key = models.CharField(
         max_length=400,
@@ -358,6 +376,7 @@ class GpuUsage(models.Model):
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
+        db_constraint=False,
     )
     local_queue = models.ForeignKey(
         "quotas.LocalQueue",
@@ -365,6 +384,7 @@ class GpuUsage(models.Model):
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
+        db_constraint=False,
     )
     cluster_queue = models.ForeignKey(
         "quotas.ClusterQueue",
@@ -372,6 +392,7 @@ class GpuUsage(models.Model):
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
+        db_constraint=False,
     )
     team = models.ForeignKey(
         "quotas.Team",
@@ -379,6 +400,7 @@ class GpuUsage(models.Model):
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
+        db_constraint=False,
     )
     allocated = models.BooleanField(help_text="Held by a running pod in this window.")
     gpus = models.FloatField(
