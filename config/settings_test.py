@@ -18,3 +18,13 @@ GPULEDGER_ROLLUP_SECONDS = 0
 # Serve static files from the finders: tests never run collectstatic.
 WHITENOISE_AUTOREFRESH = True
 WHITENOISE_USE_FINDERS = True
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    # A file rather than :memory:, so the live server's request threads get connections of their
+    # own: concurrent chart requests sharing the one in-memory connection can deadlock.
+    import os
+    import tempfile
+
+    DATABASES["default"]["TEST"] = {  # noqa: F405
+        "NAME": os.path.join(tempfile.gettempdir(), f"gpuledger-test-{os.getpid()}.sqlite3")
+    }
