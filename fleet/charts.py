@@ -794,7 +794,7 @@ def stored_gpu_series(
     return {gpu_id: _with_gaps(items, step) for gpu_id, items in points.items()}
 
 
-def _promql_string(value: str) -> str:
+def promql_string(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
@@ -827,7 +827,7 @@ def live_series(
 
 def _host_selector(host: str) -> tuple[str, str]:
     """dcgm-exporter names the host label `Hostname` up to 4.8.x and `hostname` after."""
-    quoted = _promql_string(host)
+    quoted = promql_string(host)
     return f'Hostname="{quoted}"', f'hostname="{quoted}"'
 
 
@@ -919,8 +919,8 @@ def gpu_metric_figure(gpu: Gpu, time_range: TimeRange, *, memory: bool) -> dict[
     if cluster.prometheus_url:
         names = "|".join(metric[1] for metric in metrics)
         promql = (
-            f'max by (__name__) ({{__name__=~"{names}", UUID="{_promql_string(gpu.uuid)}", '
-            f'GPU_I_ID="{_promql_string(gpu.gi_id)}"}})'
+            f'max by (__name__) ({{__name__=~"{names}", UUID="{promql_string(gpu.uuid)}", '
+            f'GPU_I_ID="{promql_string(gpu.gi_id)}"}})'
         )
         try:
             live = live_series(cluster, promql, time_range, ("__name__",), 1.0)

@@ -9,6 +9,7 @@ complete hours are plotted; an hour without a rollup row is a gap ("no data"), n
 from __future__ import annotations
 
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -22,13 +23,16 @@ from django.utils import timezone
 
 from core import plotting
 from core.decorators import chart_view, choice_param
-from core.ranges import TimeRange
+from core.ranges import CUSTOM, TimeRange
 from core.timewindows import hour_floor
-from fleet.choices import RollupScope
-from fleet.models import GpuUsage
+from fleet.charts import live_series, promql_string
+from fleet.choices import PodLabelStyle, RollupScope
+from fleet.constants import DCGM_METRICS
+from fleet.models import Allocation, Gpu, GpuUsage
 from quotas.choices import TransitionKind
-from quotas.models import WorkloadTransition
+from quotas.models import Workload, WorkloadTransition
 from quotas.views import (
+    WORKLOAD_LIVE_SPAN,
     _get_cluster_queue_for_user,
     _get_cohort_for_user,
     _get_team_for_user,
@@ -46,6 +50,7 @@ TIME_AXIS = "Time (UTC)"
 MAX_SERIES = 10
 # Per-GPU lines on the workload activity chart; bigger gangs get their mean and spread.
 MAX_GPU_LINES = 8
+MAX_LIVE_PODS = 64
 # Ranges up to this long plot per-GPU activity per collection window; longer ones per hour.
 RAW_WINDOW_RANGE = timedelta(hours=12)
 # Transitions drawn on a workload's timeline (the newest ones).
@@ -708,9 +713,23 @@ def workload_activity_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
     raw = time_range.end - time_range.start <= RAW_WINDOW_RANGE
     bucket = F("window_end") if raw else TruncHour("window_end")
     data = []
+    source = "stored"
+    notice = ""
+    live: dict[str, list[tuple[datetime, float | None]]] = {}
+    live_start: datetime | None = None
+    if per_gpu and workload.cluster.prometheus_url:
+        live_start = max(time_range.start, time_range.end - WORKLOAD_LIVE_SPAN)
+        try:
+            live = live_workload_points(workload, metric, live_start, time_range)
+            source = "live"
+        except Exception as exc:  # PrometheusError, or a secret that cannot be read
+            logger.warning("workload %s: Prometheus range query failed: %s", workload.pk, exc)
+            notice = f"Prometheus could not be queried ({exc}); showing stored windows."
+            live_start = None
     if per_gpu:
+        stored = usage if live_start is None else usage.filter(window_end__lte=live_start)
         rows = list(
-            usage.annotate(bucket=bucket)
+            stored.annotate(bucket=bucket)
             .order_by()
             .values("gpu_key", "bucket")
             .annotate(value=Avg(field))
@@ -718,6 +737,8 @@ def workload_activity_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
         by_gpu: dict[str, list[tuple[datetime, float | None]]] = defaultdict(list)
         for row in rows:
             by_gpu[row["gpu_key"] or "no telemetry"].append((row["bucket"], row["value"]))
+        for key, points in live.items():
+            by_gpu[key].extend(points)
         for i, key in enumerate(sorted(by_gpu)):
             points = sorted(by_gpu[key], key=lambda point: point[0])
             data.append(
@@ -821,10 +842,68 @@ def workload_activity_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
             "per_gpu": per_gpu,
             "resolution": "window" if raw else "hour",
             "rollup_hours": len(rollups),
-            "source": "stored",
+            "source": source,
+            "live_start": plotting.iso(live_start) if live_start else None,
+            "notice": notice,
             "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,
         },
     )
+
+
+def _pod_selectors(workload: Workload, style: str) -> list[str]:
+    """Label selectors for the workload's pods on DCGM series, per the cluster's label style."""
+    pods = sorted(
+        set(
+            Allocation.objects.filter(workload=workload)
+            .values_list("pod", flat=True)
+            .order_by()[:MAX_LIVE_PODS]
+        )
+    )
+    if not pods:
+        return []
+    namespace = promql_string(workload.namespace)
+    pattern = "|".join(promql_string(re.escape(pod)) for pod in pods)
+    selectors = []
+    if style in (PodLabelStyle.AUTO, PodLabelStyle.EXPORTED):
+        selectors.append(f'exported_namespace="{namespace}",exported_pod=~"{pattern}"')
+    if style in (PodLabelStyle.AUTO, PodLabelStyle.PLAIN):
+        selectors.append(f'namespace="{namespace}",pod=~"{pattern}"')
+    return selectors
+
+
+def live_workload_points(
+    workload: Workload, metric: str, start: datetime, time_range: TimeRange
+) -> dict[str, list[tuple[datetime, float | None]]]:
+    """Per-GPU values of the workload's pods from its cluster's Prometheus over (start, end].
+
+    Keyed like stored rows (``host/UUID/GI``) where the GPU is known, so live points continue the
+    stored lines. SM_ACTIVE falls back to GR_ENGINE_ACTIVE per series, as collection does.
+    Raises ``fleet.prometheus.PrometheusError`` when Prometheus cannot answer.
+    """
+    selectors = _pod_selectors(workload, workload.cluster.pod_label_style)
+    if not selectors:
+        return {}
+    names = (
+        [DCGM_METRICS["sm_active"], DCGM_METRICS["gr_engine_active"]]
+        if metric == "sm_active"
+        else [DCGM_METRICS["pipe_tensor_active"]]
+    )
+    promql = " or ".join(
+        f"max by (UUID, GPU_I_ID) ({' or '.join(f'{name}{{{sel}}}' for sel in selectors)})"
+        for name in names
+    )
+    window = TimeRange(start, time_range.end, CUSTOM)
+    series = live_series(workload.cluster, promql, window, ("UUID", "GPU_I_ID"), 1.0)
+    known = {
+        (gpu.uuid, gpu.gi_id): gpu.key
+        for gpu in Gpu.objects.filter(
+            cluster=workload.cluster, uuid__in={uuid for uuid, _ in series}
+        )
+    }
+    return {
+        known.get((uuid, gi_id), f"?/{uuid}/{gi_id}"): list(zip(found.x, found.y, strict=True))
+        for (uuid, gi_id), found in series.items()
+    }
 
 
 def _gpu_label(key: str) -> str:

@@ -72,6 +72,8 @@ from quotas.reclaim import (
 logger = logging.getLogger(__name__)
 
 PAGE_SIZE = 50
+# The recent part of a workload's activity chart is read live from Prometheus when configured.
+WORKLOAD_LIVE_SPAN = timedelta(hours=6)
 # Rows a page shows of a bounded-but-unpaginated list (a queue's holding workloads, a workload's
 # pods and transitions); the page says when there are more.
 LIST_LIMIT = 100
@@ -1324,6 +1326,7 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "chart_query": range_query(request),
         "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,
         "has_prometheus": bool(workload.cluster.prometheus_url),
+        "live_hours": int(WORKLOAD_LIVE_SPAN.total_seconds() // 3600),
         "flavor": workload.flavors.get(GPU_RESOURCE, "") if workload.flavors else "",
         "pod_sets": workload.pod_sets if isinstance(workload.pod_sets, list) else [],
     }

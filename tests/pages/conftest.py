@@ -27,8 +27,11 @@ thread) and the ``browser`` marker.
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import shutil
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -508,3 +511,52 @@ def console_errors(page) -> list[str]:
     page.on("pageerror", lambda error: errors.append(f"pageerror: {error}"))
     page.on("response", on_response)
     return errors
+
+
+class PrometheusStub(http.server.BaseHTTPRequestHandler):
+    """A loopback Prometheus: answers every range query with ``series`` (labels only), each given
+    three points from the query's start, 0.25, 0.26 and 0.27; records the queries it was sent.
+    The default series is gpu 1 of the fleet_data node."""
+
+    series: list[dict] = [{"gpu": "1", "UUID": "GPU-node-a1-1"}]
+
+    start = 0.0
+    queries: list[str] = []
+
+    def do_POST(self) -> None:  # noqa: N802
+        from urllib.parse import parse_qs
+
+        length = int(self.headers["Content-Length"])
+        form = parse_qs(self.rfile.read(length).decode())
+        type(self).queries.append(form["query"][0])
+        start = float(form["start"][0])
+        step = float(form["step"][0])
+        values = [[start + i * step, str(0.25 + i / 100)] for i in range(3)]
+        body = {
+            "status": "success",
+            "data": {
+                "resultType": "matrix",
+                "result": [{"metric": labels, "values": values} for labels in type(self).series],
+            },
+        }
+        payload = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def prometheus_stub():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), PrometheusStub)
+    PrometheusStub.queries = []
+    PrometheusStub.series = [{"gpu": "1", "UUID": "GPU-node-a1-1"}]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()

@@ -6,9 +6,6 @@ Expected numbers are computed here from the rows ``fleet_data`` created (tests/p
 from __future__ import annotations
 
 import html
-import http.server
-import json
-import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,6 +17,7 @@ from django.urls import reverse
 from core.ranges import RangeError, parse_range
 from fleet.choices import IngestSource, IngestStatus, RollupScope
 from fleet.models import Gpu, GpuUsage, HourlyRollup, IngestRun, Node
+from tests.pages.conftest import PrometheusStub
 
 PAGES = ["fleet:overview", "fleet:map", "fleet:busy"]
 CHARTS = [
@@ -442,50 +440,6 @@ def test_node_chart_falls_back_to_stored_windows_when_prometheus_fails(staff_cli
     assert any(trace["name"] == "GPU 0" for trace in figure["data"])
 
 
-class _PrometheusStub(http.server.BaseHTTPRequestHandler):
-    """Answers every range query with one SM_ACTIVE series for gpu 1 of the node."""
-
-    start = 0.0
-    queries: list[str] = []
-
-    def do_POST(self) -> None:  # noqa: N802
-        from urllib.parse import parse_qs
-
-        length = int(self.headers["Content-Length"])
-        form = parse_qs(self.rfile.read(length).decode())
-        type(self).queries.append(form["query"][0])
-        start = float(form["start"][0])
-        step = float(form["step"][0])
-        values = [[start + i * step, str(0.25 + i / 100)] for i in range(3)]
-        body = {
-            "status": "success",
-            "data": {
-                "resultType": "matrix",
-                "result": [{"metric": {"gpu": "1", "UUID": "GPU-node-a1-1"}, "values": values}],
-            },
-        }
-        payload = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-@pytest.fixture
-def prometheus_stub():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PrometheusStub)
-    _PrometheusStub.queries = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
 def test_node_chart_reads_live_from_prometheus_when_configured(
     staff_client, fleet_data, prometheus_stub
 ):
@@ -497,8 +451,8 @@ def test_node_chart_reads_live_from_prometheus_when_configured(
     assert figure["meta"]["source"] == "live from Prometheus"
     assert [trace["name"] for trace in figure["data"]] == ["GPU 1"]
     assert figure["data"][0]["y"] == pytest.approx([25.0, 26.0, 27.0])
-    assert 'Hostname="node-a1"' in _PrometheusStub.queries[0]
-    assert 'hostname="node-a1"' in _PrometheusStub.queries[0]
+    assert 'Hostname="node-a1"' in PrometheusStub.queries[0]
+    assert 'hostname="node-a1"' in PrometheusStub.queries[0]
 
 
 def test_gpu_page_and_charts_show_every_metric_in_consistent_units(staff_client, fleet_data):

@@ -36,6 +36,7 @@ from quotas.models import (
     WorkloadTransition,
 )
 from quotas.views import fmt, fmt_duration
+from tests.pages.conftest import PrometheusStub
 
 NOW = datetime(2026, 8, 22, 12, 0, 30, tzinfo=UTC)
 ROLLUP_HOURS = 48
@@ -1486,3 +1487,39 @@ def test_chart_query_count_is_bounded_and_independent_of_data_size(
 def test_lead_page_query_count_is_bounded(lead_client, world, django_assert_max_num_queries):
     with django_assert_max_num_queries(MAX_PAGE_QUERIES):
         assert lead_client.get(page_urls(world)["team"]).status_code == 200
+
+
+def test_workload_activity_reads_its_recent_hours_live_from_prometheus(
+    staff_client, world, prometheus_stub
+):
+    a1 = world.wl["a1"]
+    device = world.gpus[0]
+    PrometheusStub.series = [{"UUID": device.uuid, "GPU_I_ID": ""}]
+    a1.cluster.prometheus_url = prometheus_stub
+    a1.cluster.save()
+
+    url = reverse("quotas:workload-chart-activity", args=[a1.pk])
+    fig = figure(staff_client.get(url + "?range=24h&metric=sm_active"))
+
+    assert fig["meta"]["source"] == "live"
+    line = trace(fig, f"{device.host} {device.uuid[:12]}")
+    assert line["y"] == pytest.approx([25.0, 26.0, 27.0])
+    query = PrometheusStub.queries[0]
+    assert 'exported_pod=~"llama\\\\-pretrain\\\\-0|llama\\\\-pretrain\\\\-1"' in query
+    assert 'exported_namespace="team-a"' in query and 'namespace="team-a"' in query
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in query  # the same fallback as collection
+
+
+def test_workload_activity_falls_back_to_stored_windows_when_prometheus_fails(staff_client, world):
+    a1 = world.wl["a1"]
+    a1.cluster.prometheus_url = "http://127.0.0.1:9"  # discard port: refused
+    a1.cluster.prometheus_timeout_seconds = 2
+    a1.cluster.save()
+
+    url = reverse("quotas:workload-chart-activity", args=[a1.pk])
+    fig = figure(staff_client.get(url + "?range=24h&metric=sm_active"))
+
+    assert fig["meta"]["source"] == "stored"
+    assert "Prometheus could not be queried" in fig["meta"]["notice"]
+    stored = [v for t in fig["data"] for v in t["y"] if v is not None]
+    assert stored  # the stored windows are all still drawn
