@@ -30,21 +30,20 @@ import gc
 import json
 import logging
 import math
-import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.mig import MIG_COMPUTE_SLICES, mig_slices
 from core.timewindows import Window
 from fleet import constants as c
 from fleet.choices import ActivitySource, PodLabelStyle
-from fleet.models import MIG_COMPUTE_SLICES, gpu_key
+from fleet.models import gpu_key
 
 logger = logging.getLogger(__name__)
 
-_MIG_PROFILE = re.compile(r"^(\d+)g\.")
 # Shares below this are float noise from subtracting GPU fractions.
 _EPSILON = 1e-9
 
@@ -334,17 +333,6 @@ def _sample(item: Any, stats: IngestStats) -> tuple[dict, float | None] | None:
         stats.nonfinite_skipped += 1
         return metric, None
     return metric, number
-
-
-def mig_slices(profile: str) -> int | None:
-    """Compute slices of a MIG profile ('3g.40gb' -> 3), None when it is not one."""
-    match = _MIG_PROFILE.match(profile)
-    if match is None:
-        return None
-    slices = int(match.group(1))
-    if not 1 <= slices <= MIG_COMPUTE_SLICES:
-        return None
-    return slices
 
 
 def _label_sort_key(metric: dict) -> tuple:

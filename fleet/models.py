@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Q
 
 from core import figures
+from core.mig import MIG_COMPUTE_SLICES
 from fleet.choices import (
     ActivitySource,
     IngestSource,
@@ -17,9 +18,6 @@ from fleet.choices import (
     PrometheusAuth,
     RollupScope,
 )
-
-# MIG profiles `Ng.Mgb` take N of a GPU's 7 compute slices (DESIGN "Upstream facts").
-MIG_COMPUTE_SLICES = 7
 
 
 class ClusterQuerySet(models.QuerySet["Cluster"]):

@@ -53,6 +53,7 @@ from typing import Any
 
 from django.utils.text import slugify
 
+from core.mig import mig_slices
 from core.quantity import parse_quantity
 from core.timewindows import ensure_aware
 from quotas import constants as c
@@ -73,7 +74,6 @@ KINDS = tuple(c.LIST_KINDS.values())
 NAMESPACED_KINDS = frozenset({"LocalQueue", "Workload", "Pod"})
 _PREEMPTOR_UIDS = re.compile(r"\(UID: (?P<uid>[^,)\s]+)(?:, JobUID: (?P<job_uid>[^)\s]+))?\)")
 _PREEMPTOR_PATH = re.compile(r"preemptor path: (?P<path>[^;]+)")
-_MIG_PROFILE = re.compile(r"^(?P<slices>[1-7])g\.")
 
 
 class Malformed(ValueError):
@@ -443,10 +443,10 @@ def gpu_equivalent(resource: str, amount: Decimal) -> Decimal:
     if resource == c.GPU_RESOURCE:
         return amount
     if resource.startswith(c.MIG_RESOURCE_PREFIX):
-        match = _MIG_PROFILE.match(resource[len(c.MIG_RESOURCE_PREFIX) :])
-        if not match:
+        slices = mig_slices(resource[len(c.MIG_RESOURCE_PREFIX) :])
+        if slices is None:
             raise Malformed("bad_mig_profile", resource)
-        return amount * Decimal(match["slices"]) / c.MIG_COMPUTE_SLICES
+        return amount * Decimal(slices) / c.MIG_COMPUTE_SLICES
     return ZERO
 
 

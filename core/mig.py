@@ -1,0 +1,14 @@
+"""MIG GPU instances: how much of a GPU a profile is (DESIGN "Upstream facts")."""
+
+import re
+
+# A MIG profile `Ng.Mgb` takes N of a GPU's 7 compute slices.
+MIG_COMPUTE_SLICES = 7
+
+_PROFILE = re.compile(r"^([1-7])g\.")
+
+
+def mig_slices(profile: str) -> int | None:
+    """Compute slices of a MIG profile ('3g.40gb' -> 3), None when it is not one."""
+    match = _PROFILE.match(profile)
+    return int(match.group(1)) if match else None
