@@ -31,6 +31,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.fields.reverse_related import ForeignObjectRel
 from django.utils import timezone
 
+from core.batching import chunks
 from core.timewindows import Window
 from fleet import constants as c
 from fleet.ingest import GpuRow, PodAllocationRow, UsageRow, WindowBatch
@@ -76,11 +77,6 @@ class _Owner:
 _NO_OWNER = _Owner()
 
 
-def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 def _column(field: Field | ForeignObjectRel) -> str:
     """The database column of a concrete field (None only for fields without a column)."""
     if isinstance(field, ForeignObjectRel) or field.column is None:
@@ -105,7 +101,7 @@ def _filter_in(queryset: QuerySet, field: str, values: Sequence[Any]) -> Iterato
         condition = RawSQL(f"{column} = ANY(%s)", (list(values),), output_field=BooleanField())
         yield queryset.filter(condition)
         return
-    for chunk in _chunks(values, c.LOOKUP_BATCH_SIZE):
+    for chunk in chunks(values, c.LOOKUP_BATCH_SIZE):
         yield queryset.filter(**{f"{field}__in": chunk})
 
 
@@ -246,7 +242,7 @@ def _touch(model: type[Model], ids: list[int], seen_at: datetime) -> None:
                 [seen_at, ids],
             )
         return
-    for chunk in _chunks(ids, c.LOOKUP_BATCH_SIZE):
+    for chunk in chunks(ids, c.LOOKUP_BATCH_SIZE):
         model._default_manager.filter(id__in=chunk).update(last_seen_at=seen_at)
 
 
@@ -322,7 +318,7 @@ def _upsert_nodes(cluster: Cluster, batch: WindowBatch) -> dict[str, _NodeInfo]:
             to_fill[product].append(info.id)
             nodes[name] = _NodeInfo(id=info.id, flavor=info.flavor, gpu_product=product)
     for product, ids in sorted(to_fill.items()):
-        for chunk in _chunks(ids, c.LOOKUP_BATCH_SIZE):
+        for chunk in chunks(ids, c.LOOKUP_BATCH_SIZE):
             Node.objects.filter(id__in=chunk, gpu_product="").update(
                 gpu_product=product,
                 updated_at=timezone.now(),
@@ -592,7 +588,7 @@ def _resolve_owners(
     # .values() rows (TypedDicts for mypy), read by key.
     local_queues: dict[tuple[str, str], Mapping[str, Any]] = {}
     only_queue: dict[str, Mapping[str, Any] | None] = {}
-    for chunk in _chunks(namespaces, c.LOOKUP_BATCH_SIZE):
+    for chunk in chunks(namespaces, c.LOOKUP_BATCH_SIZE):
         lq_rows = LocalQueue.objects.filter(cluster=cluster, namespace__in=chunk).values(
             "id", "namespace", "name", "cluster_queue_id", "cluster_queue_name", "deleted_at"
         )
@@ -609,7 +605,7 @@ def _resolve_owners(
         cluster_queues[cq_row["name"]] = cq_row
         cluster_queue_by_id[cq_row["id"]] = cq_row
     teams: dict[str, int] = {}
-    for chunk in _chunks(namespaces, c.LOOKUP_BATCH_SIZE):
+    for chunk in chunks(namespaces, c.LOOKUP_BATCH_SIZE):
         teams.update(
             TeamNamespace.objects.filter(cluster=cluster, namespace__in=chunk).values_list(
                 "namespace", "team_id"
@@ -968,7 +964,7 @@ def close_missing_allocations(
     ).values_list("id", "namespace", "pod", "pod_uid")
     to_close = [pk for pk, namespace, pod, uid in open_rows if (namespace, pod, uid) not in seen]
     closed = 0
-    for chunk in _chunks(to_close, c.LOOKUP_BATCH_SIZE):
+    for chunk in chunks(to_close, c.LOOKUP_BATCH_SIZE):
         closed += Allocation.objects.filter(id__in=chunk, ended_at__isnull=True).update(
             ended_at=window.start,
             updated_at=timezone.now(),

@@ -32,6 +32,7 @@ from typing import Any
 from django.db import models, transaction
 from django.db.models import Exists, OuterRef, Q, Subquery
 
+from core.batching import chunks
 from core.timewindows import ensure_aware
 from fleet.models import Allocation, Cluster, Node
 from quotas import constants as c
@@ -91,11 +92,6 @@ def _norm(value: Any) -> Any:
     return value
 
 
-def _chunks(items: Sequence[Any], size: int = c.LOOKUP_BATCH_SIZE) -> Iterable[Sequence[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 _MAX_LENGTHS: dict[tuple[type[models.Model], str], int | None] = {}
 
 
@@ -133,7 +129,7 @@ def _read_keys(
     if len(wanted) > c.LOOKUP_BATCH_SIZE:
         queries.append(model._default_manager.filter(scope))
     else:
-        for chunk in _chunks(sorted(wanted), c.LOOKUP_BATCH_SIZE // len(key_fields)):
+        for chunk in chunks(sorted(wanted), c.LOOKUP_BATCH_SIZE // len(key_fields)):
             lookups = {
                 f"{name}__in": sorted({key[i] for key in chunk})
                 for i, name in enumerate(key_fields)
@@ -226,7 +222,7 @@ class _Writer:
                 for key, row in current.items()
                 if key not in seen and key not in rows and row["deleted_at"] is None
             ]
-            for chunk in _chunks(gone):
+            for chunk in chunks(gone, c.LOOKUP_BATCH_SIZE):
                 model._default_manager.filter(pk__in=chunk).update(deleted_at=self.now)
         self.marked_deleted[label] = gone
         self.result.created[label] = created
@@ -430,7 +426,7 @@ class _Writer:
             )
         removed = [row["id"] for key, row in existing.items() if key not in wanted]
         deleted = 0
-        for ids in _chunks(removed):
+        for ids in chunks(removed, c.LOOKUP_BATCH_SIZE):
             deleted += ClusterQueueQuota.objects.filter(pk__in=ids).delete()[0]
         self.result.created["ClusterQueueQuota"] = created
         self.result.updated["ClusterQueueQuota"] = updated
@@ -571,7 +567,7 @@ class _Writer:
                 WorkloadTransition.objects.filter(scope).values_list("workload_id", "kind", "at")
             )
         else:
-            for ids in _chunks(workload_ids):
+            for ids in chunks(workload_ids, c.LOOKUP_BATCH_SIZE):
                 stored.update(
                     WorkloadTransition.objects.filter(workload_id__in=ids).values_list(
                         "workload_id", "kind", "at"
@@ -644,7 +640,7 @@ class _Writer:
         )
         cutoff = self.now - timedelta(seconds=c.NODE_SEEN_REFRESH_SECONDS)
         old = Q(observed_at__isnull=True) | Q(observed_at__lt=cutoff)
-        for chunk in _chunks(sorted(key[0] for key in rows)):
+        for chunk in chunks(sorted(key[0] for key in rows), c.LOOKUP_BATCH_SIZE):
             Node.objects.filter(scope, old, name__in=chunk).update(observed_at=self.now)
         return {key[0]: pk for key, pk in ids.items()}
 
@@ -757,7 +753,7 @@ class _Writer:
             and key not in rows
             and ((key[0], key[1]) not in listed or uids.get(key[:2], key[2]) != key[2])
         ]
-        for ids in _chunks(vanished):
+        for ids in chunks(vanished, c.LOOKUP_BATCH_SIZE):
             self.result.deleted["Allocation"] += Allocation.objects.filter(
                 pk__in=ids, ended_at__isnull=True
             ).update(ended_at=self.now)
@@ -791,7 +787,7 @@ def mark_deleted(cluster: Cluster, kind: str, keys: Iterable[tuple[str, ...]], a
         fields = ("namespace", "pod", "pod_uid")
         ids = [row["id"] for row in _read_keys(Allocation, scope, fields, keys, ("id",)).values()]
         ended = 0
-        for chunk in _chunks(ids):
+        for chunk in chunks(ids, c.LOOKUP_BATCH_SIZE):
             ended += Allocation.objects.filter(pk__in=chunk, ended_at__isnull=True).update(
                 ended_at=at
             )
@@ -799,7 +795,7 @@ def mark_deleted(cluster: Cluster, kind: str, keys: Iterable[tuple[str, ...]], a
     model, key_fields = _DELETABLE[kind]
     scope = Q(cluster=cluster, deleted_at__isnull=True)
     ids = [row["id"] for row in _read_keys(model, scope, key_fields, keys, ("id",)).values()]
-    for chunk in _chunks(ids):
+    for chunk in chunks(ids, c.LOOKUP_BATCH_SIZE):
         model._default_manager.filter(pk__in=chunk).update(deleted_at=at)
     if kind == "Workload":
         _record_deletions(ids, at)
