@@ -58,6 +58,16 @@ class TimeRange:
         """The first whole hour that overlaps the range (rollups are keyed on hour starts)."""
         return floor_time(self.start, 3600)
 
+    def complete_hours(self) -> list[datetime]:
+        """Starts of the complete hours of the range, oldest first (the x axis of rollup charts)."""
+        hours = []
+        cursor = self.hour_start
+        last = floor_time(self.end, 3600)
+        while cursor < last:
+            hours.append(cursor)
+            cursor += timedelta(hours=1)
+        return hours
+
     def query(self) -> dict[str, str]:
         """The query parameters that reproduce this range."""
         if self.preset in PRESETS:

@@ -180,15 +180,6 @@ def complete_hours(time_range: TimeRange) -> tuple[datetime, datetime]:
     return time_range.hour_start, floor_time(time_range.end, 3600)
 
 
-def hour_axis(start: datetime, stop: datetime) -> list[datetime]:
-    hours = []
-    cursor = start
-    while cursor < stop:
-        hours.append(cursor)
-        cursor += timedelta(hours=1)
-    return hours
-
-
 def fleet_hours(time_range: TimeRange) -> dict[datetime, dict[str, Any]]:
     start, stop = complete_hours(time_range)
     rows = (
@@ -1202,9 +1193,8 @@ def busy_gpus_now(windows: dict[int, datetime], user: Any) -> tuple[list[dict[st
 def capacity_chart(request: HttpRequest) -> dict[str, Any]:
     """Capacity vs allocated vs active GPUs per hour (fleet-scope rollups; GPU-hours/h = GPUs)."""
     time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
-    start, stop = complete_hours(time_range)
     rows = fleet_hours(time_range)
-    hours = hour_axis(start, stop)
+    hours = time_range.complete_hours()
     x = [plotting.iso(hour) for hour in hours]
 
     def series(name: str) -> list[float | None]:
@@ -1346,9 +1336,8 @@ def busy_teams_chart(request: HttpRequest) -> dict[str, Any]:
 @chart_view
 def busy_time_chart(request: HttpRequest) -> dict[str, Any]:
     time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
-    start, stop = complete_hours(time_range)
     rows = fleet_hours(time_range)
-    hours = hour_axis(start, stop)
+    hours = time_range.complete_hours()
     x = [plotting.iso(hour) for hour in hours]
     busy = [round(rows[h]["busy"] or 0.0, 2) if h in rows else None for h in hours]
     idle = [round(rows[h]["idle"] or 0.0, 2) if h in rows else None for h in hours]

@@ -58,17 +58,6 @@ MAX_TRANSITIONS = 500
 ACTIVITY_METRICS = ("sm_active", "tensor")
 
 
-def hour_axis(time_range: TimeRange) -> list[datetime]:
-    """The complete hours of the range, oldest first."""
-    hours = []
-    cursor = time_range.hour_start
-    last = hour_floor(time_range.end)
-    while cursor < last:
-        hours.append(cursor)
-        cursor += HOUR
-    return hours
-
-
 def _x(hours: Iterable[datetime]) -> list[str]:
     return [plotting.iso(hour) for hour in hours]
 
@@ -201,7 +190,7 @@ def team_allocation_chart(request: HttpRequest, name: str) -> dict[str, Any]:
     """Allocated vs nominal quota vs SM_ACTIVE-weighted use, borrowing periods shaded."""
     team = _get_team_for_user(request, name)
     time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
-    hours = hour_axis(time_range)
+    hours = time_range.complete_hours()
     rows: dict[datetime, dict[str, Any]] = {
         row["hour"]: dict(row)
         for row in rollups_in_range(RollupScope.TEAM, time_range)
@@ -271,7 +260,7 @@ def team_queues_chart(request: HttpRequest, name: str) -> dict[str, Any]:
     """Allocated GPUs per ClusterQueue and flavor (stacked) with each one's nominal quota."""
     team = _get_team_for_user(request, name)
     time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
-    hours = hour_axis(time_range)
+    hours = time_range.complete_hours()
     rows = list(
         rollups_in_range(RollupScope.CLUSTER_QUEUE, time_range)
         .filter(_complete(time_range), cluster_queue__team=team)
@@ -347,7 +336,7 @@ def cohort_usage_chart(request: HttpRequest, cluster: str, name: str) -> dict[st
     """Allocated GPUs per member ClusterQueue, stacked, against the members' nominal sum."""
     cohort = _get_cohort_for_user(request, cluster, name)
     time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
-    hours = hour_axis(time_range)
+    hours = time_range.complete_hours()
     rows = _member_rows(cohort.pk, time_range)
     names, allocated = _stacked(rows, lambda row: row["queue"], "allocated", hours)
     nominal_by_hour: dict[datetime, float] = defaultdict(float)
@@ -385,7 +374,7 @@ def cohort_borrowing_chart(request: HttpRequest, cluster: str, name: str) -> dic
     """Borrowed (above zero) and lent (below zero) GPUs per member ClusterQueue, stacked."""
     cohort = _get_cohort_for_user(request, cluster, name)
     time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
-    hours = hour_axis(time_range)
+    hours = time_range.complete_hours()
     rows = _member_rows(cohort.pk, time_range)
     borrowed_names, borrowed = _stacked(rows, lambda row: row["queue"], "borrowed", hours)
     lent_names, lent = _stacked(rows, lambda row: row["queue"], "lent", hours)
@@ -437,7 +426,7 @@ def cluster_queue_usage_chart(request: HttpRequest, cluster: str, name: str) -> 
     """Allocated per flavor (stacked), nominal, borrowed, lent, real use and pending demand."""
     queue = _get_cluster_queue_for_user(request, cluster, name)
     time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
-    hours = hour_axis(time_range)
+    hours = time_range.complete_hours()
     rows = list(
         rollups_in_range(RollupScope.CLUSTER_QUEUE, time_range)
         .filter(_complete(time_range), cluster_queue=queue)
