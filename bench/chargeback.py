@@ -99,7 +99,7 @@ def ensure_tables() -> None:
             if model._meta.db_table not in existing and model._meta.managed:
                 editor.create_model(model)
         # Indexes declared on HourlyRollup but missing (no migration yet) are added here.
-        from fleet.models import HourlyRollup
+        from ledger.models import HourlyRollup
 
         with connection.cursor() as cursor:
             present = connection.introspection.get_constraints(cursor, HourlyRollup._meta.db_table)
@@ -111,16 +111,10 @@ def ensure_tables() -> None:
 def load(reload: bool) -> None:
     from django.db import connection, transaction
 
-    from fleet.models import Cluster, HourlyRollup
-    from quotas.models import (
-        ClusterQueue,
-        Cohort,
-        LocalQueue,
-        RateCard,
-        RateKind,
-        Team,
-        Workload,
-    )
+    from fleet.models import Cluster
+    from ledger.choices import RateKind
+    from ledger.models import HourlyRollup, RateCard
+    from quotas.models import ClusterQueue, Cohort, LocalQueue, Team, Workload
 
     if not reload and HourlyRollup.objects.filter(scope="workload").exists():
         print("data present (use --reload to rebuild)")

@@ -177,10 +177,11 @@ def measure_window(url: str, database_url: str) -> dict:
     setup_django(database_url)
     from fleet import constants as c
     from fleet.choices import IngestSource
-    from fleet.collector import Collector, window_queries
-    from fleet.models import Cluster, CollectionCursor, GpuUsage
+    from fleet.models import Cluster, CollectionCursor
     from fleet.prometheus import PrometheusClient
-    from fleet.rollup import roll_up_hour
+    from ledger.collector import Collector, window_queries
+    from ledger.models import GpuUsage
+    from ledger.rollup import roll_up_hour
 
     cluster = Cluster.objects.create(name="bench", prometheus_url=url)
     window_end = END - timedelta(minutes=2)
@@ -234,8 +235,8 @@ def measure_window(url: str, database_url: str) -> dict:
 
 def measure_backfill(url: str, database_url: str, minutes: int) -> dict:
     setup_django(database_url)
-    from fleet.collector import Collector
     from fleet.models import Cluster
+    from ledger.collector import Collector
 
     cluster = Cluster.objects.create(name="backfill", prometheus_url=url)
     start = END - timedelta(minutes=minutes)

@@ -1,4 +1,4 @@
-"""Benchmark: one 50,000-GPU DCGM window, parsed (fleet.ingest) and written (fleet.store).
+"""Benchmark: one 50,000-GPU DCGM window, parsed (fleet.ingest) and written (ledger.store).
 
 Usage (DATABASE_URL defaults to postgres://postgres@127.0.0.1:5432/gpuledger_bench):
     .venv/bin/python bench/ingest_pure.py
@@ -219,8 +219,9 @@ def main() -> None:
     from django.utils import timezone
 
     from core.timewindows import Window
-    from fleet.models import Cluster, GpuUsage
-    from fleet.store import _USAGE_COLUMNS, copy_rows, write_window
+    from fleet.models import Cluster
+    from ledger.models import GpuUsage
+    from ledger.store import _USAGE_COLUMNS, copy_rows, write_window
 
     migrate(call_command)
     cluster, _ = Cluster.objects.get_or_create(name="bench")

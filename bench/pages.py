@@ -138,8 +138,10 @@ def generate(end: datetime) -> None:
     from django.contrib.auth import get_user_model
     from django.db import connection, transaction
 
-    from fleet.choices import IngestSource, IngestStatus, RollupScope
-    from fleet.models import Cluster, Gpu, GpuUsage, HourlyRollup, IngestRun, Node
+    from fleet.choices import IngestSource, IngestStatus
+    from fleet.models import Cluster, Gpu, IngestRun, Node
+    from ledger.choices import RollupScope
+    from ledger.models import GpuUsage, HourlyRollup
     from quotas.choices import WorkloadState
     from quotas.models import ClusterQueue, Cohort, Team, Workload
 
@@ -393,7 +395,8 @@ def generate(end: datetime) -> None:
 
 
 def data_present() -> bool:
-    from fleet.models import Gpu, HourlyRollup
+    from fleet.models import Gpu
+    from ledger.models import HourlyRollup
 
     return Gpu.objects.count() >= NODES * GPUS_PER_NODE and HourlyRollup.objects.exists()
 

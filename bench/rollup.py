@@ -1,4 +1,4 @@
-"""Hourly rollup benchmark on PostgreSQL: ``fleet.rollup.roll_up_hour`` over one synthetic hour.
+"""Hourly rollup benchmark on PostgreSQL: ``ledger.rollup.roll_up_hour`` over one synthetic hour.
 
 Data (generated once per size and reused; ``--reload`` rebuilds): one cluster per size
 (``bench-5000``, ``bench-50000``), 8 GPUs per node, one node in 10 an L4 node, one in 20 an A100
@@ -362,7 +362,8 @@ def load(gpus: int, reload: bool) -> tuple[int, int]:
     """Create (or find) the cluster of this size with its hour of usage; returns (id, rows)."""
     from django.db import connection, transaction
 
-    from fleet.models import Cluster, GpuUsage, HourlyRollup
+    from fleet.models import Cluster
+    from ledger.models import GpuUsage, HourlyRollup
     from quotas.models import ClusterQueue, ClusterQueueSample
 
     name = f"bench-{gpus}"
@@ -440,7 +441,7 @@ def backend_cpu() -> float | None:
 
 
 def snapshot(cluster_id: int) -> dict[tuple, tuple]:
-    from fleet.models import HourlyRollup
+    from ledger.models import HourlyRollup
 
     figures = [
         field.attname
@@ -471,7 +472,7 @@ def differences(expected: dict[tuple, tuple], actual: dict[tuple, tuple]) -> int
 
 
 def measure(cluster_id: int, runs: int, path: str) -> dict[str, float]:
-    from fleet import rollup
+    from ledger import rollup
 
     saved = rollup.FAST_PATH_VENDORS
     rollup.FAST_PATH_VENDORS = saved if path == "fast" else ()

@@ -98,6 +98,9 @@ INSTALLED_APPS = [
     "core",
     "fleet",
     "quotas",
+    "ledger",
+    "dashboard",
+    "demo",
 ]
 
 MIDDLEWARE = [
@@ -199,7 +202,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         app: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
-        for app in ("core", "fleet", "quotas")
+        for app in ("core", "fleet", "quotas", "ledger", "dashboard", "demo")
     },
 }
 
@@ -208,7 +211,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
-        "core.api.ApiTokenAuthentication",
+        "quotas.api.auth.ApiTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": [
@@ -290,7 +293,7 @@ if GPULEDGER_CHARGEBACK_MODEL not in {"usage", "quota"}:
 
 CELERY_BEAT_SCHEDULE = {
     "collect-metrics": {
-        "task": "fleet.tasks.collect_metrics_all",
+        "task": "ledger.tasks.collect_metrics_all",
         "schedule": float(GPULEDGER_COLLECT_SECONDS),
         "options": {"expires": float(GPULEDGER_COLLECT_SECONDS)},
     },
@@ -300,7 +303,7 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": float(GPULEDGER_SYNC_SECONDS)},
     },
     "prune-usage": {
-        "task": "fleet.tasks.prune_usage",
+        "task": "ledger.tasks.prune_usage",
         "schedule": 3600.0,
         "options": {"expires": 3600.0},
     },

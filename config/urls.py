@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 api_v1 = [
     path("", include("fleet.api.urls")),
     path("", include("quotas.api.urls")),
+    path("", include("ledger.api.urls")),
 ]
 
 urlpatterns = [
@@ -16,6 +17,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("core.urls")),
-    path("", include("quotas.urls")),
-    path("", include("fleet.urls")),
+    path("", include("dashboard.urls_quotas")),
+    path("", include("dashboard.urls_fleet")),
 ]

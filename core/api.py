@@ -10,21 +10,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import django_filters
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.utils import timezone
 from django_filters.fields import IsoDateTimeField
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
-from rest_framework.authentication import (
-    BaseAuthentication,
-    SessionAuthentication,
-    TokenAuthentication,
-    get_authorization_header,
-)
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import BasePagination, LimitOffsetPagination
 from rest_framework.permissions import (
@@ -38,9 +30,6 @@ from rest_framework.settings import APISettings, api_settings
 from rest_framework.throttling import ScopedRateThrottle
 
 logger = logging.getLogger(__name__)
-
-# last_used_at is refreshed at most this often, so reads do not turn into a write per request.
-TOKEN_TOUCH_INTERVAL = timedelta(minutes=1)
 
 
 class ParameterError(exceptions.ValidationError):
@@ -70,53 +59,13 @@ class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
     field_class = UtcIsoDateTimeField
 
 
-class ApiTokenAuthentication(BaseAuthentication):
-    """``Authorization: Bearer <key>`` for :class:`quotas.models.ApiToken`."""
-
-    keyword = "Bearer"
-
-    def authenticate(self, request: Request) -> tuple[Any, Any] | None:
-        header = get_authorization_header(request).split()
-        if not header or header[0].lower() != self.keyword.lower().encode():
-            return None
-        if len(header) != 2:
-            raise exceptions.AuthenticationFailed("Invalid bearer header: give exactly one key.")
-        try:
-            key = header[1].decode()
-        except UnicodeError as exc:
-            raise exceptions.AuthenticationFailed("Invalid bearer key encoding.") from exc
-        return self.authenticate_key(key)
-
-    def authenticate_key(self, key: str) -> tuple[Any, Any]:
-        from quotas.models import ApiToken
-
-        token = (
-            ApiToken.objects.select_related("user").filter(key_hash=ApiToken.hash_key(key)).first()
-        )
-        if token is None:
-            raise exceptions.AuthenticationFailed("Invalid token.")
-        now = timezone.now()
-        if token.expires_at is not None and token.expires_at <= now:
-            raise exceptions.AuthenticationFailed("Token expired.")
-        if not token.user.is_active:
-            raise exceptions.AuthenticationFailed("User inactive or deleted.")
-        if token.last_used_at is None or now - token.last_used_at > TOKEN_TOUCH_INTERVAL:
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-            token.last_used_at = now
-        return token.user, token
-
-    def authenticate_header(self, request: Request) -> str:
-        return self.keyword
-
-
 def token_scope(request: Request) -> str:
-    """``full`` for sessions and personal tokens, else the API token's scope."""
-    from quotas.models import ApiToken
+    """``full`` for sessions and personal tokens, else the API token's scope.
 
-    auth = getattr(request, "auth", None)
-    if isinstance(auth, ApiToken):
-        return auth.scope
-    return "full"
+    ``quotas.api.auth.ApiTokenAuthentication`` puts the token in ``request.auth``; DRF's
+    personal tokens and sessions carry no ``scope``.
+    """
+    return getattr(getattr(request, "auth", None), "scope", None) or "full"
 
 
 class TokenScopePermission(BasePermission):
@@ -175,21 +124,14 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
         return min(super().get_offset(request), self.max_offset)
 
 
-AUTHENTICATION_CLASSES: Sequence[type[BaseAuthentication]] = [
-    SessionAuthentication,
-    TokenAuthentication,
-    ApiTokenAuthentication,
-]
-
-
 class ApiViewMixin:
-    """Authentication and permissions every GPU Ledger API view shares.
+    """Permissions and pagination every GPU Ledger API view shares; authentication is
+    ``REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]`` (sessions, DRF tokens, API tokens).
 
     The attributes are declared with the types of ``APIView`` / ``GenericAPIView`` so the mixin
     combines with them.
     """
 
-    authentication_classes: Sequence[type[BaseAuthentication]] = AUTHENTICATION_CLASSES
     permission_classes: Sequence[type[BasePermission] | OperandHolder | SingleOperandHolder] = [
         IsAuthenticated,
         TokenScopePermission,
@@ -205,13 +147,3 @@ def parameter_error_response_schema() -> dict[str, Any]:
         "additionalProperties": {"type": "array", "items": {"type": "string"}},
         "example": {"start": ["naive datetime: give a UTC offset, e.g. 2026-01-01T00:00:00Z"]},
     }
-
-
-class ApiTokenScheme(OpenApiAuthenticationExtension):
-    """Names the bearer scheme in the OpenAPI schema."""
-
-    target_class = "core.api.ApiTokenAuthentication"
-    name = "apiToken"
-
-    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
-        return {"type": "http", "scheme": "bearer", "bearerFormat": "glt_…"}

@@ -1,6 +1,11 @@
-"""MIG GPU instances: how much of a GPU a profile is (DESIGN "Upstream facts")."""
+"""Kubernetes GPU resources and MIG GPU instances: how much of a GPU a profile is (DESIGN
+"Upstream facts")."""
 
 import re
+
+# The extended resource a whole GPU is requested as; MIG instances are `nvidia.com/mig-<profile>`.
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 # A MIG profile `Ng.Mgb` takes N of a GPU's 7 compute slices.
 MIG_COMPUTE_SLICES = 7

@@ -1,16 +1,7 @@
 from django.contrib import admin
 
 from core.admin import CollectorOwnedAdmin
-from fleet.models import (
-    Allocation,
-    Cluster,
-    CollectionCursor,
-    Gpu,
-    GpuUsage,
-    HourlyRollup,
-    IngestRun,
-    Node,
-)
+from fleet.models import Cluster, CollectionCursor, Gpu, IngestRun, Node
 
 
 @admin.register(Cluster)
@@ -52,53 +43,6 @@ class GpuAdmin(CollectorOwnedAdmin):
     list_filter = ["cluster", "model_name", "time_sliced"]
     search_fields = ["host", "uuid"]
     list_select_related = ["node"]
-
-
-@admin.register(Allocation)
-class AllocationAdmin(CollectorOwnedAdmin):
-    list_display = ["namespace", "pod", "node_name", "gpus", "workload", "started_at", "ended_at"]
-    list_filter = ["cluster", "namespace"]
-    search_fields = ["pod", "namespace"]
-    list_select_related = ["workload"]
-    raw_id_fields = ["workload", "node", "gpu_devices"]
-
-
-@admin.register(GpuUsage)
-class GpuUsageAdmin(CollectorOwnedAdmin):
-    list_display = [
-        "window_end",
-        "gpu_key",
-        "namespace",
-        "pod",
-        "gpus",
-        "activity",
-        "activity_source",
-        "shared",
-    ]
-    list_filter = ["cluster", "allocated", "activity_source", "shared"]
-    search_fields = ["pod", "namespace", "gpu_key"]
-    date_hierarchy = "window_end"
-    show_full_result_count = False
-    raw_id_fields = ["gpu", "workload", "local_queue", "cluster_queue", "team"]
-
-
-@admin.register(HourlyRollup)
-class HourlyRollupAdmin(CollectorOwnedAdmin):
-    list_display = [
-        "hour",
-        "scope",
-        "key",
-        "flavor",
-        "allocated_gpu_hours",
-        "active_gpu_hours",
-        "idle_gpu_hours",
-        "borrowed_gpu_hours",
-    ]
-    list_filter = ["scope", "cluster", "flavor"]
-    search_fields = ["key"]
-    date_hierarchy = "hour"
-    show_full_result_count = False
-    raw_id_fields = ["team", "cluster_queue", "workload"]
 
 
 @admin.register(IngestRun)

@@ -3,4 +3,4 @@ from django.apps import AppConfig
 
 class FleetConfig(AppConfig):
     name = "fleet"
-    verbose_name = "Fleet: clusters, nodes, GPUs and usage"
+    verbose_name = "Fleet: clusters, nodes, GPUs, collection runs"

@@ -35,17 +35,3 @@ class IngestStatus(models.TextChoices):
     SUCCESS = "success", "Success"
     PARTIAL = "partial", "Partial (some records skipped)"
     FAILED = "failed", "Failed"
-
-
-class RollupScope(models.TextChoices):
-    """The groups hourly rollups are kept for (DESIGN "Figures")."""
-
-    FLEET = "fleet", "Fleet (cluster)"
-    NODE = "node", "Node"
-    FLAVOR = "flavor", "Resource flavor"
-    TEAM = "team", "Team"
-    COHORT = "cohort", "Cohort"
-    CLUSTER_QUEUE = "cluster_queue", "ClusterQueue"
-    LOCAL_QUEUE = "local_queue", "LocalQueue"
-    NAMESPACE = "namespace", "Namespace"
-    WORKLOAD = "workload", "Workload"

@@ -26,7 +26,6 @@ LABEL_GPU_INSTANCE_PROFILE = "GPU_I_PROFILE"
 LABEL_GPU_INDEX = "gpu"
 LABEL_MODEL_NAME = "modelName"
 LABEL_PCI_BUS_ID = "pci_bus_id"
-LABEL_DEVICE = "device"
 
 # Pod labels on DCGM series: `exported_*` when Prometheus scrapes with honor_labels: false (GPU
 # Operator and Helm defaults; then the plain ones name the exporter pod), plain otherwise.
@@ -47,8 +46,6 @@ KSM_RESOURCE_REQUESTS = "kube_pod_container_resource_requests"
 KSM_POD_STATUS_PHASE = "kube_pod_status_phase"
 KSM_POD_INFO = "kube_pod_info"
 KSM_POD_LABELS = "kube_pod_labels"
-KSM_NODE_ALLOCATABLE = "kube_node_status_allocatable"
-KSM_NODE_CAPACITY = "kube_node_status_capacity"
 KSM_LABEL_UID = "uid"
 KSM_LABEL_NODE = "node"
 KSM_LABEL_RESOURCE = "resource"
@@ -58,9 +55,6 @@ KSM_PHASE_RUNNING = "Running"
 KSM_RESOURCE_GPU = "nvidia_com_gpu"
 KSM_RESOURCE_MIG_PREFIX = "nvidia_com_mig_"
 KSM_GPU_RESOURCE_REGEX = "nvidia_com_gpu|nvidia_com_mig_.*"
-# The Kubernetes spellings we store.
-K8S_RESOURCE_GPU = "nvidia.com/gpu"
-K8S_RESOURCE_MIG_PREFIX = "nvidia.com/mig-"
 
 # Kueue pod labels as kube_pod_labels exposes them when allowlisted
 # (--metric-labels-allowlist=pods=[kueue.x-k8s.io/queue-name,...]).
@@ -73,7 +67,7 @@ KSM_LABEL_QUEUE_NAME = "label_kueue_x_k8s_io_queue_name"
 # 0.8 s of PostgreSQL time per window (bench/ingest_pure.py) for a date nobody reads to the minute.
 GPU_SEEN_REFRESH_SECONDS = 300
 
-# Batch sizes. On PostgreSQL fleet.store writes every bulk set with binary COPY (into the usage
+# Batch sizes. On PostgreSQL ledger.store writes every bulk set with binary COPY (into the usage
 # table, or into a temporary table followed by one INSERT ... SELECT ... ON CONFLICT) and looks
 # rows up with one `= ANY(array)` parameter, so these only apply to the other databases' paths.
 # Timings: bench/ingest_pure.py, bench/RESULTS.md.

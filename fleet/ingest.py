@@ -1,7 +1,7 @@
 """Pure DCGM / kube-state-metrics ingest: Prometheus answers in, per-window rows out. No I/O.
 
 The collector (``fleet/tasks.py``) queries Prometheus for one aligned window and hands the
-vector items to :func:`build_window`; :mod:`fleet.store` writes the :class:`WindowBatch`.
+vector items to :func:`build_window`; :mod:`ledger.store` writes the :class:`WindowBatch`.
 
 Rules (DESIGN "Upstream facts" and "Figures"):
 
@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.mig import MIG_COMPUTE_SLICES, mig_slices
+from core.mig import GPU_RESOURCE, MIG_COMPUTE_SLICES, MIG_RESOURCE_PREFIX, mig_slices
 from core.timewindows import Window
 from fleet import constants as c
 from fleet.choices import ActivitySource, PodLabelStyle
@@ -550,7 +550,7 @@ class _PodRequest:
 def _k8s_resource(ksm_resource: str) -> tuple[str, int] | None:
     """('nvidia.com/gpu', 7) or ('nvidia.com/mig-1g.10gb', 1) for a kube-state-metrics name."""
     if ksm_resource == c.KSM_RESOURCE_GPU:
-        return c.K8S_RESOURCE_GPU, MIG_COMPUTE_SLICES
+        return GPU_RESOURCE, MIG_COMPUTE_SLICES
     if ksm_resource.startswith(c.KSM_RESOURCE_MIG_PREFIX):
         # kube-state-metrics turns every character outside [a-zA-Z0-9_] into "_":
         # 1g.10gb -> 1g_10gb, 1g.10gb+me -> 1g_10gb_me. Undo the first one, which is the dot.
@@ -558,7 +558,7 @@ def _k8s_resource(ksm_resource: str) -> tuple[str, int] | None:
         slices = mig_slices(profile)
         if slices is None:
             return None
-        return c.K8S_RESOURCE_MIG_PREFIX + profile, slices
+        return MIG_RESOURCE_PREFIX + profile, slices
     return None
 
 
@@ -853,9 +853,7 @@ def _build_window(inp: WindowInput) -> WindowBatch:
         held_keys = sorted(keys)
         profiles = sorted(gpus[k].mig_profile for k in held_keys if gpus[k].gi_id)
         resource = (
-            c.K8S_RESOURCE_MIG_PREFIX + profiles[0]
-            if len(profiles) == len(held_keys)
-            else c.K8S_RESOURCE_GPU
+            MIG_RESOURCE_PREFIX + profiles[0] if len(profiles) == len(held_keys) else GPU_RESOURCE
         )
         cluster_queue, local_queue = queues(namespace, pod)
         allocations.append(

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 
-from quotas.models import ClusterQueue, Team, Workload
+from quotas.models import ClusterQueue, Team
 
 
 def sees_everything(user: Any) -> bool:
@@ -40,11 +40,3 @@ def can_view_cluster_queue(user: Any, cluster_queue: ClusterQueue) -> bool:
     return allowed is None or (
         cluster_queue.team_id is not None and cluster_queue.team_id in allowed
     )
-
-
-def can_view_workload(user: Any, workload: Workload) -> bool:
-    allowed = visible_team_ids(user)
-    if allowed is None:
-        return True
-    cluster_queue = workload.cluster_queue
-    return cluster_queue is not None and cluster_queue.team_id in allowed

@@ -1,7 +1,10 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.http import HttpRequest
 
 from core.admin import CollectorOwnedAdmin
 from quotas.models import (
+    Allocation,
+    ApiToken,
     ClusterQueue,
     ClusterQueueQuota,
     ClusterQueueSample,
@@ -139,29 +142,13 @@ class ClusterQueueSampleAdmin(CollectorOwnedAdmin):
     list_select_related = ["cluster_queue"]
 
 
-# --- Chargeback: rate cards and API tokens ----------------------------------------------------
-from django.contrib import messages  # noqa: E402
-from django.http import HttpRequest  # noqa: E402
-
-from quotas.models import ApiToken, RateCard  # noqa: E402
-
-
-@admin.register(RateCard)
-class RateCardAdmin(admin.ModelAdmin):
-    """Prices are effective-dated: add a card with a later date instead of editing a used one."""
-
-    list_display = [
-        "kind",
-        "flavor",
-        "gpu_model",
-        "price_per_gpu_hour",
-        "currency",
-        "effective_from",
-        "note",
-    ]
-    list_filter = ["kind", "currency", "flavor", "gpu_model"]
-    search_fields = ["flavor", "gpu_model", "note"]
-    date_hierarchy = "effective_from"
+@admin.register(Allocation)
+class AllocationAdmin(CollectorOwnedAdmin):
+    list_display = ["namespace", "pod", "node_name", "gpus", "workload", "started_at", "ended_at"]
+    list_filter = ["cluster", "namespace"]
+    search_fields = ["pod", "namespace"]
+    list_select_related = ["workload"]
+    raw_id_fields = ["workload", "node", "gpu_devices"]
 
 
 @admin.register(ApiToken)

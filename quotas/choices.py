@@ -35,8 +35,6 @@ class TransitionKind(models.TextChoices):
     DELETED = "deleted", "Deleted"
 
 
-class PreemptionPolicy(models.TextChoices):
-    NEVER = "Never", "Never"
-    LOWER_PRIORITY = "LowerPriority", "LowerPriority"
-    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority", "LowerOrNewerEqualPriority"
-    ANY = "Any", "Any"
+class ApiTokenScope(models.TextChoices):
+    FULL = "full", "Full read access (as the user)"
+    CHARGEBACK = "chargeback", "Chargeback and allocation only (finance scripts)"

@@ -4,9 +4,7 @@ from decimal import Decimal
 
 from core import mig
 
-GPU_RESOURCE = "nvidia.com/gpu"
 # MIG resources (`nvidia.com/mig-3g.40gb`) take N of a GPU's 7 compute slices (DESIGN).
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 MIG_COMPUTE_SLICES = Decimal(mig.MIG_COMPUTE_SLICES)
 
 # apiVersions served per kind. Kueue serves v1beta2 and (deprecated) v1beta1; Cohort was

@@ -53,7 +53,7 @@ from typing import Any
 
 from django.utils.text import slugify
 
-from core.mig import mig_slices
+from core.mig import GPU_RESOURCE, MIG_RESOURCE_PREFIX, mig_slices
 from core.quantity import parse_quantity
 from core.timewindows import ensure_aware
 from quotas import constants as c
@@ -435,15 +435,15 @@ def _int_or_none(value: object, what: str) -> int | None:
 
 
 def is_gpu_resource(resource: str) -> bool:
-    return resource == c.GPU_RESOURCE or resource.startswith(c.MIG_RESOURCE_PREFIX)
+    return resource == GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX)
 
 
 def gpu_equivalent(resource: str, amount: Decimal) -> Decimal:
     """GPUs an amount of a resource stands for: 1 per ``nvidia.com/gpu``, N/7 per MIG ``Ng``."""
-    if resource == c.GPU_RESOURCE:
+    if resource == GPU_RESOURCE:
         return amount
-    if resource.startswith(c.MIG_RESOURCE_PREFIX):
-        slices = mig_slices(resource[len(c.MIG_RESOURCE_PREFIX) :])
+    if resource.startswith(MIG_RESOURCE_PREFIX):
+        slices = mig_slices(resource[len(MIG_RESOURCE_PREFIX) :])
         if slices is None:
             raise Malformed("bad_mig_profile", resource)
         return amount * Decimal(slices) / c.MIG_COMPUTE_SLICES
@@ -1244,9 +1244,9 @@ def _node(
     mig = {
         name: _count(value, f"allocatable {name}")
         for name, value in sorted(allocatable.items())
-        if name.startswith(c.MIG_RESOURCE_PREFIX)
+        if name.startswith(MIG_RESOURCE_PREFIX)
     }
-    gpu_capacity = _count(capacity.get(c.GPU_RESOURCE, "0"), "capacity nvidia.com/gpu")
+    gpu_capacity = _count(capacity.get(GPU_RESOURCE, "0"), "capacity nvidia.com/gpu")
     product = meta.labels.get(c.LABEL_GPU_PRODUCT, "")
     if not gpu_capacity and not mig and not product:
         return None
@@ -1263,7 +1263,7 @@ def _node(
         node_pool=next((meta.labels[k] for k in pool_labels if meta.labels.get(k)), ""),
         flavor=matching[0].meta.name if matching else "",
         gpu_capacity=gpu_capacity,
-        gpu_allocatable=_count(allocatable.get(c.GPU_RESOURCE, "0"), "allocatable nvidia.com/gpu"),
+        gpu_allocatable=_count(allocatable.get(GPU_RESOURCE, "0"), "allocatable nvidia.com/gpu"),
         mig_allocatable=mig,
     )
 
@@ -1307,7 +1307,7 @@ def _usage_map(rows: list[UsageRow], resource: str) -> dict[str, UsageRow]:
 
 
 def cohort_totals(
-    batch: KueueBatch, resource: str = c.GPU_RESOURCE
+    batch: KueueBatch, resource: str = GPU_RESOURCE
 ) -> dict[tuple[str, str], dict[str, Decimal]]:
     """Per (cohort, flavor): ``nominal`` (members' plus the cohort's own quota), ``reserved``
     (members' flavorsReservation), ``total`` (members' flavorsUsage) and ``borrowed``.
@@ -1350,7 +1350,7 @@ def cohort_totals(
     return totals
 
 
-def build_queue_samples(batch: KueueBatch, resource: str = c.GPU_RESOURCE) -> list[QueueSampleRow]:
+def build_queue_samples(batch: KueueBatch, resource: str = GPU_RESOURCE) -> list[QueueSampleRow]:
     """One row per ClusterQueue x flavor covering ``resource``.
 
     * ``total`` / ``borrowed`` from ``status.flavorsUsage`` (admitted), ``reserved`` from

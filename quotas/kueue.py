@@ -31,7 +31,8 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from quotas.constants import GPU_RESOURCE, KUEUE_GROUP, MIG_RESOURCE_PREFIX
+from core.mig import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from quotas.constants import KUEUE_GROUP
 
 if TYPE_CHECKING:
     from fleet.models import Cluster

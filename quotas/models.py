@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 
-from fleet.models import Cluster
+from core.mig import GPU_RESOURCE
+from fleet.models import Cluster, Gpu, Node
 from quotas.choices import (
     FINISHED_STATES,
     HOLDING_STATES,
+    ApiTokenScope,
     TransitionKind,
     WorkloadState,
 )
@@ -19,7 +22,6 @@ from quotas.choices import (
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
-GPU_RESOURCE = "nvidia.com/gpu"
 # Quantities keep Kubernetes precision (milli-units) without float drift.
 QUANTITY_DIGITS = 30
 QUANTITY_PLACES = 6
@@ -338,12 +340,6 @@ class WorkloadQuerySet(models.QuerySet["Workload"]):
     def finished(self) -> WorkloadQuerySet:
         return self.filter(state__in=FINISHED_STATES)
 
-    def visible_to(self, user: object) -> WorkloadQuerySet:
-        """Staff see all; a team lead sees their teams' workloads."""
-        if getattr(user, "is_staff", False):
-            return self
-        return self.filter(cluster_queue__team__leads=user)
-
 
 class Workload(KueueObject):
     """A Kueue Workload (the gang): identity, queue, priority, pod sets, GPUs, state."""
@@ -528,103 +524,6 @@ class ClusterQueueSample(models.Model):
         return f"{self.cluster_queue} {self.flavor_name} @ {self.sampled_at}"
 
 
-def user_team_ids(user: Any) -> set[int]:
-    """The teams a user leads (empty for anonymous users)."""
-    if not getattr(user, "is_authenticated", False):
-        return set()
-    return set(Team.objects.filter(leads=user).values_list("id", flat=True))
-
-
-# --- Chargeback: rate cards and API tokens ----------------------------------------------------
-# Their TextChoices live here rather than in choices.py so this block stays one append.
-
-
-class RateKind(models.TextChoices):
-    """What a rate card prices (README "Rate cards and chargeback models")."""
-
-    ALLOCATED = "allocated", "Allocated (usage model) / nominal quota (quota model)"
-    BORROWING = "borrowing", "Borrowed GPU-hours (quota model)"
-    LENDING = "lending", "Lending credit per lent GPU-hour (quota model)"
-
-
-class ApiTokenScope(models.TextChoices):
-    FULL = "full", "Full read access (as the user)"
-    CHARGEBACK = "chargeback", "Chargeback and allocation only (finance scripts)"
-
-
-def default_currency() -> str:
-    return settings.GPULEDGER_CURRENCY
-
-
-class RateCardQuerySet(models.QuerySet["RateCard"]):
-    def in_currency(self, currency: str) -> RateCardQuerySet:
-        return self.filter(currency=currency)
-
-
-class RateCard(models.Model):
-    """A price per GPU-hour for one flavor, one GPU model, or everything else, from a date on.
-
-    A new price is a new card with a later ``effective_from``; each hour is priced with the card
-    in force when it starts, so past periods keep their price. A flavor card beats a GPU-model
-    card, which beats a default card (both empty).
-    """
-
-    kind = models.CharField(
-        max_length=16,
-        choices=RateKind.choices,
-        default=RateKind.ALLOCATED,
-    )
-    flavor = models.CharField(
-        max_length=253,
-        blank=True,
-        help_text="ResourceFlavor name this price is for; empty = not flavor-specific.",
-    )
-    gpu_model = models.CharField(
-        max_length=200,
-        blank=True,
-        help_text="GPU model (DCGM modelName), used when no flavor card matches.",
-    )
-    price_per_gpu_hour = models.DecimalField(
-        max_digits=14,
-        decimal_places=6,
-        help_text="Price of one GPU-hour (credit per lent GPU-hour for lending cards).",
-    )
-    currency = models.CharField(
-        max_length=3,
-        default=default_currency,
-        help_text="ISO 4217; only cards in GPULEDGER_CURRENCY are used.",
-    )
-    effective_from = models.DateTimeField(
-        help_text="Hours starting at or after this instant use this price.",
-    )
-    note = models.CharField(max_length=200, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    objects = RateCardQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["kind", "flavor", "gpu_model", "-effective_from"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["kind", "flavor", "gpu_model", "currency", "effective_from"],
-                name="quotas_ratecard_effective",
-            ),
-            models.CheckConstraint(
-                condition=models.Q(flavor="") | models.Q(gpu_model=""),
-                name="quotas_ratecard_one_target",
-            ),
-            models.CheckConstraint(
-                condition=models.Q(price_per_gpu_hour__gte=0),
-                name="quotas_ratecard_price_not_negative",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        target = self.flavor or self.gpu_model or "default"
-        return f"{self.kind} {target} {self.price_per_gpu_hour} {self.currency}"
-
-
 class ApiToken(models.Model):
     """A named API token (``Authorization: Bearer glt_…``); only a SHA-256 of the key is stored.
 
@@ -690,3 +589,76 @@ class ApiToken(models.Model):
         token.set_key(key)
         token.save()
         return token, key
+
+
+def default_currency() -> str:
+    """The currency new rate cards get (``ledger.RateCard``; migrations refer to it here)."""
+    return settings.GPULEDGER_CURRENCY
+
+
+class Allocation(models.Model):
+    """A pod holding GPUs: pod ↔ GPUs ↔ workload, from when it ran to when it ended."""
+
+    cluster = models.ForeignKey(Cluster, related_name="allocations", on_delete=models.CASCADE)
+    namespace = models.CharField(max_length=253)
+    pod = models.CharField(max_length=253)
+    pod_uid = models.CharField(max_length=64, blank=True)
+    node = models.ForeignKey(
+        Node,
+        related_name="allocations",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+    )
+    node_name = models.CharField(max_length=253, blank=True)
+    resource = models.CharField(
+        max_length=100,
+        default=GPU_RESOURCE,
+        help_text="nvidia.com/gpu or nvidia.com/mig-<profile>.",
+    )
+    gpus = models.FloatField(help_text="GPUs held, MIG instances as slices/7.")
+    gpu_devices = models.ManyToManyField(Gpu, related_name="allocations", blank=True)
+    workload = models.ForeignKey(
+        Workload,
+        related_name="allocations",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+    )
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=(
+            "End of the newest collection window the pod was seen in; re-collecting an older "
+            "window never closes or reopens what a newer one saw."
+        ),
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        # Written by both sources (kube-state-metrics history and the API server's pods) through
+        # quotas.allocations; the table keeps the name it had when the model lived in fleet.
+        db_table = "fleet_allocation"
+        ordering = ["cluster", "namespace", "pod"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "namespace", "pod", "pod_uid"],
+                name="fleet_allocation_pod",
+            ),
+        ]
+        indexes = [
+            # Workload page: the pods and GPUs a workload held.
+            models.Index(fields=["workload", "started_at"], name="fleet_alloc_workload"),
+            # Open allocations per cluster (live holdings).
+            models.Index(
+                fields=["cluster"],
+                condition=Q(ended_at__isnull=True),
+                name="fleet_alloc_open",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.pod}"

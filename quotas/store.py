@@ -34,12 +34,13 @@ from django.db.models import Exists, OuterRef, Q, Subquery
 
 from core.batching import chunks
 from core.timewindows import ensure_aware
-from fleet.models import Allocation, Cluster, Node
+from fleet.models import Cluster, Node
 from quotas import constants as c
 from quotas.choices import TransitionKind
 from quotas.ingest import KueueBatch, QueueSampleRow, TransitionRow
 from quotas.models import (
     QUANTITY_PLACES,
+    Allocation,
     ClusterQueue,
     ClusterQueueQuota,
     ClusterQueueSample,

@@ -1,4 +1,3 @@
-from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from quotas.api import views
@@ -11,9 +10,4 @@ router.register("cluster-queues", views.ClusterQueueViewSet, basename="clusterqu
 router.register("local-queues", views.LocalQueueViewSet, basename="localqueue")
 router.register("workloads", views.WorkloadViewSet, basename="workload")
 
-urlpatterns = [
-    path("chargeback/", views.ChargebackView.as_view(), name="api-chargeback"),
-    # OpenCost's path, without a trailing slash.
-    path("allocation", views.AllocationView.as_view(), name="api-allocation"),
-    *router.urls,
-]
+urlpatterns = router.urls

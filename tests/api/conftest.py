@@ -26,15 +26,15 @@ from django.core.cache import cache
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from fleet.models import Cluster, HourlyRollup, Node
+from fleet.models import Cluster, Node
+from ledger.choices import RateKind
+from ledger.models import HourlyRollup, RateCard
+from quotas.choices import ApiTokenScope
 from quotas.models import (
     ApiToken,
-    ApiTokenScope,
     ClusterQueue,
     Cohort,
     LocalQueue,
-    RateCard,
-    RateKind,
     ResourceFlavor,
     Team,
     TeamNamespace,

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 import time_machine
 
-from quotas.chargeback import ChargebackError
-from quotas.opencost import parse_window
+from ledger.chargeback import ChargebackError
+from ledger.opencost import parse_window
 from tests.api.conftest import START
 
 URL = "/api/v1/allocation"

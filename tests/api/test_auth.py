@@ -10,7 +10,8 @@ from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from quotas.models import ApiToken, ApiTokenScope
+from quotas.choices import ApiTokenScope
+from quotas.models import ApiToken
 
 WINDOW = {"start": "2026-01-31T22:00:00Z", "end": "2026-02-01T02:00:00Z"}
 READ_URLS = [

@@ -185,7 +185,8 @@ def test_totals_recompute_ratios_from_sums(staff_client, scenario):
 
 
 def test_the_cluster_parameter_keeps_one_cluster(staff_client, scenario):
-    from fleet.models import Cluster, HourlyRollup
+    from fleet.models import Cluster
+    from ledger.models import HourlyRollup
 
     other = Cluster.objects.create(name="other")
     HourlyRollup.objects.create(
@@ -286,7 +287,7 @@ def test_a_price_change_applies_from_its_date_and_past_hours_keep_theirs(staff_c
 
 
 def test_a_mid_hour_price_change_applies_from_the_next_whole_hour(staff_client, scenario):
-    from quotas.models import RateCard
+    from ledger.models import RateCard
 
     RateCard.objects.create(
         flavor="h100",
@@ -301,7 +302,7 @@ def test_a_mid_hour_price_change_applies_from_the_next_whole_hour(staff_client, 
 
 
 def test_cost_is_rounded_to_cents_only_at_output(staff_client, scenario):
-    from fleet.models import HourlyRollup
+    from ledger.models import HourlyRollup
 
     # 3 rows of 1/3 GPU-hour at 1.00 (default card): 0.333.. each, exactly 1.00 together.
     for i in range(3):
@@ -352,7 +353,7 @@ def test_csv_round_trips_to_the_json_numbers(staff_client, scenario, step):
 
 
 def test_csv_quotes_fields_as_rfc_4180(staff_client, scenario):
-    from fleet.models import HourlyRollup
+    from ledger.models import HourlyRollup
 
     HourlyRollup.objects.create(
         cluster=scenario["cluster"], scope="namespace", key='we,ird "ns"', hour=START
@@ -440,7 +441,7 @@ def test_rows_outside_the_window_never_count(staff_client, scenario):
 def test_chargeback_runs_a_bounded_number_of_queries(
     staff_client, scenario, django_assert_max_num_queries, group_by
 ):
-    from fleet.models import HourlyRollup
+    from ledger.models import HourlyRollup
 
     HourlyRollup.objects.bulk_create(
         HourlyRollup(cluster=scenario["cluster"], scope="workload", key=f"ns/w{i}", hour=START,

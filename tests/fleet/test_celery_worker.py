@@ -1,4 +1,4 @@
-"""``fleet.tasks.collect_metrics`` through a real Celery worker process, Redis and PostgreSQL."""
+"""``ledger.tasks.collect_metrics`` through a real Celery worker process, Redis and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from django.db import connection
 from core.timewindows import floor_time
 from fleet.choices import IngestSource, IngestStatus
 from fleet.constants import COLLECT_DELAY_SECONDS
-from fleet.models import Cluster, CollectionCursor, GpuUsage, IngestRun
+from fleet.models import Cluster, CollectionCursor, IngestRun
+from ledger.models import GpuUsage
 from tests.prometheus_server import (
     OpenMetricsWriter,
     PrometheusServer,
@@ -122,7 +123,7 @@ def test_collect_metrics_runs_in_a_real_worker_and_catches_up(worker_env, tmp_pa
     app = Celery("gl-test", broker=BROKER, backend=BROKER)
     try:
         # when the task goes through the broker to the worker
-        result = app.send_task("fleet.tasks.collect_metrics", args=[cluster.pk], queue=queue)
+        result = app.send_task("ledger.tasks.collect_metrics", args=[cluster.pk], queue=queue)
         answer = result.get(timeout=90)
     finally:
         worker.terminate()

@@ -46,7 +46,7 @@ def test_admin_edits_win_over_the_environment(settings):
 
 @pytest.mark.django_db
 def test_the_collect_fan_out_creates_the_default_cluster(settings, monkeypatch):
-    from fleet import tasks
+    from ledger import tasks
 
     settings.PROMETHEUS_URL = "http://127.0.0.1:9090"
     settings.GPULEDGER_CLUSTER_NAME = "prod"

@@ -10,10 +10,12 @@ from django.core.management import CommandError, call_command
 from django.db.models import Count
 
 from fleet import constants as c
-from fleet.choices import ActivitySource, IngestSource, IngestStatus, RollupScope
-from fleet.collector import ClaimLostError, Collector
-from fleet.models import Cluster, CollectionCursor, GpuUsage, HourlyRollup, IngestRun
+from fleet.choices import ActivitySource, IngestSource, IngestStatus
+from fleet.models import Cluster, CollectionCursor, IngestRun
 from fleet.prometheus import PrometheusClient, PrometheusError
+from ledger.choices import RollupScope
+from ledger.collector import ClaimLostError, Collector
+from ledger.models import GpuUsage, HourlyRollup
 from tests.fleet.conftest import (
     LATE_POD_START,
     NAN_AT,
@@ -385,7 +387,7 @@ def test_collect_metrics_all_collects_only_enabled_clusters_with_a_url(
     alpha_prometheus, monkeypatch
 ):
     from config.celery import app
-    from fleet.tasks import collect_metrics_all
+    from ledger.tasks import collect_metrics_all
 
     enabled = make_cluster("alpha", alpha_prometheus.url, cursor_at=None)
     disabled = Cluster.objects.create(
@@ -403,7 +405,7 @@ def test_collect_metrics_all_collects_only_enabled_clusters_with_a_url(
 
 
 def test_collect_metrics_returns_permanent_errors_without_retrying(monkeypatch):
-    from fleet.tasks import collect_metrics
+    from ledger.tasks import collect_metrics
 
     cluster = Cluster.objects.create(
         name="badauth",
@@ -421,7 +423,7 @@ def test_collect_metrics_returns_permanent_errors_without_retrying(monkeypatch):
 def test_prune_usage_drops_run_records_older_than_the_usage_retention(settings):
     from django.utils import timezone
 
-    from fleet.tasks import prune_usage
+    from ledger.tasks import prune_usage
 
     settings.GPULEDGER_USAGE_RETENTION_DAYS = 14
     now = timezone.now()

@@ -34,10 +34,12 @@ import pytest
 from django.db import connection
 from django.db.models import Sum
 
-from fleet import rollup
-from fleet.choices import ActivitySource, RollupScope
-from fleet.models import Cluster, GpuUsage, HourlyRollup
-from fleet.rollup import (
+from fleet.choices import ActivitySource
+from fleet.models import Cluster
+from ledger import rollup
+from ledger.choices import RollupScope
+from ledger.models import GpuUsage, HourlyRollup
+from ledger.rollup import (
     UNATTRIBUTED,
     hours_touched,
     prune_rollups,

@@ -5,9 +5,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db.models import Sum
 
-from fleet.choices import RollupScope
-from fleet.collector import Collector, CollectResult
-from fleet.models import GpuUsage, HourlyRollup
+from ledger.choices import RollupScope
+from ledger.collector import Collector, CollectResult
+from ledger.models import GpuUsage, HourlyRollup
 
 HOUR = datetime(2026, 6, 15, 10, tzinfo=UTC)
 

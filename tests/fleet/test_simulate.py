@@ -6,11 +6,13 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db.models import Sum
 
-from fleet.choices import ActivitySource, IngestSource, IngestStatus, RollupScope
-from fleet.models import Allocation, Gpu, GpuUsage, HourlyRollup, IngestRun, Node
-from fleet.simulation import FleetSimulator
+from demo.simulation import FleetSimulator
+from fleet.choices import ActivitySource, IngestSource, IngestStatus
+from fleet.models import Gpu, IngestRun, Node
+from ledger.choices import RollupScope
+from ledger.models import GpuUsage, HourlyRollup
 from quotas.choices import TransitionKind, WorkloadState
-from quotas.models import ClusterQueue, Team, Workload, WorkloadTransition
+from quotas.models import Allocation, ClusterQueue, Team, Workload, WorkloadTransition
 
 END = datetime.fromisoformat("2026-06-15T12:00:00+00:00")
 

@@ -1,4 +1,4 @@
-"""fleet.store.write_window: idempotent, set-based writes of one window."""
+"""ledger.store.write_window: idempotent, set-based writes of one window."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from core.timewindows import Window
 from fleet.choices import ActivitySource
 from fleet.constants import GPU_SEEN_REFRESH_SECONDS
 from fleet.ingest import WindowInput, build_window
-from fleet.models import Allocation, Gpu, GpuUsage, Node
-from fleet.store import close_missing_allocations, write_window
-from quotas.models import ClusterQueue, LocalQueue, Team, TeamNamespace, Workload
+from fleet.models import Gpu, Node
+from ledger.models import GpuUsage
+from ledger.store import close_missing_allocations, write_window
+from quotas.models import Allocation, ClusterQueue, LocalQueue, Team, TeamNamespace, Workload
 from tests.fleet.test_ingest import (
     A100,
     H100,

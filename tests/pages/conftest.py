@@ -118,7 +118,7 @@ class FleetData:
 
 
 def _usage(cluster, window_end, gpu, **fields):
-    from fleet.models import GpuUsage
+    from ledger.models import GpuUsage
 
     window_start = window_end - timedelta(seconds=settings.GPULEDGER_COLLECT_SECONDS)
     defaults = {
@@ -147,8 +147,10 @@ def _usage(cluster, window_end, gpu, **fields):
 
 @pytest.fixture
 def fleet_data(db, cluster, lead_user) -> FleetData:
-    from fleet.choices import IngestSource, IngestStatus, RollupScope
-    from fleet.models import Gpu, GpuUsage, HourlyRollup, IngestRun, Node
+    from fleet.choices import IngestSource, IngestStatus
+    from fleet.models import Gpu, IngestRun, Node
+    from ledger.choices import RollupScope
+    from ledger.models import GpuUsage, HourlyRollup
     from quotas.choices import WorkloadState
     from quotas.models import ClusterQueue, Team, Workload
 

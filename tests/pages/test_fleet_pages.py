@@ -15,8 +15,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from core.ranges import RangeError, parse_range
-from fleet.choices import IngestSource, IngestStatus, RollupScope
-from fleet.models import Gpu, GpuUsage, HourlyRollup, IngestRun, Node
+from fleet.choices import IngestSource, IngestStatus
+from fleet.models import Gpu, IngestRun, Node
+from ledger.choices import RollupScope
+from ledger.models import GpuUsage, HourlyRollup
 from tests.pages.conftest import PrometheusStub
 
 PAGES = ["fleet:overview", "fleet:map", "fleet:busy"]

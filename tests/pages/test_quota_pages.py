@@ -23,10 +23,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.timewindows import floor_time
-from fleet.choices import IngestSource, IngestStatus, RollupScope
-from fleet.models import Allocation, Gpu, GpuUsage, HourlyRollup, IngestRun, Node
+from dashboard.quota_views import fmt, fmt_duration
+from fleet.choices import IngestSource, IngestStatus
+from fleet.models import Gpu, IngestRun, Node
+from ledger.choices import RollupScope
+from ledger.models import GpuUsage, HourlyRollup
 from quotas.choices import TransitionKind, WorkloadState
 from quotas.models import (
+    Allocation,
     ClusterQueue,
     ClusterQueueQuota,
     ClusterQueueSample,
@@ -35,7 +39,6 @@ from quotas.models import (
     Workload,
     WorkloadTransition,
 )
-from quotas.views import fmt, fmt_duration
 from tests.pages.conftest import PrometheusStub
 
 NOW = datetime(2026, 8, 22, 12, 0, 30, tzinfo=UTC)

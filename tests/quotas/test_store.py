@@ -8,9 +8,10 @@ from django.db import connection
 from django.forms.models import model_to_dict
 from django.test.utils import CaptureQueriesContext
 
-from fleet.models import Allocation, Cluster, Node
+from fleet.models import Cluster, Node
 from quotas.ingest import build_queue_samples, build_snapshot, snapshot_from_lists
 from quotas.models import (
+    Allocation,
     ClusterQueue,
     ClusterQueueQuota,
     ClusterQueueSample,

@@ -17,9 +17,10 @@ from django.core.management import CommandError, call_command
 from django.db.models import Sum
 
 from fleet.choices import IngestSource, IngestStatus
-from fleet.models import Allocation, Cluster, CollectionCursor, IngestRun, Node
+from fleet.models import Cluster, CollectionCursor, IngestRun, Node
 from quotas.kueue import KubeError, KueueClient
 from quotas.models import (
+    Allocation,
     ClusterQueue,
     ClusterQueueQuota,
     ClusterQueueSample,

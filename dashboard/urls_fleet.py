@@ -2,7 +2,8 @@
 
 from django.urls import path
 
-from fleet import charts, views
+from dashboard import fleet_charts as charts
+from dashboard import fleet_views as views
 
 app_name = "fleet"
 

@@ -1,8 +1,9 @@
 """Fleet pages: overview, fleet map, node, GPU, busy-but-not-working.
 
 Plain functions (STYLE rule 15): ``@dashboard_page`` for login, method, time range and the
-freshness banner; the queries live in ``fleet.charts`` next to the JSON views that share them;
-each page renders its frame and numbers, and its figures load from ``fleet:chart-*`` URLs.
+freshness banner; the queries live in ``dashboard.fleet_charts`` next to the JSON views
+that share them; each page renders its frame and numbers, and its figures load from
+``fleet:chart-*`` URLs.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
 from core import plotting
-from core.decorators import dashboard_page
 from core.ranges import TimeRange
-from fleet import charts
+from dashboard import fleet_charts as charts
+from dashboard.decorators import dashboard_page
 from fleet.models import Gpu, Node
 from quotas.access import visible_team_ids
 

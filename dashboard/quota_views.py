@@ -40,17 +40,18 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
-from core.decorators import choice_param, dashboard_page, int_param
 from core.figures import ratio
+from core.mig import GPU_RESOURCE
 from core.quantity import parse_quantity
 from core.ranges import TimeRange
 from core.timewindows import floor_time
-from fleet.choices import RollupScope
-from fleet.models import Allocation, HourlyRollup
+from dashboard.decorators import choice_param, dashboard_page, int_param
+from ledger.choices import RollupScope
+from ledger.models import HourlyRollup
 from quotas.access import can_view_cluster_queue, can_view_team, visible_team_ids
 from quotas.choices import HOLDING_STATES, TransitionKind, WorkloadState
 from quotas.models import (
-    GPU_RESOURCE,
+    Allocation,
     ClusterQueue,
     ClusterQueueQuota,
     ClusterQueueSample,

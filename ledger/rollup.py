@@ -97,12 +97,14 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce, NullIf
 from django.utils import timezone
 
+from core.mig import GPU_RESOURCE
 from core.timewindows import ensure_aware, hour_floor
-from fleet.choices import ActivitySource, RollupScope
-from fleet.models import Cluster, GpuUsage, HourlyRollup
-from fleet.store import copy_rows
+from fleet.choices import ActivitySource
+from fleet.models import Cluster
+from ledger.choices import RollupScope
+from ledger.models import GpuUsage, HourlyRollup
+from ledger.store import copy_rows
 from quotas.models import (
-    GPU_RESOURCE,
     ClusterQueue,
     ClusterQueueSample,
     Cohort,

@@ -41,11 +41,13 @@ from django.shortcuts import get_object_or_404
 from django.urls import NoReverseMatch, reverse
 
 from core import plotting
-from core.decorators import chart_view, choice_param, int_param
 from core.ranges import TimeRange
 from core.timewindows import floor_time
-from fleet.choices import ActivitySource, RollupScope
-from fleet.models import MIG_COMPUTE_SLICES, Cluster, Gpu, GpuUsage, HourlyRollup, Node
+from dashboard.decorators import chart_view, choice_param, int_param
+from fleet.choices import ActivitySource
+from fleet.models import MIG_COMPUTE_SLICES, Cluster, Gpu, Node
+from ledger.choices import RollupScope
+from ledger.models import GpuUsage, HourlyRollup
 from quotas.access import visible_team_ids
 from quotas.models import Team, Workload
 

@@ -22,9 +22,9 @@ from django.utils.dateparse import parse_datetime
 from tqdm import tqdm
 
 from core.timewindows import windows_between
-from fleet.collector import Collector, CollectResult
 from fleet.models import Cluster
 from fleet.prometheus import PrometheusError
+from ledger.collector import Collector, CollectResult
 
 
 def _parse_moment(value: str, option: str) -> datetime:

@@ -1,4 +1,4 @@
-"""Celery tasks of the fleet app: thin glue over ``fleet.collector`` and ``fleet.rollup``.
+"""Celery tasks of the fleet app: thin glue over ``ledger.collector`` and ``ledger.rollup``.
 
 Tasks take ids and primitives, re-read what they need and are idempotent: a doubled beat tick
 finds the cursor claimed (or already past the window) and does nothing (STYLE rules 11-13).
@@ -14,10 +14,10 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from fleet import rollup
-from fleet.collector import collect_cluster
 from fleet.models import Cluster, IngestRun
 from fleet.prometheus import PrometheusError
+from ledger import rollup
+from ledger.collector import collect_cluster
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ class TransientPrometheusError(Exception):
     """Raised by ``collect_metrics`` for a transient Prometheus failure, so Celery retries it."""
 
 
-@shared_task(name="fleet.tasks.collect_metrics_all")
+@shared_task(name="ledger.tasks.collect_metrics_all")
 def collect_metrics_all() -> list[int]:
     """Fan out one ``collect_metrics`` per enabled cluster that has a Prometheus URL."""
     Cluster.objects.ensure_from_settings()
@@ -43,7 +43,7 @@ def collect_metrics_all() -> list[int]:
 
 
 @shared_task(
-    name="fleet.tasks.collect_metrics",
+    name="ledger.tasks.collect_metrics",
     autoretry_for=(TransientPrometheusError,),
     retry_backoff=2,
     retry_backoff_max=30,
@@ -51,7 +51,7 @@ def collect_metrics_all() -> list[int]:
     max_retries=3,
 )
 def collect_metrics(cluster_id: int) -> dict[str, Any]:
-    """Collect one cluster's missed and newest windows (see ``fleet.collector``)."""
+    """Collect one cluster's missed and newest windows (see ``ledger.collector``)."""
     try:
         cluster = Cluster.objects.get(pk=cluster_id)
     except Cluster.DoesNotExist:
@@ -70,7 +70,7 @@ def collect_metrics(cluster_id: int) -> dict[str, Any]:
     return result.as_dict()
 
 
-@shared_task(name="fleet.tasks.prune_usage")
+@shared_task(name="ledger.tasks.prune_usage")
 def prune_usage() -> dict[str, int]:
     """Drop per-window usage, rollups and run records older than their retention."""
     now = timezone.now()

@@ -41,14 +41,13 @@ from django.db.models import Case, Exists, F, IntegerField, OuterRef, Q, Sum, Va
 from django.db.models.functions import Concat, TruncDay, TruncMonth
 
 from core import figures
-from fleet.choices import RollupScope
-from fleet.models import Cluster, HourlyRollup, Node
+from fleet.models import Cluster, Node
+from ledger.choices import RateKind, RollupScope
+from ledger.models import HourlyRollup, RateCard
 from quotas.models import (
     ClusterQueue,
     Cohort,
     LocalQueue,
-    RateCard,
-    RateKind,
     ResourceFlavor,
     Team,
     TeamNamespace,

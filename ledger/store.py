@@ -35,8 +35,9 @@ from core.batching import chunks
 from core.timewindows import Window
 from fleet import constants as c
 from fleet.ingest import GpuRow, PodAllocationRow, UsageRow, WindowBatch
-from fleet.models import Allocation, Cluster, Gpu, GpuUsage, Node, gpu_key
-from quotas.models import ClusterQueue, LocalQueue, TeamNamespace
+from fleet.models import Cluster, Gpu, Node, gpu_key
+from ledger.models import GpuUsage
+from quotas.models import Allocation, ClusterQueue, LocalQueue, TeamNamespace
 
 logger = logging.getLogger(__name__)
 
@@ -806,7 +807,6 @@ _ALLOCATION_COLUMNS = (
     "last_seen_at",
 )
 # What a window says about a pod, compared as one tuple against the stored row.
-_ALLOCATION_ATTRIBUTES = ("node_id", "node_name", "resource", "gpus")
 
 
 def _upsert_allocations(

@@ -31,9 +31,8 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 
-from fleet.choices import RollupScope
 from fleet.models import Cluster
-from quotas.chargeback import (
+from ledger.chargeback import (
     UNATTRIBUTED,
     ChargebackError,
     Figures,
@@ -46,6 +45,7 @@ from quotas.chargeback import (
     restriction,
     utc_text,
 )
+from ledger.choices import RollupScope
 from quotas.models import ClusterQueue, Team, Workload
 
 UNALLOCATED = "__unallocated__"
@@ -65,7 +65,6 @@ SINGLE_KEYS: dict[str, tuple[str, str]] = {
     "flavor": ("flavor", "flavor"),
 }
 # Keys that workload rollups can answer, for multi-key and label aggregation.
-WORKLOAD_KEYS = frozenset(SINGLE_KEYS) - {"node", "flavor"}
 ID_BATCH = 500
 # Far beyond any chargeback limit, small enough that datetime arithmetic cannot overflow.
 MAX_DURATION_SECONDS = 100 * 365 * 86400

@@ -22,16 +22,11 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from core import plotting
-from core.decorators import chart_view, choice_param
 from core.ranges import CUSTOM, TimeRange
 from core.timewindows import hour_floor
-from fleet.charts import live_series, promql_string
-from fleet.choices import PodLabelStyle, RollupScope
-from fleet.constants import DCGM_METRICS
-from fleet.models import Allocation, Gpu, GpuUsage
-from quotas.choices import TransitionKind
-from quotas.models import Workload, WorkloadTransition
-from quotas.views import (
+from dashboard.decorators import chart_view, choice_param
+from dashboard.fleet_charts import live_series, promql_string
+from dashboard.quota_views import (
     WORKLOAD_LIVE_SPAN,
     _get_cluster_queue_for_user,
     _get_cohort_for_user,
@@ -39,6 +34,13 @@ from quotas.views import (
     _get_workload_for_user,
     rollups_in_range,
 )
+from fleet.choices import PodLabelStyle
+from fleet.constants import DCGM_METRICS
+from fleet.models import Gpu
+from ledger.choices import RollupScope
+from ledger.models import GpuUsage
+from quotas.choices import TransitionKind
+from quotas.models import Allocation, Workload, WorkloadTransition
 
 logger = logging.getLogger(__name__)
 

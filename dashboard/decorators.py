@@ -23,8 +23,8 @@ from django.shortcuts import render
 from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_safe
 
-from core.freshness import current_freshness
 from core.ranges import RangeError, hidden_params, parse_range, picker_links
+from fleet.freshness import current_freshness
 
 logger = logging.getLogger(__name__)
 

@@ -14,11 +14,11 @@ One run (``Collector.run``), driven by Celery beat every ``GPULEDGER_COLLECT_SEC
    kube-state-metrics GPU requests of Running pods with their node, and the pods' Kueue labels.
    One window → instant queries at its end; several → range queries with step = window, chunked so
    an answer stays under ``RANGE_POINTS_PER_QUERY`` points and Prometheus' 11,000 points/series.
-4. Per window, oldest first: ``fleet.ingest.build_window`` → ``fleet.store.write_window``, the
+4. Per window, oldest first: ``fleet.ingest.build_window`` → ``ledger.store.write_window``, the
    cursor advance and a success ``IngestRun`` in ONE transaction, so a window is in the database
    with its bookkeeping or not at all. A failure stops the run there: the cursor stays, a failed
    ``IngestRun`` says why, and the next run starts again at that window.
-5. Roll up every hour the run touched (``fleet.rollup.roll_up_hour``), plus the hour of the window
+5. Roll up every hour the run touched (``ledger.rollup.roll_up_hour``), plus the hour of the window
    the cursor stood on, so the last window of an hour is never left un-rolled.
 
 ``Collector.backfill`` fills an explicit historical range the same way (``manage.py
@@ -46,12 +46,14 @@ from django.utils import timezone
 
 from core.timewindows import Window, ensure_aware, last_complete_window, windows_between
 from fleet import constants as c
-from fleet.choices import IngestSource, IngestStatus, PodLabelStyle, RollupScope
+from fleet.choices import IngestSource, IngestStatus, PodLabelStyle
 from fleet.ingest import IngestStats, WindowInput, build_window, split_matrix
-from fleet.models import Cluster, CollectionCursor, Gpu, HourlyRollup, IngestRun
+from fleet.models import Cluster, CollectionCursor, Gpu, IngestRun
 from fleet.prometheus import PrometheusClient, PrometheusError
-from fleet.rollup import hours_touched, roll_up_hour
-from fleet.store import write_window
+from ledger.choices import RollupScope
+from ledger.models import HourlyRollup
+from ledger.rollup import hours_touched, roll_up_hour
+from ledger.store import write_window
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
 from django.urls import path
 
-from quotas import charts, views
+from dashboard import quota_charts as charts
+from dashboard import quota_views as views
 
 app_name = "quotas"
 

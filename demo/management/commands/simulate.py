@@ -17,13 +17,13 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from tqdm import tqdm
 
+from demo.simulation import SCRAPE_SECONDS, FleetSimulator
 from fleet.choices import IngestSource, IngestStatus
 from fleet.constants import DCGM_METRICS
 from fleet.ingest import IngestStats, WindowInput, build_window
 from fleet.models import Cluster, IngestRun
-from fleet.rollup import roll_up_range
-from fleet.simulation import SCRAPE_SECONDS, FleetSimulator
-from fleet.store import write_window
+from ledger.rollup import roll_up_range
+from ledger.store import write_window
 from quotas.ingest import build_queue_samples, build_snapshot, snapshot_from_lists
 from quotas.models import Team
 from quotas.store import write_queue_samples, write_snapshot

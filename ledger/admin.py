@@ -1,0 +1,60 @@
+from django.contrib import admin
+
+from core.admin import CollectorOwnedAdmin
+from ledger.models import GpuUsage, HourlyRollup, RateCard
+
+
+@admin.register(GpuUsage)
+class GpuUsageAdmin(CollectorOwnedAdmin):
+    list_display = [
+        "window_end",
+        "gpu_key",
+        "namespace",
+        "pod",
+        "gpus",
+        "activity",
+        "activity_source",
+        "shared",
+    ]
+    list_filter = ["cluster", "allocated", "activity_source", "shared"]
+    search_fields = ["pod", "namespace", "gpu_key"]
+    date_hierarchy = "window_end"
+    show_full_result_count = False
+    raw_id_fields = ["gpu", "workload", "local_queue", "cluster_queue", "team"]
+
+
+@admin.register(HourlyRollup)
+class HourlyRollupAdmin(CollectorOwnedAdmin):
+    list_display = [
+        "hour",
+        "scope",
+        "key",
+        "flavor",
+        "allocated_gpu_hours",
+        "active_gpu_hours",
+        "idle_gpu_hours",
+        "borrowed_gpu_hours",
+    ]
+    list_filter = ["scope", "cluster", "flavor"]
+    search_fields = ["key"]
+    date_hierarchy = "hour"
+    show_full_result_count = False
+    raw_id_fields = ["team", "cluster_queue", "workload"]
+
+
+@admin.register(RateCard)
+class RateCardAdmin(admin.ModelAdmin):
+    """Prices are effective-dated: add a card with a later date instead of editing a used one."""
+
+    list_display = [
+        "kind",
+        "flavor",
+        "gpu_model",
+        "price_per_gpu_hour",
+        "currency",
+        "effective_from",
+        "note",
+    ]
+    list_filter = ["kind", "currency", "flavor", "gpu_model"]
+    search_fields = ["flavor", "gpu_model", "note"]
+    date_hierarchy = "effective_from"

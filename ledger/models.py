@@ -1,0 +1,390 @@
+"""The join: per-window GPU usage per allocation, hourly rollups of every figure, rate cards.
+
+The tables keep the names they had before this app existed (``db_table``), so the move from
+``fleet`` and ``quotas`` changed no data (migrations ``ledger.0001``, ``fleet.0004``,
+``quotas.0002``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from core import figures
+from fleet.choices import ActivitySource
+from fleet.models import Cluster, Gpu
+from ledger.choices import RateKind, RollupScope
+from quotas.models import ClusterQueue, LocalQueue, Team, Workload, default_currency
+
+
+class GpuUsageQuerySet(models.QuerySet["GpuUsage"]):
+    def allocated(self) -> GpuUsageQuerySet:
+        return self.filter(allocated=True)
+
+    def idle(self, threshold: float | None = None) -> GpuUsageQuerySet:
+        """Allocated GPU-windows with telemetry whose activity is below the idle threshold."""
+        limit = settings.GPULEDGER_IDLE_THRESHOLD if threshold is None else threshold
+        return self.allocated().filter(activity__lt=limit)
+
+    def in_window(self, start: datetime, end: datetime) -> GpuUsageQuerySet:
+        return self.filter(window_end__gt=start, window_end__lte=end)
+
+
+class GpuUsage(models.Model):
+    """One GPU (or one pod's share of it) over one collection window.
+
+    Rows for allocated GPUs without any DCGM series have ``gpu`` empty and ``activity`` null:
+    "no data", never idle. Unallocated GPUs have rows too, so capacity is exact per window.
+
+    The foreign keys have no database constraint (``db_constraint=False``). This is the
+    high-volume fact table (50,000 rows a window per 50,000-GPU cluster), and PostgreSQL's
+    deferred checks of six foreign keys per row cost ~0.4 s at each window's commit, nearly
+    as much as the COPY of the rows itself (bench/ingest_pure.py). Integrity is kept by the
+    only writer, ``ledger.store.write_window``, which takes every id from the database in the
+    same transaction, and by Django, which still applies ``on_delete`` (CASCADE, SET_NULL)
+    when the referenced rows are deleted through the ORM. The indexes remain. Trade-off: a
+    delete that bypasses the ORM (raw SQL, ``_raw_delete``), or an ORM delete of a workload,
+    queue or team that commits while a window referencing it is being written, leaves a
+    dangling id here instead of failing the write (the id then matches no row: joins lose the
+    owner, and reading the relation on an instance raises ``DoesNotExist``).
+    """
+
+    cluster = models.ForeignKey(
+        Cluster,
+        related_name="usage",
+        on_delete=models.CASCADE,
+        db_constraint=False,
+    )
+    window_start = models.DateTimeField()
+    window_end = models.DateTimeField(help_text="A window is (start, end]; samples end it.")
+    gpu = models.ForeignKey(
+        Gpu,
+        related_name="usage",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        db_constraint=False,
+    )
+    gpu_key = models.CharField(
+        max_length=400,
+        help_text="host/UUID/GPU_I_ID, or empty for allocated GPUs with no DCGM series.",
+    )
+    namespace = models.CharField(max_length=253, blank=True)
+    pod = models.CharField(max_length=253, blank=True)
+    container = models.CharField(max_length=253, blank=True)
+    node_name = models.CharField(max_length=253, blank=True)
+    flavor = models.CharField(max_length=253, blank=True)
+    gpu_model = models.CharField(max_length=200, blank=True)
+    workload = models.ForeignKey(
+        Workload,
+        related_name="usage",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        db_constraint=False,
+    )
+    local_queue = models.ForeignKey(
+        LocalQueue,
+        related_name="usage",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        db_constraint=False,
+    )
+    cluster_queue = models.ForeignKey(
+        ClusterQueue,
+        related_name="usage",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        db_constraint=False,
+    )
+    team = models.ForeignKey(
+        Team,
+        related_name="usage",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        db_constraint=False,
+    )
+    allocated = models.BooleanField(help_text="Held by a running pod in this window.")
+    gpus = models.FloatField(
+        help_text=(
+            "GPUs this row stands for: 1 per whole GPU, slices/7 per MIG instance, divided by "
+            "the pods sharing a time-sliced GPU; N for N allocated GPUs without telemetry."
+        ),
+    )
+    capacity_gpus = models.FloatField(
+        default=0.0,
+        help_text="Physical capacity this row carries (0 on the extra rows of a shared GPU).",
+    )
+    shared = models.BooleanField(default=False, help_text="Time-sliced between several pods.")
+    sm_active = models.FloatField(null=True, blank=True)
+    pipe_tensor_active = models.FloatField(null=True, blank=True)
+    dram_active = models.FloatField(null=True, blank=True)
+    gr_engine_active = models.FloatField(null=True, blank=True)
+    gpu_util = models.FloatField(null=True, blank=True, help_text="DCGM_FI_DEV_GPU_UTIL, 0-100.")
+    fb_used_mib = models.FloatField(null=True, blank=True)
+    activity = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="SM_ACTIVE, else GR_ENGINE_ACTIVE; null = no telemetry.",
+    )
+    activity_source = models.CharField(
+        max_length=20,
+        choices=ActivitySource.choices,
+        default=ActivitySource.NONE,
+    )
+    samples = models.PositiveIntegerField(default=0, help_text="Activity samples in the window.")
+    expected_samples = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = GpuUsageQuerySet.as_manager()
+
+    class Meta:
+        db_table = "fleet_gpuusage"
+        ordering = ["-window_end", "gpu_key", "namespace", "pod"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "window_end", "gpu_key", "namespace", "pod"],
+                name="fleet_gpuusage_window_gpu_pod",
+            ),
+        ]
+        indexes = [
+            # Rollup of one hour: all rows of a cluster in (hour, hour + 1h].
+            models.Index(fields=["cluster", "window_end"], name="fleet_usage_cluster_window"),
+            # Workload page and idle-workload alerts: one workload's recent windows.
+            models.Index(fields=["workload", "window_end"], name="fleet_usage_workload_window"),
+            # GPU page: one GPU over time.
+            models.Index(fields=["gpu", "window_end"], name="fleet_usage_gpu_window"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_key or 'no-telemetry'} {self.namespace}/{self.pod} @ {self.window_end}"
+
+
+class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
+    def for_scope(self, scope: str) -> HourlyRollupQuerySet:
+        return self.filter(scope=scope)
+
+    def between(self, start: datetime, end: datetime) -> HourlyRollupQuerySet:
+        return self.filter(hour__gte=start, hour__lt=end)
+
+
+class HourlyRollup(models.Model):
+    """Every figure of DESIGN "Figures" for one group, one hour, one flavor / GPU model.
+
+    ``key`` is the group's natural name (team name, ``namespace/name`` for namespaced objects,
+    node name, cluster name for the fleet); the optional foreign keys let pages join cheaply.
+    """
+
+    cluster = models.ForeignKey(Cluster, related_name="rollups", on_delete=models.CASCADE)
+    scope = models.CharField(max_length=20, choices=RollupScope.choices)
+    key = models.CharField(max_length=520)
+    hour = models.DateTimeField(help_text="Start of the hour (UTC).")
+    flavor = models.CharField(max_length=253, blank=True)
+    gpu_model = models.CharField(max_length=200, blank=True)
+    team = models.ForeignKey(
+        Team,
+        related_name="rollups",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+    )
+    cluster_queue = models.ForeignKey(
+        ClusterQueue,
+        related_name="rollups",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+    )
+    workload = models.ForeignKey(
+        Workload,
+        related_name="rollups",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+    )
+    capacity_gpu_hours = models.FloatField(default=0.0)
+    allocated_gpu_hours = models.FloatField(default=0.0)
+    telemetry_gpu_hours = models.FloatField(
+        default=0.0,
+        help_text="Allocated GPU-hours that have telemetry.",
+    )
+    active_gpu_hours = models.FloatField(default=0.0, help_text="Σ activity × GPU-hours.")
+    idle_gpu_hours = models.FloatField(default=0.0)
+    shared_gpu_hours = models.FloatField(default=0.0)
+    fallback_gpu_hours = models.FloatField(
+        default=0.0,
+        help_text="Telemetry GPU-hours whose activity came from GR_ENGINE_ACTIVE.",
+    )
+    tensor_active_gpu_hours = models.FloatField(default=0.0)
+    tensor_covered_gpu_hours = models.FloatField(default=0.0)
+    gpu_util_gpu_hours = models.FloatField(
+        default=0.0,
+        help_text="Σ GPU_UTIL/100 × GPU-hours, for 'busy but not working'.",
+    )
+    gpu_util_covered_gpu_hours = models.FloatField(default=0.0)
+    busy_not_working_gpu_hours = models.FloatField(
+        default=0.0,
+        help_text="Allocated GPU-hours with GPU_UTIL high while SM_ACTIVE is low.",
+    )
+    nominal_gpu_hours = models.FloatField(default=0.0)
+    borrowed_gpu_hours = models.FloatField(default=0.0)
+    lent_gpu_hours = models.FloatField(default=0.0)
+    pending_gpu_hours = models.FloatField(default=0.0)
+    peak_allocated_gpus = models.FloatField(default=0.0)
+    windows = models.PositiveIntegerField(default=0, help_text="Collection windows rolled in.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = HourlyRollupQuerySet.as_manager()
+
+    class Meta:
+        db_table = "fleet_hourlyrollup"
+        ordering = ["-hour", "scope", "key"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "scope", "key", "hour", "flavor", "gpu_model"],
+                name="fleet_rollup_identity",
+            ),
+        ]
+        indexes = [
+            # Chargeback and pages: one scope over a time range, grouped by key.
+            models.Index(fields=["scope", "hour", "key"], name="fleet_rollup_scope_hour"),
+            # Team page: one team's hours.
+            models.Index(fields=["team", "scope", "hour"], name="fleet_rollup_team_hour"),
+            # ClusterQueue page: one queue's hours.
+            models.Index(
+                fields=["cluster_queue", "scope", "hour"],
+                name="fleet_rollup_cq_hour",
+            ),
+            # Workload page and workload chargeback.
+            models.Index(fields=["workload", "hour"], name="fleet_rollup_workload_hour"),
+            # Busy-but-not-working page, per workload over a range (busy_by_workload):
+            # partial (only group-hours that had any) and carrying every summed column, so
+            # PostgreSQL answers 30 days of 50,000 workloads with an index-only scan. Plain key
+            # columns rather than INCLUDE, which SQLite does not support.
+            models.Index(
+                fields=[
+                    "scope",
+                    "hour",
+                    "workload",
+                    "team",
+                    "busy_not_working_gpu_hours",
+                    "allocated_gpu_hours",
+                    "gpu_util_gpu_hours",
+                    "gpu_util_covered_gpu_hours",
+                    "active_gpu_hours",
+                    "telemetry_gpu_hours",
+                    "peak_allocated_gpus",
+                ],
+                condition=Q(busy_not_working_gpu_hours__gt=0),
+                name="fleet_rollup_busy_hour",
+            ),
+            # Chargeback (ledger.chargeback.aggregate_pieces): one scope over a range, summed
+            # per (cluster, key, flavor, GPU model) as an index-only scan, so a year by team
+            # reads ~200 MB of index instead of the whole table (bench/RESULTS.md).
+            models.Index(
+                fields=["scope", "hour"],
+                include=[
+                    "cluster",
+                    "key",
+                    "flavor",
+                    "gpu_model",
+                    "capacity_gpu_hours",
+                    "allocated_gpu_hours",
+                    "telemetry_gpu_hours",
+                    "active_gpu_hours",
+                    "idle_gpu_hours",
+                    "nominal_gpu_hours",
+                    "borrowed_gpu_hours",
+                    "lent_gpu_hours",
+                    "pending_gpu_hours",
+                ],
+                name="fleet_rollup_chargeback",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope}:{self.key} {self.hour:%Y-%m-%d %H:00}"
+
+    @property
+    def utilization(self) -> float | None:
+        return figures.utilization(self.active_gpu_hours, self.telemetry_gpu_hours)
+
+    @property
+    def telemetry_coverage(self) -> float | None:
+        return figures.telemetry_coverage(self.telemetry_gpu_hours, self.allocated_gpu_hours)
+
+
+class RateCardQuerySet(models.QuerySet["RateCard"]):
+    def in_currency(self, currency: str) -> RateCardQuerySet:
+        return self.filter(currency=currency)
+
+
+class RateCard(models.Model):
+    """A price per GPU-hour for one flavor, one GPU model, or everything else, from a date on.
+
+    A new price is a new card with a later ``effective_from``; each hour is priced with the card
+    in force when it starts, so past periods keep their price. A flavor card beats a GPU-model
+    card, which beats a default card (both empty).
+    """
+
+    kind = models.CharField(
+        max_length=16,
+        choices=RateKind.choices,
+        default=RateKind.ALLOCATED,
+    )
+    flavor = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="ResourceFlavor name this price is for; empty = not flavor-specific.",
+    )
+    gpu_model = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="GPU model (DCGM modelName), used when no flavor card matches.",
+    )
+    price_per_gpu_hour = models.DecimalField(
+        max_digits=14,
+        decimal_places=6,
+        help_text="Price of one GPU-hour (credit per lent GPU-hour for lending cards).",
+    )
+    currency = models.CharField(
+        max_length=3,
+        default=default_currency,
+        help_text="ISO 4217; only cards in GPULEDGER_CURRENCY are used.",
+    )
+    effective_from = models.DateTimeField(
+        help_text="Hours starting at or after this instant use this price.",
+    )
+    note = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = RateCardQuerySet.as_manager()
+
+    class Meta:
+        db_table = "quotas_ratecard"
+        ordering = ["kind", "flavor", "gpu_model", "-effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "flavor", "gpu_model", "currency", "effective_from"],
+                name="quotas_ratecard_effective",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(flavor="") | models.Q(gpu_model=""),
+                name="quotas_ratecard_one_target",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(price_per_gpu_hour__gte=0),
+                name="quotas_ratecard_price_not_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        target = self.flavor or self.gpu_model or "default"
+        return f"{self.kind} {target} {self.price_per_gpu_hour} {self.currency}"
