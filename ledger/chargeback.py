@@ -585,6 +585,9 @@ def check_window(start: datetime, end: datetime, *, start_name: str, end_name: s
 def resolve_cluster(name: str | None) -> Cluster | None:
     if not name:
         return None
+    if "\x00" in name:
+        # PostgreSQL rejects NUL in text; no cluster can have it in its name.
+        raise ChargebackError("cluster", "must not contain NUL characters")
     cluster = Cluster.objects.filter(name=name).first()
     if cluster is None:
         raise ChargebackError("cluster", f"unknown cluster {name!r}")

@@ -381,6 +381,7 @@ def test_csv_quotes_fields_as_rfc_4180(staff_client, scenario):
         ({"group_by": "team", "start": "2026-02-02T00:00:00Z"}, "end", "must be after start"),
         ({"group_by": "team", "start": "2024-12-01T00:00:00Z"}, "end", "longer than 400 days"),
         ({"group_by": "team", "cluster": "nope"}, "cluster", "unknown cluster"),
+        ({"group_by": "team", "cluster": "c\x00"}, "cluster", "NUL"),
     ],
 )
 def test_bad_parameters_get_a_400_naming_the_parameter(
