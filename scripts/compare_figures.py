@@ -6,8 +6,9 @@ Start the code before and after a change on copies of one database (the after co
         --user admin --password … --start 2026-11-23T00:00:00Z --end 2026-11-30T00:00:00Z
 
 It fetches the chargeback API for every grouping (whole range and per hour), the OpenCost
-allocation API, and the visible text of every page for that custom range, and prints each
-difference. Exit status 1 when anything differs. Only loopback URLs are accepted.
+allocation API, and the visible text of every list page and of a few detail pages of each kind
+(team, cohort, queue, workload, node, GPU) for that custom range, and prints each difference.
+Exit status 1 when anything differs. Only loopback URLs are accepted.
 """
 
 from __future__ import annotations
@@ -94,6 +95,23 @@ def page_text(session: requests.Session, url: str) -> list[str]:
     ]
 
 
+def detail_pages(session: requests.Session, base: str, per_kind: int) -> list[str]:
+    """Paths of a few detail pages of each kind, found through the read API."""
+
+    def first(kind: str) -> list[dict]:
+        answer = session.get(f"{base}/api/v1/{kind}/", params={"limit": per_kind}, timeout=60)
+        return answer.json()["results"]
+
+    return [
+        *(f"/teams/{row['name']}/" for row in first("teams")),
+        *(f"/cohorts/{row['cluster']}/{row['name']}/" for row in first("cohorts")),
+        *(f"/queues/{row['cluster']}/{row['name']}/" for row in first("cluster-queues")),
+        *(f"/workloads/{row['id']}/" for row in first("workloads")),
+        *(f"/fleet/nodes/{row['id']}/" for row in first("nodes")),
+        *(f"/fleet/gpus/{row['id']}/" for row in first("gpus")),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("before")
@@ -103,6 +121,9 @@ def main() -> int:
     parser.add_argument("--start", required=True)
     parser.add_argument("--end", required=True)
     parser.add_argument("--extra-page", action="append", default=[], help="More page paths.")
+    parser.add_argument(
+        "--details", type=int, default=3, help="Detail pages of each kind (default 3)."
+    )
     args = parser.parse_args()
     for base in (args.before, args.after):
         if urlparse(base).hostname not in ("127.0.0.1", "localhost", "::1"):
@@ -133,7 +154,8 @@ def main() -> int:
             api("/api/v1/chargeback/", {**window, "group_by": group, "step": step})
     api("/api/v1/allocation", {"window": f"{args.start},{args.end}", "aggregate": "namespace"})
     custom = f"range=custom&start={args.start}&end={args.end}"
-    for path in (*PAGES, *args.extra_page):
+    details = detail_pages(sessions[args.before], args.before, args.details)
+    for path in (*PAGES, *details, *args.extra_page):
         url = f"{path}{'&' if '?' in path else '?'}{custom}"
         compare(
             f"page {url}",
