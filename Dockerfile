@@ -1,7 +1,9 @@
 # GPU Ledger: one image for web (gunicorn), Celery worker and beat.
 FROM python:3.11-slim-bookworm
 
-ENV PYTHONDONTWRITEBYTECODE=1 \
+# DEBUG is off in the image: it refuses to start without a real SECRET_KEY (or SECRET_KEY_FILE).
+ENV DEBUG=false \
+    PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -16,7 +18,8 @@ COPY . .
 # plotly.js is served from static/vendor/, taken from the pinned plotly package (never a CDN).
 RUN mkdir -p static/vendor \
     && cp "$(python -c 'import plotly, os; print(os.path.join(os.path.dirname(plotly.__file__), "package_data", "plotly.min.js"))')" static/vendor/plotly.min.js \
-    && DEBUG=false SECRET_KEY=collectstatic-only python manage.py collectstatic --no-input
+    && SECRET_KEY=collectstatic-only-never-used-to-sign-anything-at-run-time \
+       CACHE_URL=locmem:// python manage.py collectstatic --no-input
 
 USER gpuledger
 EXPOSE 8000

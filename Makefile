@@ -12,6 +12,18 @@ PORT ?= 8000
 
 .PHONY: demo run worker beat test lint format bench system-deps venv vendor clean
 
+# Local runs (demo, run, worker, beat) are development runs: DEBUG on, a secret key created once
+# in .demo-secret-key (git-ignored) so logins survive restarts, and an in-process cache for the
+# single dev server. Production sets its own environment (README "Running it for real").
+DEV_ENV = DEBUG=$${DEBUG:-true} SECRET_KEY="$${SECRET_KEY:-$$(cat .demo-secret-key)}" \
+	CACHE_URL=$${CACHE_URL:-locmem://}
+# Checks that load the settings without serving anything (lint, migrations check).
+CHECK_ENV = DJANGO_SETTINGS_MODULE=config.settings_test
+
+.demo-secret-key:
+	$(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > $@
+	chmod 600 $@
+
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
@@ -28,22 +40,22 @@ static/vendor/plotly.min.js: $(VENV)/.installed
 vendor: static/vendor/plotly.min.js
 
 ## demo: venv, install, migrate, simulate a 7-day fleet, create a demo admin, serve on :8000
-demo: venv vendor
-	$(MANAGE) migrate --no-input
-	$(MANAGE) simulate --days $(DEMO_DAYS) --seed $(DEMO_SEED) --reset
-	$(MANAGE) demo_users
-	$(MANAGE) runserver $(HOST):$(PORT)
+demo: venv vendor .demo-secret-key
+	$(DEV_ENV) $(MANAGE) migrate --no-input
+	$(DEV_ENV) $(MANAGE) simulate --days $(DEMO_DAYS) --seed $(DEMO_SEED) --reset
+	$(DEV_ENV) $(MANAGE) demo_users
+	$(DEV_ENV) $(MANAGE) runserver $(HOST):$(PORT)
 
 ## run: the web server on the current database
-run: venv vendor
-	$(MANAGE) migrate --no-input
-	$(MANAGE) runserver $(HOST):$(PORT)
+run: venv vendor .demo-secret-key
+	$(DEV_ENV) $(MANAGE) migrate --no-input
+	$(DEV_ENV) $(MANAGE) runserver $(HOST):$(PORT)
 
-worker: venv
-	$(VENV)/bin/celery -A config worker --loglevel=INFO
+worker: venv .demo-secret-key
+	$(DEV_ENV) $(VENV)/bin/celery -A config worker --loglevel=INFO
 
-beat: venv
-	$(VENV)/bin/celery -A config beat --loglevel=INFO
+beat: venv .demo-secret-key
+	$(DEV_ENV) $(VENV)/bin/celery -A config beat --loglevel=INFO
 
 # System packages the integration tests drive: Prometheus, Chromium, docker-compose (validation only).
 system-deps:
@@ -58,14 +70,16 @@ system-deps:
 
 ## test: install what the tests need, start what they need, run the whole suite
 test: venv vendor system-deps
-	docker-compose -f docker-compose.yml config -q
+	# Compose refuses to render without SECRET_KEY and POSTGRES_PASSWORD (from .env); any validates.
+	SECRET_KEY=compose-config-validation-only POSTGRES_PASSWORD=compose-config-validation-only \
+	  docker-compose -f docker-compose.yml config -q
 	bash scripts/services.sh
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy .
+	$(CHECK_ENV) $(VENV)/bin/mypy .
 
 format: venv
 	$(VENV)/bin/ruff format .

@@ -1,11 +1,14 @@
 """GPU Ledger settings.
 
-Everything comes from the environment through the small typed helpers below. The defaults run
-locally with no set-up: SQLite in the project folder, DEBUG on, Redis on 127.0.0.1. Every variable
-is listed in ``.env.example`` and in the README.
+Everything comes from the environment through the small typed helpers below. The defaults are
+safe rather than convenient: DEBUG is off and a real SECRET_KEY is required unless DEBUG is
+switched on explicitly (``make demo`` and ``make test`` set what they need); SQLite in the project
+folder and Redis on 127.0.0.1 otherwise. Every variable is listed in ``.env.example`` and in the
+README.
 """
 
 import os
+import secrets
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -72,12 +75,28 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-DEBUG = env_bool("DEBUG", True)
+# Values that are not secrets: shipped in examples and old defaults, or too short to be random.
+PLACEHOLDER_SECRET_KEYS = frozenset({"change-me", "change-me-in-env", "changeme", "secret"})
+MIN_SECRET_KEY_LENGTH = 32
+
+DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_secret("SECRET_KEY")
 if not SECRET_KEY:
     if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off")
-    SECRET_KEY = "gpuledger-insecure-development-key-do-not-use-in-production"  # noqa: S105
+        raise ImproperlyConfigured(
+            "SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off: generate one with "
+            "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+        )
+    # A development server with no key gets a random one: sessions end when it restarts, and no
+    # known key ever signs anything.
+    SECRET_KEY = secrets.token_urlsafe(50)
+elif not DEBUG and (
+    SECRET_KEY in PLACEHOLDER_SECRET_KEYS or len(SECRET_KEY) < MIN_SECRET_KEY_LENGTH
+):
+    raise ImproperlyConfigured(
+        f"SECRET_KEY is a placeholder or shorter than {MIN_SECRET_KEY_LENGTH} characters: set a "
+        "random one (python -c 'import secrets; print(secrets.token_urlsafe(50))')"
+    )
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -92,9 +111,10 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "axes",
     "core",
     "fleet",
     "quotas",
@@ -112,6 +132,15 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into its lockout response.
+    "axes.middleware.AxesMiddleware",
+]
+
+AUTHENTICATION_BACKENDS = [
+    # First, so a locked-out user or address is refused before the password is checked.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -193,6 +222,53 @@ SILENCED_SYSTEM_CHECKS += ["models.W040"]
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
+# Content-Security-Policy: every page loads only this site's own files (plotly.js, Swagger UI and
+# ReDoc are served from static/). Plotly and Swagger UI set inline styles, hence 'unsafe-inline'
+# for styles only; no inline or foreign script runs.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:", "blob:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "worker-src": ["'self'", "blob:"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+
+# The cache holds the API's throttle counters, so every web process must share it: Redis. A
+# single-process development server may use CACHE_URL=locmem:// instead.
+CACHE_URL = env_secret("CACHE_URL", "redis://127.0.0.1:6379/1")
+if CACHE_URL.startswith(("redis://", "rediss://")):
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+    }
+elif CACHE_URL.startswith("locmem://"):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+else:
+    raise ImproperlyConfigured(f"CACHE_URL={CACHE_URL!r} must be redis://, rediss:// or locmem://")
+
+# Login lockout (django-axes): after GPULEDGER_LOGIN_FAILURES wrong passwords for one username from
+# one address, that pair is locked for GPULEDGER_LOGIN_LOCKOUT_MINUTES; staff unlock it earlier
+# in the admin ("Access attempts": delete the row) or with `manage.py axes_reset_username NAME`.
+AXES_FAILURE_LIMIT = env_int("GPULEDGER_LOGIN_FAILURES", 5, minimum=1)
+GPULEDGER_LOGIN_LOCKOUT_MINUTES = env_int("GPULEDGER_LOGIN_LOCKOUT_MINUTES", 30, minimum=1)
+AXES_COOLOFF_TIME = GPULEDGER_LOGIN_LOCKOUT_MINUTES / 60.0
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "front/locked_out.html"
+# Behind the ingress the client address is in X-Forwarded-For; count it only when told to.
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
+    if env_bool("GPULEDGER_TRUST_X_FORWARDED_FOR", False)
+    else ["REMOTE_ADDR"]
+)
+
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
 LOGGING = {
     "version": 1,
@@ -210,7 +286,6 @@ LOGGING = {
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
         "quotas.api.auth.ApiTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -236,6 +311,12 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "GPU allocation, real utilization, borrowing and chargeback for Kueue fleets.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and its Swagger UI / ReDoc pages are for signed-in users (sessions or tokens).
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Swagger UI and ReDoc come from the drf-spectacular-sidecar package, never from a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Celery ---------------------------------------------------------------------------------

@@ -1,7 +1,17 @@
 """Test settings: the base settings with what tests need overridden, nothing else."""
 
-from config.settings import *  # noqa: F403
-from config.settings import env_str
+import os
+
+# Settings are read as for a development server (plain HTTP, no HSTS or secure-only cookies);
+# pytest-django still runs each test with DEBUG off. `check --deploy` in .ci/run covers the
+# production settings, and tests/core/test_settings.py the defaults.
+os.environ.setdefault("DEBUG", "true")
+os.environ.setdefault("SECRET_KEY", "tests-only-" + "x" * 40)
+# One process per test run: the throttle counters need no sharing across processes here.
+os.environ.setdefault("CACHE_URL", "locmem://")
+
+from config.settings import *  # noqa: E402, F403
+from config.settings import env_str  # noqa: E402
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Tests hit the API in tight loops; throttling has its own test that sets rates explicitly.

@@ -1,7 +1,12 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerSplitView,
+)
 
 api_v1 = [
     path("", include("fleet.api.urls")),
@@ -15,7 +20,17 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The split view serves Swagger UI's start-up script as a file: no inline script (CSP).
+    path(
+        "api/docs/",
+        login_required(SpectacularSwaggerSplitView.as_view(url_name="api-schema")),
+        name="api-docs",
+    ),
+    path(
+        "api/redoc/",
+        login_required(SpectacularRedocView.as_view(url_name="api-schema")),
+        name="api-redoc",
+    ),
     path("", include("core.urls")),
     path("", include("dashboard.urls_quotas")),
     path("", include("dashboard.urls_fleet")),

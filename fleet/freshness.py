@@ -16,6 +16,7 @@ from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 from django.utils.timesince import timesince
 
+from core.errors import public_summary
 from fleet.choices import IngestSource, IngestStatus
 from fleet.models import Cluster, IngestRun
 
@@ -39,7 +40,8 @@ class SourceFreshness:
     source: str
     source_label: str
     last_status: str
-    last_error: str
+    last_error: str  # public_summary: no hosts, URLs or paths
+    last_error_detail: str  # the full text, for staff
     last_success_at: datetime | None
     stale: bool
     failing: bool
@@ -165,7 +167,8 @@ def current_freshness(now: datetime | None = None) -> Freshness:
                 source=source.value,
                 source_label=source.label,
                 last_status=last.status,
-                last_error=last.error[:300],
+                last_error=public_summary(last.error),
+                last_error_detail=last.error[:300],
                 last_success_at=ok_at,
                 stale=stale,
                 failing=failing,

@@ -12,6 +12,7 @@ from fleet.choices import (
     PodLabelStyle,
     PrometheusAuth,
 )
+from fleet.secrets import validate_secret_env_name
 
 
 class ClusterQuerySet(models.QuerySet["Cluster"]):
@@ -59,9 +60,11 @@ class Cluster(models.Model):
     prometheus_secret_env = models.CharField(
         max_length=200,
         blank=True,
+        validators=[validate_secret_env_name],
         help_text=(
-            "Name of the environment variable that holds the bearer token or basic-auth password "
-            "(secrets stay out of the database; NAME_FILE is read too)."
+            "Name of the environment variable that holds the bearer token or basic-auth password, "
+            "starting with GPULEDGER_SECRET_ (secrets stay out of the database; NAME_FILE is "
+            "read too)."
         ),
     )
     prometheus_ca_bundle = models.CharField(

@@ -13,9 +13,7 @@ HTTP status code we need to tell transient from permanent failures, and retries 
 from __future__ import annotations
 
 import logging
-import os
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import requests
@@ -23,6 +21,7 @@ from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from core.timewindows import ensure_aware
+from fleet import secrets
 from fleet.choices import PrometheusAuth
 from fleet.ingest import IngestError, parse_query_response
 
@@ -48,21 +47,11 @@ class PrometheusError(Exception):
 
 
 def read_secret(env_name: str) -> str:
-    """The secret in ``$NAME``, or in the file ``$NAME_FILE`` names (Docker/Kubernetes secrets)."""
-    path = os.environ.get(f"{env_name}_FILE")
-    if path:
-        try:
-            return Path(path).read_text().strip()
-        except OSError as exc:
-            raise PrometheusError(
-                f"{env_name}_FILE={path!r} cannot be read: {exc}", permanent=True
-            ) from exc
-    value = os.environ.get(env_name, "")
-    if not value:
-        raise PrometheusError(
-            f"neither {env_name} nor {env_name}_FILE is set in the environment", permanent=True
-        )
-    return value
+    """The named ``GPULEDGER_SECRET_…`` secret (fleet.secrets), as a permanent error if missing."""
+    try:
+        return secrets.read_secret(env_name)
+    except secrets.SecretError as exc:
+        raise PrometheusError(str(exc), permanent=True) from exc
 
 
 class PrometheusClient:

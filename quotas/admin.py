@@ -1,5 +1,7 @@
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.urls import reverse
 
 from core.admin import CollectorOwnedAdmin
 from quotas.models import (
@@ -153,7 +155,10 @@ class AllocationAdmin(CollectorOwnedAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    """The key is shown once, in the message after saving a new token; only its hash is kept."""
+    """A new token's key is shown once, on the page that answers the "Add" form; only its
+    SHA-256 is kept. The key is never put in a message (messages travel in a signed, readable
+    cookie) nor in the session.
+    """
 
     list_display = ["name", "user", "scope", "prefix", "created_at", "last_used_at", "expires_at"]
     list_filter = ["scope"]
@@ -166,10 +171,23 @@ class ApiTokenAdmin(admin.ModelAdmin):
         if not change:
             key = ApiToken.generate_key()
             obj.set_key(key)
-            super().save_model(request, obj, form, change)
-            messages.warning(
-                request,
-                f"Token key (shown only now, store it safely): {key}",
-            )
-            return
+            # Kept on this request only, for response_add below.
+            request._new_api_token_key = key  # type: ignore[attr-defined]
         super().save_model(request, obj, form, change)
+
+    def response_add(self, request: HttpRequest, obj: ApiToken, post_url_continue=None):  # type: ignore[no-untyped-def]
+        key = getattr(request, "_new_api_token_key", None)
+        if key is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "API token created",
+            "token": obj,
+            "key": key,
+            "changelist_url": reverse("admin:quotas_apitoken_changelist"),
+        }
+        response = TemplateResponse(request, "admin/quotas/apitoken/created.html", context)
+        # The key must not stay in any cache between here and the admin's browser.
+        response["Cache-Control"] = "no-store"
+        return response

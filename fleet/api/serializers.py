@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from core.errors import public_summary
 from fleet.models import Cluster, Gpu, IngestRun, Node
 
 
@@ -89,6 +90,15 @@ class IngestRunSerializer(serializers.ModelSerializer):
     cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
         slug_field="name", read_only=True, allow_null=True
     )
+    error = serializers.SerializerMethodField(
+        help_text="Full error for staff; for others its first line without hosts, URLs or paths."
+    )
+
+    def get_error(self, run: IngestRun) -> str:
+        request = self.context.get("request")
+        if request is not None and request.user.is_staff:
+            return run.error
+        return public_summary(run.error)
 
     class Meta:
         model = IngestRun

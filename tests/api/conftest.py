@@ -23,7 +23,6 @@ from decimal import Decimal
 import pytest
 from django.contrib.auth.models import Group, User
 from django.core.cache import cache
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from fleet.models import Cluster, Node
@@ -317,8 +316,7 @@ def finance_token(finance_user):
 
 
 @pytest.fixture
-def personal_token_client(staff):
-    token = Token.objects.create(user=staff)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
-    return client
+def staff_token_key(staff):
+    """A full-scope API token of the staff user: the API's one kind of token."""
+    _token, key = ApiToken.issue(staff, "tests", ApiTokenScope.FULL)
+    return key

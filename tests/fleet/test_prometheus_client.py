@@ -145,12 +145,12 @@ def test_a_matrix_where_a_vector_was_asked_is_permanent(fake):
 def test_cluster_bearer_token_from_file_and_tenant_header_are_sent(fake, tmp_path, monkeypatch):
     secret = tmp_path / "token"
     secret.write_text("s3cret\n")
-    monkeypatch.setenv("PROM_TOKEN_FILE", str(secret))
+    monkeypatch.setenv("GPULEDGER_SECRET_PROM_TOKEN_FILE", str(secret))
     cluster = Cluster.objects.create(
         name="mimir",
         prometheus_url=fake.url + "/prometheus/",
         prometheus_auth=PrometheusAuth.BEARER,
-        prometheus_secret_env="PROM_TOKEN",
+        prometheus_secret_env="GPULEDGER_SECRET_PROM_TOKEN",
         prometheus_headers={"X-Scope-OrgID": "gpu"},
         prometheus_timeout_seconds=3,
     )
@@ -163,13 +163,13 @@ def test_cluster_bearer_token_from_file_and_tenant_header_are_sent(fake, tmp_pat
 
 @pytest.mark.django_db
 def test_cluster_basic_auth_reads_the_password_from_the_environment(fake, monkeypatch):
-    monkeypatch.setenv("PROM_PASSWORD", "pw")
+    monkeypatch.setenv("GPULEDGER_SECRET_PROM_PASSWORD", "pw")
     cluster = Cluster.objects.create(
         name="basic",
         prometheus_url=fake.url,
         prometheus_auth=PrometheusAuth.BASIC,
         prometheus_username="ledger",
-        prometheus_secret_env="PROM_PASSWORD",
+        prometheus_secret_env="GPULEDGER_SECRET_PROM_PASSWORD",
     )
     PrometheusClient.for_cluster(cluster).query("up", AT)
     expected = "Basic " + base64.b64encode(b"ledger:pw").decode()
@@ -178,13 +178,13 @@ def test_cluster_basic_auth_reads_the_password_from_the_environment(fake, monkey
 
 @pytest.mark.django_db
 def test_a_missing_secret_is_a_permanent_error(monkeypatch):
-    monkeypatch.delenv("NOPE", raising=False)
-    monkeypatch.delenv("NOPE_FILE", raising=False)
+    monkeypatch.delenv("GPULEDGER_SECRET_NOPE", raising=False)
+    monkeypatch.delenv("GPULEDGER_SECRET_NOPE_FILE", raising=False)
     cluster = Cluster.objects.create(
         name="nosecret",
         prometheus_url="http://127.0.0.1:9",
         prometheus_auth=PrometheusAuth.BEARER,
-        prometheus_secret_env="NOPE",
+        prometheus_secret_env="GPULEDGER_SECRET_NOPE",
     )
     with pytest.raises(PrometheusError, match="NOPE") as failure:
         PrometheusClient.for_cluster(cluster)
