@@ -725,26 +725,6 @@ def write_pending_positions(cluster: Cluster, positions: dict[Key, int]) -> int:
     return len(changed)
 
 
-def _claim(cluster: Cluster, owner: str, seconds: float) -> bool:
-    now = timezone.now()
-    cursor, _ = CollectionCursor.objects.get_or_create(cluster=cluster, source=IngestSource.KUEUE)
-    claimed = (
-        CollectionCursor.objects.filter(pk=cursor.pk)
-        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-        .update(claimed_by=owner, claimed_until=now + timedelta(seconds=seconds))
-    )
-    return claimed == 1
-
-
-def _release(cluster: Cluster, owner: str, window_end: datetime | None) -> None:
-    values: dict[str, Any] = {"claimed_by": "", "claimed_until": None}
-    if window_end is not None:
-        values["last_window_end"] = window_end
-    CollectionCursor.objects.filter(
-        cluster=cluster, source=IngestSource.KUEUE, claimed_by=owner
-    ).update(**values)
-
-
 def sync_cluster(
     cluster_id: int,
     watch_seconds: float = 0,
@@ -765,7 +745,9 @@ def sync_cluster(
     """
     cluster = Cluster.objects.get(pk=cluster_id)
     owner = f"sync-{uuid.uuid4().hex[:12]}"
-    if not _claim(cluster, owner, watch_seconds + CLAIM_SLACK_SECONDS):
+    now = timezone.now()
+    lease = now + timedelta(seconds=watch_seconds + CLAIM_SLACK_SECONDS)
+    if not CollectionCursor.objects.claim(cluster, IngestSource.KUEUE, owner, until=lease, now=now):
         raise SyncBusy(f"cluster {cluster.name} is being synced by another worker")
     run = IngestRun.objects.create(
         cluster=cluster,
@@ -797,7 +779,12 @@ def sync_cluster(
         run.save()
         raise
     finally:
-        _release(cluster, owner, sync.sampled_until if sync else None)
+        CollectionCursor.objects.release(
+            cluster,
+            IngestSource.KUEUE,
+            owner,
+            last_window_end=sync.sampled_until if sync else None,
+        )
         if own_client and client is not None:
             client.close()
     status = IngestStatus.PARTIAL if sync.errors or sync.skipped else IngestStatus.SUCCESS
