@@ -15,14 +15,11 @@ from django.utils import timezone
 
 from fleet.choices import IngestSource, IngestStatus
 from fleet.models import Cluster, CollectionCursor, IngestRun
+from quotas.constants import CLAIM_SLACK_SECONDS
 from quotas.kueue import KubeError, KueueClient
 from quotas.sync.cluster import ClusterSync
 
 logger = logging.getLogger(__name__)
-
-# The claim on a cluster covers the watch plus this much for the LIST and the writes; a worker
-# that died leaves a claim that expires on its own.
-CLAIM_SLACK_SECONDS = 600
 
 
 class SyncBusy(Exception):

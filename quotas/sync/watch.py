@@ -14,6 +14,12 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from quotas.constants import (
+    EVENT_BATCH_MAX,
+    EVENT_BATCH_SECONDS,
+    WATCH_RETRY_MAX_SECONDS,
+    WATCH_RETRY_SECONDS,
+)
 from quotas.kueue import KubeError, ResourceExpired
 from quotas.sync.objects import KIND_NAMES, Changes
 from quotas.sync.samples import sample_window, seconds_to_next_window
@@ -22,15 +28,6 @@ if TYPE_CHECKING:
     from quotas.sync.cluster import ClusterSync
 
 logger = logging.getLogger(__name__)
-
-# Watch events are written in batches: the first event of a batch waits at most this long, and a
-# batch holds at most this many objects. One second keeps pages fresh while a burst of changes
-# (a gang of 100 workloads admitted at once) becomes one write.
-EVENT_BATCH_SECONDS = 1.0
-EVENT_BATCH_MAX = 5000
-# A watch that failed transiently is reopened after this long (doubling, capped).
-WATCH_RETRY_SECONDS = 1.0
-WATCH_RETRY_MAX_SECONDS = 8.0
 
 
 def watch_events(
