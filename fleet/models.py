@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 
 from core.mig import MIG_COMPUTE_SLICES
 from fleet.choices import (
@@ -287,11 +291,61 @@ class IngestRun(models.Model):
         return f"{self.source} {self.status} {self.started_at:%Y-%m-%d %H:%M:%S}"
 
 
+class CollectionCursorQuerySet(models.QuerySet["CollectionCursor"]):
+    """The lease on a (cluster, source) cursor: one holder at a time, taken over once it expires.
+
+    The DCGM collector (``ledger.collector``) and the Kueue sync (``quotas.sync``) both hold it
+    while they work, so two workers never collect the same window or sync the same cluster.
+    """
+
+    def held_by(self, cluster: Cluster, source: str, holder: str) -> CollectionCursorQuerySet:
+        """The (cluster, source) cursor while ``holder`` holds its lease; empty once it does not."""
+        return self.filter(cluster=cluster, source=source, claimed_by=holder)
+
+    def claim(
+        self, cluster: Cluster, source: str, holder: str, *, until: datetime, now: datetime
+    ) -> bool:
+        """Lease the (cluster, source) cursor to ``holder`` until ``until``; True when it holds it.
+
+        The lease is taken when it is free, expired at ``now`` or already ``holder``'s (which
+        renews it), by a conditional UPDATE whose row count is checked (STYLE rule 11): of two
+        workers claiming at once, exactly one wins. The cursor row is created on first use.
+        """
+        cursor, _ = self.get_or_create(cluster=cluster, source=source)
+        free = Q(claimed_until__isnull=True) | Q(claimed_until__lt=now) | Q(claimed_by=holder)
+        taken = (
+            self.filter(pk=cursor.pk).filter(free).update(claimed_by=holder, claimed_until=until)
+        )
+        return taken == 1
+
+    def extend(self, cluster: Cluster, source: str, holder: str, *, until: datetime) -> bool:
+        """Renew ``holder``'s lease until ``until``; False when another worker has taken it."""
+        return self.held_by(cluster, source, holder).update(claimed_until=until) == 1
+
+    def release(
+        self,
+        cluster: Cluster,
+        source: str,
+        holder: str,
+        *,
+        last_window_end: datetime | None = None,
+    ) -> None:
+        """Give up ``holder``'s lease, moving the cursor to ``last_window_end`` when given.
+
+        Nothing changes when the lease is no longer ``holder``'s.
+        """
+        values: dict[str, Any] = {"claimed_by": "", "claimed_until": None}
+        if last_window_end is not None:
+            values["last_window_end"] = last_window_end
+        self.held_by(cluster, source, holder).update(**values)
+
+
 class CollectionCursor(models.Model):
     """The last complete window collected per (cluster, source), and who is collecting now.
 
-    Workers claim the next window with a conditional UPDATE on ``claimed_until`` whose row count
-    they check (STYLE rule 11), so two workers never collect the same window.
+    Workers lease the cursor through ``CollectionCursor.objects.claim`` / ``extend`` /
+    ``release``: conditional UPDATEs on ``claimed_by`` / ``claimed_until`` whose row counts are
+    checked (STYLE rule 11), so two workers never collect the same window.
     """
 
     cluster = models.ForeignKey(Cluster, related_name="cursors", on_delete=models.CASCADE)
@@ -300,6 +354,8 @@ class CollectionCursor(models.Model):
     claimed_by = models.CharField(max_length=200, blank=True)
     claimed_until = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = CollectionCursorQuerySet.as_manager()
 
     class Meta:
         ordering = ["cluster", "source"]

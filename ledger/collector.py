@@ -169,7 +169,6 @@ class Collector:
         self.window_seconds = int(window_seconds or settings.GPULEDGER_COLLECT_SECONDS)
         self.worker = worker or worker_identity()
         self._client = client
-        self._cursor_pk: int | None = None
         self._series_estimate = 0
         self.label_style = str(cluster.pod_label_style or PodLabelStyle.AUTO)
         self.queries = window_queries(self.label_style, self.window_seconds)
@@ -178,37 +177,19 @@ class Collector:
 
     def claim(self) -> bool:
         """Take the cursor's lease if it is free or expired; True when this worker holds it."""
-        cursor, _ = CollectionCursor.objects.get_or_create(
-            cluster=self.cluster, source=IngestSource.DCGM
-        )
-        self._cursor_pk = cursor.pk
         now = timezone.now()
-        taken = (
-            CollectionCursor.objects.filter(pk=cursor.pk)
-            .filter(
-                Q(claimed_until__isnull=True) | Q(claimed_until__lt=now) | Q(claimed_by=self.worker)
-            )
-            .update(claimed_by=self.worker, claimed_until=now + self._lease())
+        return CollectionCursor.objects.claim(
+            self.cluster, IngestSource.DCGM, self.worker, until=now + self._lease(), now=now
         )
-        return taken == 1
 
     def release(self) -> None:
-        if self._cursor_pk is None:
-            return
-        CollectionCursor.objects.filter(pk=self._cursor_pk, claimed_by=self.worker).update(
-            claimed_by="", claimed_until=None
-        )
+        CollectionCursor.objects.release(self.cluster, IngestSource.DCGM, self.worker)
 
     def _lease(self) -> timedelta:
         return timedelta(seconds=max(c.CLAIM_LEASE_SECONDS, 5 * self.window_seconds))
 
-    def _cursor_id(self) -> int:
-        if self._cursor_pk is None:
-            raise ClaimLostError("the cursor was never claimed")
-        return self._cursor_pk
-
     def _cursor(self) -> CollectionCursor:
-        return CollectionCursor.objects.get(pk=self._cursor_id())
+        return CollectionCursor.objects.get(cluster=self.cluster, source=IngestSource.DCGM)
 
     # --- entry points -----------------------------------------------------------------------
 
@@ -442,14 +423,15 @@ class Collector:
 
     def _advance(self, window: Window, contiguous_only: bool) -> None:
         """Renew the lease and move the cursor to ``window``; ClaimLostError if not ours."""
-        now = timezone.now()
-        mine = CollectionCursor.objects.filter(pk=self._cursor_id(), claimed_by=self.worker)
-        if mine.update(claimed_until=now + self._lease()) != 1:
+        cursors = CollectionCursor.objects
+        until = timezone.now() + self._lease()
+        if not cursors.extend(self.cluster, IngestSource.DCGM, self.worker, until=until):
             raise ClaimLostError(self.worker)
         if contiguous_only:
             position = Q(last_window_end__isnull=True) | Q(last_window_end=window.start)
         else:
             position = Q(last_window_end__isnull=True) | Q(last_window_end__lt=window.end)
+        mine = cursors.held_by(self.cluster, IngestSource.DCGM, self.worker)
         mine.filter(position).update(last_window_end=window.end)
 
     def _record_failure(

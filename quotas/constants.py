@@ -1,4 +1,6 @@
-"""Kueue / Kubernetes names the ingest layer reads, and its writer's batch sizes (STYLE rule 8)."""
+"""Kueue / Kubernetes names the ingest layer reads, its writer's batch sizes, and the sync's
+watch and claim timings (STYLE rule 8).
+"""
 
 from decimal import Decimal
 
@@ -84,3 +86,16 @@ LOOKUP_BATCH_SIZE = 900
 # Node.observed_at ("last seen") is refreshed once it is this old, not on every sync: comparing it
 # made every sync of the benchmark cluster rewrite all 6,250 node rows (bench/RESULTS.md).
 NODE_SEEN_REFRESH_SECONDS = 300
+
+# The sync's WATCH (quotas/sync/watch.py).
+# Watch events are written in batches: the first event of a batch waits at most this long, and a
+# batch holds at most this many objects. One second keeps pages fresh while a burst of changes
+# (a gang of 100 workloads admitted at once) becomes one write.
+EVENT_BATCH_SECONDS = 1.0
+EVENT_BATCH_MAX = 5000
+# A watch that failed transiently is reopened after this long (doubling, capped).
+WATCH_RETRY_SECONDS = 1.0
+WATCH_RETRY_MAX_SECONDS = 8.0
+# The sync's claim on a cluster (quotas/sync/run.py) covers the watch plus this much for the LIST
+# and the writes; a worker that died leaves a claim that expires on its own.
+CLAIM_SLACK_SECONDS = 600

@@ -1,0 +1,101 @@
+"""``sync_cluster``: one Kueue sync of one cluster under the cluster's cursor lease.
+
+Every run leaves an ``IngestRun`` (source ``kueue``). Two syncs of one cluster never overlap: a
+sync claims the cluster's ``CollectionCursor`` with a conditional UPDATE (STYLE rule 11) and
+releases it, with the last sampled window, when it ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from fleet.choices import IngestSource, IngestStatus
+from fleet.models import Cluster, CollectionCursor, IngestRun
+from quotas.constants import CLAIM_SLACK_SECONDS
+from quotas.kueue import KubeError, KueueClient
+from quotas.sync.cluster import ClusterSync
+
+logger = logging.getLogger(__name__)
+
+
+class SyncBusy(Exception):
+    """Another sync of the same cluster holds the claim."""
+
+
+def sync_cluster(
+    cluster_id: int,
+    watch_seconds: float = 0,
+    *,
+    watch_until: datetime | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    client: KueueClient | None = None,
+) -> IngestRun:
+    """LIST the cluster's Kueue objects, GPU pods and nodes, write them, then WATCH a while.
+
+    The watch lasts ``watch_seconds`` after the LIST, and ends at ``watch_until`` at the latest
+    (the task's next beat tick). Returns the run's ``IngestRun``: ``success``, ``partial`` (some
+    LIST failed or some objects were skipped; the rest is written and nothing is deleted for the
+    failed kinds) or ``failed``.
+    A failed run re-raises its ``KubeError`` (``permanent`` tells the caller whether to retry).
+    Raises ``SyncBusy`` when another sync of the cluster is running.
+    """
+    cluster = Cluster.objects.get(pk=cluster_id)
+    owner = f"sync-{uuid.uuid4().hex[:12]}"
+    now = timezone.now()
+    lease = now + timedelta(seconds=watch_seconds + CLAIM_SLACK_SECONDS)
+    if not CollectionCursor.objects.claim(cluster, IngestSource.KUEUE, owner, until=lease, now=now):
+        raise SyncBusy(f"cluster {cluster.name} is being synced by another worker")
+    run = IngestRun.objects.create(
+        cluster=cluster,
+        source=IngestSource.KUEUE,
+        status=IngestStatus.RUNNING,
+        started_at=timezone.now(),
+    )
+    sync: ClusterSync | None = None
+    own_client = client is None
+    try:
+        if client is None:
+            client = KueueClient.for_cluster(cluster, kubeconfig=kubeconfig, context=context)
+        sync = ClusterSync(cluster, client, run)
+        sync.relist()
+        if watch_until is not None:
+            watch_seconds = min(watch_seconds, (watch_until - timezone.now()).total_seconds())
+        if watch_seconds > 0:
+            sync.watch(watch_seconds)
+    except KubeError as exc:
+        failed = sync or ClusterSync(cluster, client, run)  # type: ignore[arg-type]
+        failed.errors.append(exc.message)
+        failed.finish(IngestStatus.FAILED)
+        logger.warning("cluster %s: Kueue sync failed: %s", cluster.name, exc.message)
+        raise
+    except Exception as exc:
+        run.status = IngestStatus.FAILED
+        run.finished_at = timezone.now()
+        run.error = f"{type(exc).__name__}: {exc}"
+        run.save()
+        raise
+    finally:
+        CollectionCursor.objects.release(
+            cluster,
+            IngestSource.KUEUE,
+            owner,
+            last_window_end=sync.sampled_until if sync else None,
+        )
+        if own_client and client is not None:
+            client.close()
+    status = IngestStatus.PARTIAL if sync.errors or sync.skipped else IngestStatus.SUCCESS
+    run = sync.finish(status)
+    logger.info(
+        "cluster %s: Kueue sync %s: read %d, wrote %d, skipped %d",
+        cluster.name,
+        run.status,
+        run.records_read,
+        run.rows_written,
+        run.skipped,
+    )
+    return run
