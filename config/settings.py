@@ -351,6 +351,10 @@ GPULEDGER_RELIST_SECONDS = env_int("GPULEDGER_RELIST_SECONDS", 300, minimum=5)
 GPULEDGER_CATCHUP_HOURS = env_int("GPULEDGER_CATCHUP_HOURS", 24, minimum=1)
 # The hour still being collected is re-rolled at most this often (complete hours always are).
 GPULEDGER_ROLLUP_SECONDS = env_int("GPULEDGER_ROLLUP_SECONDS", 300, minimum=0)
+# A collection or sync holds its cluster's lease this long, renewed every third of it by a
+# heartbeat while the worker lives (fleet/leases.py): a killed worker is taken over within it.
+GPULEDGER_LEASE_SECONDS = env_int("GPULEDGER_LEASE_SECONDS", 45, minimum=3)
+GPULEDGER_LEASE_HEARTBEAT = env_bool("GPULEDGER_LEASE_HEARTBEAT", True)
 GPULEDGER_USAGE_RETENTION_DAYS = env_int("GPULEDGER_USAGE_RETENTION_DAYS", 14, minimum=1)
 GPULEDGER_ROLLUP_RETENTION_DAYS = env_int("GPULEDGER_ROLLUP_RETENTION_DAYS", 400, minimum=1)
 # SM_ACTIVE below this is idle (DESIGN "Figures"); real idle GPUs report a small noise floor.

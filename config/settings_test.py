@@ -11,7 +11,7 @@ os.environ.setdefault("SECRET_KEY", "tests-only-" + "x" * 40)
 os.environ.setdefault("CACHE_URL", "locmem://")
 
 from config.settings import *  # noqa: E402, F403
-from config.settings import env_str  # noqa: E402
+from config.settings import env_bool, env_str  # noqa: E402
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Tests hit the API in tight loops; throttling has its own test that sets rates explicitly.
@@ -38,3 +38,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
     DATABASES["default"]["TEST"] = {  # noqa: F405
         "NAME": os.path.join(tempfile.gettempdir(), f"gpuledger-test-{os.getpid()}.sqlite3")
     }
+
+# Tests run inside a transaction that a heartbeat thread's own connection cannot see (and on
+# SQLite it would wait on the test's write lock): leases are renewed by the worker itself here,
+# and tests/fleet/test_leases.py switches the heartbeat on where it is the subject.
+GPULEDGER_LEASE_HEARTBEAT = env_bool("GPULEDGER_LEASE_HEARTBEAT", False)

@@ -137,6 +137,3 @@ QUERY_CONCURRENCY = 4
 # more than 11,000 points per series.
 RANGE_POINTS_PER_QUERY = 100_000
 RANGE_MAX_POINTS_PER_SERIES = 10_000
-# A claim on a cursor lasts this long and is renewed after every window; a worker that died
-# holding it is taken over once it expires.
-CLAIM_LEASE_SECONDS = 300

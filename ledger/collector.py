@@ -30,9 +30,6 @@ it contiguously, so live collection carries on from where it was.
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -48,6 +45,7 @@ from core.timewindows import Window, ensure_aware, last_complete_window, windows
 from fleet import constants as c
 from fleet.choices import IngestSource, IngestStatus, PodLabelStyle
 from fleet.ingest import IngestStats, WindowInput, build_window, split_matrix
+from fleet.leases import Lease, holder_identity
 from fleet.models import Cluster, CollectionCursor, Gpu, IngestRun
 from fleet.prometheus import PrometheusClient, PrometheusError
 from ledger.choices import RollupScope
@@ -73,6 +71,7 @@ class CollectResult:
 
     cluster: str
     claimed: bool = True
+    busy: str = ""  # who holds the lease, when not claimed
     windows: int = 0
     windows_skipped: int = 0
     rows_written: int = 0
@@ -89,10 +88,6 @@ class CollectResult:
             "hours_rolled_up": [hour.isoformat() for hour in self.hours_rolled_up],
             "last_window_end": self.last_window_end.isoformat() if self.last_window_end else None,
         }
-
-
-def worker_identity() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def window_queries(label_style: str, window_seconds: int) -> dict[str, str]:
@@ -167,7 +162,8 @@ class Collector:
     ) -> None:
         self.cluster = cluster
         self.window_seconds = int(window_seconds or settings.GPULEDGER_COLLECT_SECONDS)
-        self.worker = worker or worker_identity()
+        self.worker = worker or holder_identity("collect")
+        self.lease = Lease(cluster, IngestSource.DCGM, self.worker)
         self._client = client
         self._series_estimate = 0
         self.label_style = str(cluster.pod_label_style or PodLabelStyle.AUTO)
@@ -175,18 +171,18 @@ class Collector:
 
     # --- claim ------------------------------------------------------------------------------
 
-    def claim(self) -> bool:
-        """Take the cursor's lease if it is free or expired; True when this worker holds it."""
-        now = timezone.now()
-        return CollectionCursor.objects.claim(
-            self.cluster, IngestSource.DCGM, self.worker, until=now + self._lease(), now=now
-        )
+    def claim(self, result: CollectResult | None = None) -> bool:
+        """Take the cursor's lease (fleet.leases) if it is free or its holder stopped renewing it;
+        True when this worker holds it. Otherwise ``result`` learns who holds it."""
+        if self.lease.acquire():
+            return True
+        if result is not None:
+            result.claimed = False
+            result.busy = self.lease.busy_message("collected")
+        return False
 
     def release(self) -> None:
-        CollectionCursor.objects.release(self.cluster, IngestSource.DCGM, self.worker)
-
-    def _lease(self) -> timedelta:
-        return timedelta(seconds=max(c.CLAIM_LEASE_SECONDS, 5 * self.window_seconds))
+        self.lease.release()
 
     def _cursor(self) -> CollectionCursor:
         return CollectionCursor.objects.get(cluster=self.cluster, source=IngestSource.DCGM)
@@ -200,9 +196,8 @@ class Collector:
             now - timedelta(seconds=c.COLLECT_DELAY_SECONDS), self.window_seconds
         )
         result = CollectResult(cluster=self.cluster.name)
-        if not self.claim():
-            logger.info("cluster %s: cursor claimed by another worker, skipping", self.cluster)
-            result.claimed = False
+        if not self.claim(result):
+            logger.info("%s; skipping", result.busy)
             return result
         try:
             last_end = self._cursor().last_window_end
@@ -237,8 +232,7 @@ class Collector:
             progress(result.windows_skipped)
         if not todo:
             return result
-        if not self.claim():
-            result.claimed = False
+        if not self.claim(result):
             return result
         try:
             self._collect(todo, result, contiguous_only=True, progress=progress)
@@ -424,8 +418,7 @@ class Collector:
     def _advance(self, window: Window, contiguous_only: bool) -> None:
         """Renew the lease and move the cursor to ``window``; ClaimLostError if not ours."""
         cursors = CollectionCursor.objects
-        until = timezone.now() + self._lease()
-        if not cursors.extend(self.cluster, IngestSource.DCGM, self.worker, until=until):
+        if not self.lease.renew():
             raise ClaimLostError(self.worker)
         if contiguous_only:
             position = Q(last_window_end__isnull=True) | Q(last_window_end=window.start)

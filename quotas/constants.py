@@ -96,6 +96,3 @@ EVENT_BATCH_MAX = 5000
 # A watch that failed transiently is reopened after this long (doubling, capped).
 WATCH_RETRY_SECONDS = 1.0
 WATCH_RETRY_MAX_SECONDS = 8.0
-# The sync's claim on a cluster (quotas/sync/run.py) covers the watch plus this much for the LIST
-# and the writes; a worker that died leaves a claim that expires on its own.
-CLAIM_SLACK_SECONDS = 600

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,11 +26,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import urllib3
+import yaml
 from django.conf import settings
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
 
 from core.mig import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from quotas.constants import KUEUE_GROUP
@@ -302,12 +305,16 @@ class KueueClient:
         ``GPULEDGER_KUBE_CONTEXT``, else the kubeconfig's current context.
         """
         configuration = k8s.Configuration()
+        config_file = (
+            kubeconfig or settings.KUBECONFIG or os.path.expanduser(KUBE_CONFIG_DEFAULT_LOCATION)
+        )
+        source = "the in-cluster service account" if cluster.kube_in_cluster else config_file
         try:
             if cluster.kube_in_cluster:
                 k8s_config.load_incluster_config(client_configuration=configuration)
             else:
                 k8s_config.load_kube_config(
-                    config_file=kubeconfig or settings.KUBECONFIG or None,
+                    config_file=config_file,
                     context=context
                     or cluster.kube_context
                     or settings.GPULEDGER_KUBE_CONTEXT
@@ -315,9 +322,21 @@ class KueueClient:
                     client_configuration=configuration,
                     persist_config=False,
                 )
-        except (ConfigException, OSError, ValueError, TypeError) as exc:
+        except yaml.YAMLError as exc:
+            # A syntax error: name the file and the place, not a parser traceback.
+            where = getattr(exc, "problem_mark", None)
+            line = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
             raise KubeError(
-                f"cluster {cluster.name}: cannot load Kubernetes configuration: {exc}",
+                f"cluster {cluster.name}: kubeconfig {config_file} is not valid YAML{line}: "
+                f"{getattr(exc, 'problem', None) or exc}",
+                None,
+                True,
+                reason="Config",
+            ) from exc
+        except (ConfigException, OSError, ValueError, TypeError, AttributeError) as exc:
+            raise KubeError(
+                f"cluster {cluster.name}: cannot load Kubernetes configuration from {source}: "
+                f"{exc}",
                 None,
                 True,
                 reason="Config",

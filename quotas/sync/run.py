@@ -1,21 +1,20 @@
 """``sync_cluster``: one Kueue sync of one cluster under the cluster's cursor lease.
 
 Every run leaves an ``IngestRun`` (source ``kueue``). Two syncs of one cluster never overlap: a
-sync claims the cluster's ``CollectionCursor`` with a conditional UPDATE (STYLE rule 11) and
-releases it, with the last sampled window, when it ends.
+sync holds the cluster's lease (fleet.leases: a conditional UPDATE, STYLE rule 11, renewed by a
+heartbeat while the worker lives) and releases it, with the last sampled window, when it ends.
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.utils import timezone
 
 from fleet.choices import IngestSource, IngestStatus
-from fleet.models import Cluster, CollectionCursor, IngestRun
-from quotas.constants import CLAIM_SLACK_SECONDS
+from fleet.leases import Lease, holder_identity
+from fleet.models import Cluster, IngestRun
 from quotas.kueue import KubeError, KueueClient
 from quotas.sync.cluster import ClusterSync
 
@@ -45,11 +44,9 @@ def sync_cluster(
     Raises ``SyncBusy`` when another sync of the cluster is running.
     """
     cluster = Cluster.objects.get(pk=cluster_id)
-    owner = f"sync-{uuid.uuid4().hex[:12]}"
-    now = timezone.now()
-    lease = now + timedelta(seconds=watch_seconds + CLAIM_SLACK_SECONDS)
-    if not CollectionCursor.objects.claim(cluster, IngestSource.KUEUE, owner, until=lease, now=now):
-        raise SyncBusy(f"cluster {cluster.name} is being synced by another worker")
+    lease = Lease(cluster, IngestSource.KUEUE, holder_identity("sync"))
+    if not lease.acquire():
+        raise SyncBusy(lease.busy_message("synced"))
     run = IngestRun.objects.create(
         cluster=cluster,
         source=IngestSource.KUEUE,
@@ -80,12 +77,7 @@ def sync_cluster(
         run.save()
         raise
     finally:
-        CollectionCursor.objects.release(
-            cluster,
-            IngestSource.KUEUE,
-            owner,
-            last_window_end=sync.sampled_until if sync else None,
-        )
+        lease.release(last_window_end=sync.sampled_until if sync else None)
         if own_client and client is not None:
             client.close()
     status = IngestStatus.PARTIAL if sync.errors or sync.skipped else IngestStatus.SUCCESS

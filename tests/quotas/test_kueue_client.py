@@ -415,3 +415,30 @@ def test_the_fake_server_merge_patches_cluster_queues(make_kube_api) -> None:
     assert stored["spec"]["stopPolicy"] == "Hold"
     assert "resourceGroups" not in stored["spec"]
     assert int(stored["metadata"]["resourceVersion"]) > before
+
+
+def test_a_kubeconfig_that_is_not_yaml_is_a_permanent_error_naming_the_file(tmp_path: Path):
+    path = tmp_path / "kubeconfig"
+    path.write_text("apiVersion: v1\nclusters: [\n  - name: a\n    cluster: {server: x\n")
+
+    with pytest.raises(KubeError) as failure:
+        make_client(kubeconfig=str(path))
+
+    assert failure.value.permanent
+    assert str(path) in failure.value.message
+    assert "is not valid YAML (line" in failure.value.message
+
+
+@pytest.mark.django_db
+def test_sync_cluster_reports_a_broken_kubeconfig_without_a_traceback(tmp_path: Path):
+    from django.core.management import CommandError, call_command
+
+    path = tmp_path / "kubeconfig"
+    path.write_text("clusters: [unclosed\n")
+    Cluster.objects.create(name="broken")
+
+    with pytest.raises(CommandError) as failure:
+        call_command("sync_cluster", "--cluster", "broken", "--kubeconfig", str(path))
+
+    assert "sync of broken failed (permanent)" in str(failure.value)
+    assert f"kubeconfig {path} is not valid YAML" in str(failure.value)

@@ -81,9 +81,7 @@ class Command(BaseCommand):
                 "interrupted; windows written so far are kept, run the same command to resume"
             ) from exc
         if not result.claimed:
-            raise CommandError(
-                f"cluster {name} is being collected by another worker; try again when it is done"
-            )
+            raise CommandError(f"{result.busy}; try again when it is done")
         self.stdout.write(
             f"{cluster.name}: {result.windows} windows collected, "
             f"{result.windows_skipped} already done, {result.rows_written} usage rows, "
