@@ -473,9 +473,10 @@ def differences(expected: dict[tuple, tuple], actual: dict[tuple, tuple]) -> int
 
 def measure(cluster_id: int, runs: int, path: str) -> dict[str, float]:
     from ledger import rollup
+    from ledger.rollup import postgres
 
-    saved = rollup.FAST_PATH_VENDORS
-    rollup.FAST_PATH_VENDORS = saved if path == "fast" else ()
+    saved = postgres.FAST_PATH_VENDORS
+    postgres.FAST_PATH_VENDORS = saved if path == "fast" else ()
     walls, cpus, backends = [], [], []
     written = 0
     try:
@@ -490,7 +491,7 @@ def measure(cluster_id: int, runs: int, path: str) -> dict[str, float]:
             if pg_before is not None and pg_after is not None:
                 backends.append(pg_after - pg_before)
     finally:
-        rollup.FAST_PATH_VENDORS = saved
+        postgres.FAST_PATH_VENDORS = saved
     return {
         "wall_min": min(walls),
         "wall_median": statistics.median(walls),

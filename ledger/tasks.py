@@ -1,4 +1,4 @@
-"""Celery tasks of the fleet app: thin glue over ``ledger.collector`` and ``ledger.rollup``.
+"""Celery tasks of the ledger app: thin glue over ``ledger.collector`` and ``ledger.rollup``.
 
 Tasks take ids and primitives, re-read what they need and are idempotent: a doubled beat tick
 finds the cursor claimed (or already past the window) and does nothing (STYLE rules 11-13).

@@ -69,7 +69,7 @@ class Command(BaseCommand):
         )
         if options["verbosity"] < 2:
             # One progress bar instead of a log line per window and per hour.
-            for name in ("fleet", "quotas"):
+            for name in ("fleet", "quotas", "ledger"):
                 logging.getLogger(name).setLevel(logging.WARNING)
         sim = FleetSimulator(seed=options["seed"], end=end, days=days, step_seconds=step)
         windows = list(sim.windows())

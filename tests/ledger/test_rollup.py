@@ -650,7 +650,7 @@ def test_hours_touched_refuses_naive_times():
 def test_prune_usage_drops_old_usage_and_samples_in_batches_and_keeps_rollups(
     scenario, monkeypatch
 ):
-    monkeypatch.setattr(rollup, "PRUNE_BATCH_SIZE", 4)
+    monkeypatch.setattr(rollup.prune, "PRUNE_BATCH_SIZE", 4)
     roll_up_range(scenario.cluster.pk, H0, H1 + MINUTE)
     rollups = snapshot()
 
@@ -668,7 +668,7 @@ def test_prune_usage_drops_old_usage_and_samples_in_batches_and_keeps_rollups(
 
 
 def test_prune_rollups_drops_only_hours_before_the_cut(scenario, monkeypatch):
-    monkeypatch.setattr(rollup, "PRUNE_BATCH_SIZE", 3)
+    monkeypatch.setattr(rollup.prune, "PRUNE_BATCH_SIZE", 3)
     roll_up_range(scenario.cluster.pk, H0, H1 + MINUTE)
     hour_one = snapshot_hour(H1)
     old = HourlyRollup.objects.filter(hour=H0).count()
@@ -814,7 +814,7 @@ def test_the_postgresql_fast_path_writes_the_figures_of_the_portable_path(
     # When the hour is rolled up by each path
     fast_written = roll_up_hour(cluster.pk, H0)
     fast = rollups_by_identity()
-    monkeypatch.setattr(rollup, "FAST_PATH_VENDORS", ())
+    monkeypatch.setattr(rollup.postgres, "FAST_PATH_VENDORS", ())
     portable_written = roll_up_hour(cluster.pk, H0)
     portable = rollups_by_identity()
 

@@ -1,0 +1,29 @@
+"""``FleetSimulator``: the scenario's fleet, moved by the scheduler, rendered for both upstreams."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from core.timewindows import Window
+from demo.simulation import kubernetes, prometheus, scheduler
+from demo.simulation.scenario import SimFleet
+
+
+class FleetSimulator(SimFleet):
+    """Plays the scenario forward window by window; see the ``demo.simulation`` docstring."""
+
+    def advance(self, now: datetime) -> None:
+        """Move the world to ``now``: finish, preempt, admit, start pods."""
+        scheduler.advance(self, now)
+
+    def prometheus_window(self, window: Window) -> dict[str, list[dict]]:
+        """The Prometheus answers the collector would get for ``window`` (vector result items).
+
+        Keys: the DCGM metric keys of ``fleet.constants.DCGM_METRICS`` prefixed ``avg:`` and
+        ``count:``, plus ``gpu_requests`` and ``pod_labels``.
+        """
+        return prometheus.window_answers(self, window)
+
+    def kube_lists(self, at: datetime) -> dict[str, dict]:
+        """LIST payloads per ``quotas.ingest.snapshot_from_lists`` keyword, as of ``at``."""
+        return kubernetes.list_payloads(self, at)

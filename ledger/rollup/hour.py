@@ -1,0 +1,163 @@
+"""One cluster-hour rolled up end to end: recompute every row, replace the old ones in one go.
+
+``roll_up_hour`` locks the cluster, computes the usage figures of every scope (``postgres`` on
+PostgreSQL, else ``portable``), names the groups, adds the quota figures of the hour's
+ClusterQueue samples (``quota``), then deletes the cluster-hour's rows and inserts the new ones
+in the same transaction. ``roll_up_range`` does that hour by hour; ``hours_touched`` says which
+hours newly written windows belong to.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+
+from core.mig import GPU_RESOURCE
+from core.timewindows import ensure_aware, hour_floor
+from fleet.models import Cluster
+from ledger.choices import RollupScope
+from ledger.models import GpuUsage, HourlyRollup
+from ledger.rollup.figures import QUOTA_FIGURES, USAGE_FIGURES
+from ledger.rollup.groups import FOREIGN_KEYS, name_rows, quota_groups, usage_groups
+from ledger.rollup.portable import usage_rows
+from ledger.rollup.postgres import copy_rollups, fast_path_applies, fast_usage_rows
+from ledger.rollup.quota import flavor_models, quota_rows
+from quotas.models import ClusterQueueSample
+
+logger = logging.getLogger(__name__)
+
+HOUR = timedelta(hours=1)
+# Rollup rows per INSERT. An hour of a synthetic 50,000-GPU cluster wrote 39,524 rows, 2,000 per
+# statement in about 0.2 s each; 2,000 × 28 columns stays under PostgreSQL's 65,535 parameters.
+ROLLUP_BATCH_SIZE = 2_000
+
+
+def _merge_usage(target: dict[str, Any], row: dict[str, Any]) -> None:
+    """Fold a second usage row of one identity in; only when a group's object vanished meanwhile.
+
+    Its peak is then the larger of the two peaks, a lower bound of the true one.
+    """
+    for figure in USAGE_FIGURES:
+        target[figure] += row[figure]
+    for figure in ("peak_allocated_gpus", "windows"):
+        target[figure] = max(target[figure], row[figure])
+
+
+def _compute_rows(cluster: Cluster, hour: datetime) -> list[dict[str, Any]]:
+    """The cluster-hour's rollup rows as HourlyRollup field values (defaults left out)."""
+    end = hour + HOUR
+    usage = GpuUsage.objects.filter(cluster_id=cluster.pk, window_end__gt=hour, window_end__lte=end)
+    samples = ClusterQueueSample.objects.filter(
+        cluster_queue__cluster_id=cluster.pk,
+        resource=GPU_RESOURCE,
+        sampled_at__gt=hour,
+        sampled_at__lte=end,
+    )
+    rows: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    fleet_rows: list[dict[str, Any]] = []
+    fast = fast_usage_rows(cluster, hour, end) if fast_path_applies() else None
+    for group in usage_groups(cluster.name):
+        found = fast[group.scope] if fast is not None else usage_rows(usage, group)
+        name_rows(group, found)
+        if group.scope == RollupScope.FLEET:
+            fleet_rows = found
+        for row in found:
+            identity = (group.scope, row["key"], row["flavor"], row["gpu_model"])
+            for figure in (*USAGE_FIGURES, "peak_allocated_gpus"):
+                row[figure] = row[figure] or 0.0
+            if group.allocated_only:
+                # Capacity belongs to fleet, node and flavor rows (DESIGN "Figures").
+                row["capacity_gpu_hours"] = 0.0
+            for name in FOREIGN_KEYS:
+                row.setdefault(name, None)
+            if identity in rows:
+                _merge_usage(rows[identity], row)
+            else:
+                rows[identity] = row
+
+    models = flavor_models(cluster.pk, fleet_rows)
+    for group in quota_groups(cluster.name):
+        for row in quota_rows(samples, group):
+            model = models.get(row["flavor"], "")
+            identity = (group.scope, row["key"], row["flavor"], model)
+            target = rows.setdefault(
+                identity,
+                {"key": row["key"], "flavor": row["flavor"], "gpu_model": model, "windows": 0},
+            )
+            for figure in QUOTA_FIGURES:
+                target[figure] = row[figure] or 0.0
+            target["windows"] = max(target["windows"], row["windows"])
+            for name in FOREIGN_KEYS:
+                if target.get(name) is None:
+                    target[name] = row.get(name)
+
+    return [
+        {"cluster_id": cluster.pk, "scope": scope, "hour": hour, **values}
+        for (scope, _key, _flavor, _model), values in rows.items()
+    ]
+
+
+def _insert_rows(rows: list[dict[str, Any]]) -> None:
+    """Insert new rollup rows: binary COPY with the fast path, batched INSERTs otherwise.
+
+    The 21,602 rows of a 50,000-GPU hour: COPY 0.7-1.2 s, bulk_create 1.6-2.7 s, of which 1.0 s
+    of this process's CPU building one placeholder per value (0.05 s for COPY, which also skips
+    building model instances); the server's share, mostly index upkeep, was 0.5 s either way.
+    """
+    if fast_path_applies():
+        copy_rollups(rows)
+        return
+    HourlyRollup.objects.bulk_create(
+        [HourlyRollup(**row) for row in rows], batch_size=ROLLUP_BATCH_SIZE
+    )
+
+
+def roll_up_hour(cluster_id: int, hour: datetime) -> int:
+    """(Re)compute every rollup row of one cluster-hour; returns the rows written.
+
+    ``hour`` is floored to the start of its hour. The cluster row is locked (FOR NO KEY UPDATE,
+    which does not block usage inserts) so two rollups of one cluster run one after the other and
+    the later one sees the later data.
+    """
+    hour = hour_floor(hour)
+    with transaction.atomic():
+        cluster = (
+            Cluster.objects.select_for_update(no_key=True).only("pk", "name").get(pk=cluster_id)
+        )
+        new_rows = _compute_rows(cluster, hour)
+        deleted, _ = HourlyRollup.objects.filter(cluster_id=cluster_id, hour=hour).delete()
+        _insert_rows(new_rows)
+    logger.info(
+        "Rolled up cluster %s hour %s: %d rows written, %d replaced",
+        cluster.name,
+        hour.isoformat(),
+        len(new_rows),
+        deleted,
+    )
+    return len(new_rows)
+
+
+def roll_up_range(cluster_id: int, start: datetime, end: datetime) -> int:
+    """Roll up every hour that touches ``[start, end)``; returns the rows written."""
+    start = ensure_aware(start)
+    end = ensure_aware(end)
+    written = 0
+    hour = hour_floor(start)
+    while hour < end:
+        written += roll_up_hour(cluster_id, hour)
+        hour += HOUR
+    return written
+
+
+def hours_touched(window_ends: Iterable[datetime]) -> list[datetime]:
+    """The hours that windows ending at these times belong to, oldest first, once each.
+
+    A window ``(start, end]`` belongs to the hour containing its start, so a window ending on the
+    hour belongs to the hour before.
+    """
+    epsilon = timedelta(microseconds=1)
+    return sorted({hour_floor(ensure_aware(end) - epsilon) for end in window_ends})
