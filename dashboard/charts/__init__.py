@@ -1,6 +1,6 @@
 """The small JSON views behind each Plotly figure, one module per page (STYLE rule 16).
 
-Each is decorated with ``@chart_view`` (login as 401 JSON, GET, ``request.time_range``),
+Each is decorated with ``@chart_view`` (login as 401 JSON, GET, the time range as an argument),
 reads through ``dashboard.queries`` (or ``dashboard.live`` for detail series) and returns a
 ``core.plotting.figure``; ``parts`` holds what the figures share. ``static/js/charts.js`` draws
 every element with a ``data-chart-url``.

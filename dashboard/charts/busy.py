@@ -15,8 +15,7 @@ from dashboard.queries.rollups import fleet_hours
 
 
 @chart_view
-def busy_teams_chart(request: HttpRequest) -> dict[str, Any]:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def busy_teams_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
     teams = busy_by_team(time_range)[:RANKING_SIZE]
     teams.reverse()
     return team_ranking(
@@ -30,8 +29,7 @@ def busy_teams_chart(request: HttpRequest) -> dict[str, Any]:
 
 
 @chart_view
-def busy_time_chart(request: HttpRequest) -> dict[str, Any]:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def busy_time_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
     rows = fleet_hours(time_range)
     hours = time_range.complete_hours()
     x = x_axis(hours)

@@ -29,9 +29,10 @@ from quotas.choices import TransitionKind
 
 
 @chart_view
-def cluster_queue_usage_chart(request: HttpRequest, cluster: str, name: str) -> dict[str, Any]:
+def cluster_queue_usage_chart(
+    request: HttpRequest, time_range: TimeRange, cluster: str, name: str
+) -> dict[str, Any]:
     """Allocated per flavor (stacked), nominal, borrowed, lent, real use and pending demand."""
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
     queue = get_cluster_queue_for_user(request, cluster, name)
     hours = time_range.complete_hours()
     rows = queue_hours(queue, time_range)
@@ -93,9 +94,10 @@ def cluster_queue_usage_chart(request: HttpRequest, cluster: str, name: str) -> 
 
 
 @chart_view
-def cluster_queue_evictions_chart(request: HttpRequest, cluster: str, name: str) -> dict[str, Any]:
+def cluster_queue_evictions_chart(
+    request: HttpRequest, time_range: TimeRange, cluster: str, name: str
+) -> dict[str, Any]:
     """Evictions and preemptions of the queue's workloads per hour, by kind and reason."""
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
     queue = get_cluster_queue_for_user(request, cluster, name)
     series: dict[str, dict[datetime, int]] = defaultdict(dict)
     for row in evictions_per_hour(queue, time_range):

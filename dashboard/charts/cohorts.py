@@ -29,9 +29,10 @@ def _queue(row: Any) -> str:
 
 
 @chart_view
-def cohort_usage_chart(request: HttpRequest, cluster: str, name: str) -> dict[str, Any]:
+def cohort_usage_chart(
+    request: HttpRequest, time_range: TimeRange, cluster: str, name: str
+) -> dict[str, Any]:
     """Allocated GPUs per member ClusterQueue, stacked, against the members' nominal sum."""
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
     cohort = get_cohort_for_user(request, cluster, name)
     hours = time_range.complete_hours()
     rows = member_hours(cohort.pk, time_range)
@@ -67,9 +68,10 @@ def cohort_usage_chart(request: HttpRequest, cluster: str, name: str) -> dict[st
 
 
 @chart_view
-def cohort_borrowing_chart(request: HttpRequest, cluster: str, name: str) -> dict[str, Any]:
+def cohort_borrowing_chart(
+    request: HttpRequest, time_range: TimeRange, cluster: str, name: str
+) -> dict[str, Any]:
     """Borrowed (above zero) and lent (below zero) GPUs per member ClusterQueue, stacked."""
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
     cohort = get_cohort_for_user(request, cluster, name)
     hours = time_range.complete_hours()
     rows = member_hours(cohort.pk, time_range)

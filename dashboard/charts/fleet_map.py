@@ -14,8 +14,7 @@ from dashboard.queries.now import latest_windows
 
 
 @chart_view
-def map_chart(request: HttpRequest) -> dict[str, Any]:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def map_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
     query = MapQuery.from_request(request)
     windows = latest_windows()
     page, _ = map_page(request, query, windows)

@@ -109,14 +109,12 @@ def gpu_metric_figure(gpu: Gpu, time_range: TimeRange, *, memory: bool) -> dict[
 
 
 @chart_view
-def gpu_activity_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def gpu_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int) -> dict[str, Any]:
     gpu = get_object_or_404(Gpu.objects.select_related("cluster"), pk=pk)
     return gpu_metric_figure(gpu, time_range, memory=False)
 
 
 @chart_view
-def gpu_memory_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def gpu_memory_chart(request: HttpRequest, time_range: TimeRange, pk: int) -> dict[str, Any]:
     gpu = get_object_or_404(Gpu.objects.select_related("cluster"), pk=pk)
     return gpu_metric_figure(gpu, time_range, memory=True)

@@ -81,7 +81,6 @@ def node_activity_figure(node: Node, time_range: TimeRange) -> dict[str, Any]:
 
 
 @chart_view
-def node_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def node_chart(request: HttpRequest, time_range: TimeRange, pk: int) -> dict[str, Any]:
     node = get_object_or_404(Node.objects.select_related("cluster"), pk=pk)
     return node_activity_figure(node, time_range)

@@ -15,9 +15,8 @@ from dashboard.queries.rollups import fleet_hours
 
 
 @chart_view
-def capacity_chart(request: HttpRequest) -> dict[str, Any]:
+def capacity_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
     """Capacity vs allocated vs active GPUs per hour (fleet-scope rollups; GPU-hours/h = GPUs)."""
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
     rows = fleet_hours(time_range)
     hours = time_range.complete_hours()
     x = x_axis(hours)
@@ -87,14 +86,12 @@ def _ranking(
 
 
 @chart_view
-def team_idle_chart(request: HttpRequest) -> dict[str, Any]:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def team_idle_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
     return _ranking(request, time_range, "idle", "Idle GPU-hours by team", plotting.COLORS["idle"])
 
 
 @chart_view
-def team_active_chart(request: HttpRequest) -> dict[str, Any]:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def team_active_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
     return _ranking(
         request,
         time_range,

@@ -26,9 +26,8 @@ from dashboard.queries.teams import team_hours, team_queue_hours
 
 
 @chart_view
-def team_allocation_chart(request: HttpRequest, name: str) -> dict[str, Any]:
+def team_allocation_chart(request: HttpRequest, time_range: TimeRange, name: str) -> dict[str, Any]:
     """Allocated vs nominal quota vs SM_ACTIVE-weighted use, borrowing periods shaded."""
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
     team = get_team_for_user(request, name)
     hours = time_range.complete_hours()
     rows = team_hours(team, time_range)
@@ -79,9 +78,8 @@ def team_allocation_chart(request: HttpRequest, name: str) -> dict[str, Any]:
 
 
 @chart_view
-def team_queues_chart(request: HttpRequest, name: str) -> dict[str, Any]:
+def team_queues_chart(request: HttpRequest, time_range: TimeRange, name: str) -> dict[str, Any]:
     """Allocated GPUs per ClusterQueue and flavor (stacked) with each one's nominal quota."""
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
     team = get_team_for_user(request, name)
     hours = time_range.complete_hours()
     rows = team_queue_hours(team, time_range)

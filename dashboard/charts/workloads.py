@@ -176,13 +176,12 @@ def gpu_line_label(key: str) -> str:
 
 
 @chart_view
-def workload_activity_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
+def workload_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int) -> dict[str, Any]:
     """Per-GPU SM_ACTIVE (``metric=sm_active``) or tensor activity (``metric=tensor``), in %.
 
     Recent hours come from the stored collection windows (kept ``GPULEDGER_USAGE_RETENTION_DAYS``);
     hours before them from the workload's hourly rollups, as the workload mean.
     """
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
     workload = get_workload_for_user(request, pk)
     metric = choice_param(request, "metric", ACTIVITY_METRICS, "sm_active")
     field = "activity" if metric == "sm_active" else "pipe_tensor_active"

@@ -1,6 +1,6 @@
 """The dashboard's pages, one module per page (STYLE rule 15: plain functions).
 
-Each view is decorated with ``@dashboard_page`` (login, GET, ``request.time_range``, the
+Each view is decorated with ``@dashboard_page`` (login, GET, the time range as an argument, the
 freshness banner), reads through ``dashboard.queries``, builds an explicit context and renders
 its template; its Plotly figures load from the JSON views of ``dashboard.charts``.
 """

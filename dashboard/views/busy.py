@@ -22,8 +22,7 @@ from dashboard.templatetags.formatting import gpus, percent
 
 
 @dashboard_page
-def busy(request: HttpRequest) -> HttpResponse:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def busy(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     util_min, sm_max = busy_thresholds()
     windows = latest_windows()
     gpus_now, busy_now = busy_gpus_now(windows, request.user)
@@ -74,5 +73,6 @@ def busy(request: HttpRequest) -> HttpResponse:
         "has_data": bool(windows or hours),
         "teams_chart_url": chart_url("fleet:chart-busy-teams", request),
         "time_chart_url": chart_url("fleet:chart-busy-time", request),
+        "time_range": time_range,
     }
     return render(request, "fleet/busy.html", context)

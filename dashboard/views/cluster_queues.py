@@ -66,8 +66,9 @@ def cluster_queue_list(request: HttpRequest) -> HttpResponse:
 
 
 @dashboard_page
-def cluster_queue_detail(request: HttpRequest, cluster: str, name: str) -> HttpResponse:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def cluster_queue_detail(
+    request: HttpRequest, time_range: TimeRange, cluster: str, name: str
+) -> HttpResponse:
     queue = get_cluster_queue_for_user(request, cluster, name)
     allowed = allowed_team_ids(request)
     now = timezone.now()
@@ -175,5 +176,6 @@ def cluster_queue_detail(request: HttpRequest, cluster: str, name: str) -> HttpR
         "page_query": page_query,
         "chart_query": range_query(request, time_range),
         "visible_all": allowed is None,
+        "time_range": time_range,
     }
     return render(request, "quotas/cluster_queue_detail.html", context)

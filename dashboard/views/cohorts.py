@@ -153,8 +153,9 @@ def _lender_estimates(
 
 
 @dashboard_page
-def cohort_detail(request: HttpRequest, cluster: str, name: str) -> HttpResponse:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def cohort_detail(
+    request: HttpRequest, time_range: TimeRange, cluster: str, name: str
+) -> HttpResponse:
     cohort = get_cohort_for_user(request, cluster, name)
     allowed = allowed_team_ids(request)
     now = timezone.now()

@@ -6,6 +6,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
+from core.ranges import TimeRange
 from dashboard.decorators import dashboard_page
 from dashboard.fleet_map import (
     MAP_NODES_PER_PAGE,
@@ -20,7 +21,7 @@ from dashboard.queries.now import latest_windows
 
 
 @dashboard_page
-def fleet_map(request: HttpRequest) -> HttpResponse:
+def fleet_map(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     query = MapQuery.from_request(request)
     windows = latest_windows()
     page, page_query = map_page(request, query, windows)
@@ -53,5 +54,6 @@ def fleet_map(request: HttpRequest) -> HttpResponse:
         "map_chart_url": chart_url("fleet:chart-map", request),
         "gpu_url_template": reverse("fleet:gpu", args=[0]),
         "per_page": MAP_NODES_PER_PAGE,
+        "time_range": time_range,
     }
     return render(request, "fleet/map.html", context)

@@ -15,8 +15,7 @@ from fleet.models import Gpu
 
 
 @dashboard_page
-def gpu_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def gpu_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResponse:
     gpu = get_object_or_404(Gpu.objects.select_related("cluster", "node"), pk=pk)
     row = gpu_rows([gpu], request.user)[0]
     history = holders_over_range([gpu.pk], time_range, request.user)
@@ -31,5 +30,6 @@ def gpu_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "live": bool(gpu.cluster.prometheus_url),
         "activity_chart_url": chart_url("fleet:chart-gpu-activity", request, gpu.pk),
         "memory_chart_url": chart_url("fleet:chart-gpu-memory", request, gpu.pk),
+        "time_range": time_range,
     }
     return render(request, "fleet/gpu.html", context)

@@ -16,8 +16,7 @@ from fleet.models import Gpu, Node
 
 
 @dashboard_page
-def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def node_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResponse:
     node = get_object_or_404(Node.objects.select_related("cluster"), pk=pk)
     gpus = list(Gpu.objects.physical().filter(node=node).order_by("index", "gi_id"))
     rows = gpu_rows(gpus, request.user)
@@ -57,5 +56,6 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,
         "live": bool(node.cluster.prometheus_url),
         "activity_chart_url": chart_url("fleet:chart-node", request, node.pk),
+        "time_range": time_range,
     }
     return render(request, "fleet/node.html", context)

@@ -15,8 +15,7 @@ from dashboard.templatetags.formatting import gpus, percent
 
 
 @dashboard_page
-def overview(request: HttpRequest) -> HttpResponse:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def overview(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     windows = latest_windows()
     now = fleet_now(windows)
     teams = team_figures(time_range, request.user)
@@ -87,5 +86,6 @@ def overview(request: HttpRequest) -> HttpResponse:
         "team_idle_chart_url": chart_url("fleet:chart-team-idle", request),
         "team_active_chart_url": chart_url("fleet:chart-team-active", request),
         "idle_threshold_pct": settings.GPULEDGER_IDLE_THRESHOLD * 100,
+        "time_range": time_range,
     }
     return render(request, "fleet/overview.html", context)

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from core.figures import ratio
 from core.mig import GPU_RESOURCE
-from core.ranges import TimeRange
+from core.ranges import TimeRange, hidden_params
 from dashboard.access import allowed_team_ids, get_team_for_user, sees_team
 from dashboard.decorators import choice_param, dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
@@ -25,8 +25,7 @@ from quotas.models import Team, Workload
 
 
 @dashboard_page
-def team_list(request: HttpRequest) -> HttpResponse:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     allowed = allowed_team_ids(request)
     page, page_query = paginate(request, Team.objects.order_by("name"))
     ids = [team.pk for team in page.object_list]
@@ -119,8 +118,7 @@ def _workload_row(
 
 
 @dashboard_page
-def team_detail(request: HttpRequest, name: str) -> HttpResponse:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpResponse:
     team = get_team_for_user(request, name)
     allowed = allowed_team_ids(request)
     now = timezone.now()
@@ -215,5 +213,7 @@ def team_detail(request: HttpRequest, name: str) -> HttpResponse:
         "state": state,
         "state_choices": queries.WORKLOAD_FILTERS,
         "chart_query": range_query(request, time_range),
+        "time_range": time_range,
+        "range_hidden": hidden_params(request.GET),
     }
     return render(request, "quotas/team_detail.html", context)

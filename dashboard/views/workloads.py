@@ -41,8 +41,7 @@ def _life_query(workload: Workload, end: datetime) -> str:
 
 
 @dashboard_page
-def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    time_range: TimeRange = request.time_range  # type: ignore[attr-defined]
+def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResponse:
     workload = get_workload_for_user(request, pk)
     allowed = allowed_team_ids(request)
     now = timezone.now()
@@ -136,5 +135,6 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "live_hours": int(WORKLOAD_LIVE_SPAN.total_seconds() // 3600),
         "flavor": workload.flavors.get(GPU_RESOURCE, "") if workload.flavors else "",
         "pod_sets": workload.pod_sets if isinstance(workload.pod_sets, list) else [],
+        "time_range": time_range,
     }
     return render(request, "quotas/workload_detail.html", context)
