@@ -82,9 +82,9 @@ def range_query(request: HttpRequest, time_range: TimeRange) -> str:
 def paginate(
     request: HttpRequest, queryset: QuerySet[Any], per_page: int = PAGE_SIZE
 ) -> tuple[Page, str]:
-    """The requested page (past the end: the last one) and the query string without ``page``.
+    """The requested page and the query string without ``page`` (for the page links).
 
-    A bookmark outlives a shrinking list, so a page number past the end shows the last page.
+    A page number past the end shows the last page: a bookmark outlives a shrinking list.
     """
     number = int_param(request, "page", 1)
     page = Paginator(queryset, per_page).get_page(number)

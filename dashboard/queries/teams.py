@@ -35,7 +35,7 @@ WORKLOAD_FILTERS = ("all", "holding", "pending", "finished")
 # --- Team list ----------------------------------------------------------------------------------
 
 
-def teams_figures(ids: list[int], time_range: TimeRange) -> dict[int, RangeFigures]:
+def range_figures_by_team(ids: list[int], time_range: TimeRange) -> dict[int, RangeFigures]:
     """Range figures of the given teams: one grouped query."""
     rows = (
         rollups_in_range(RollupScope.TEAM, time_range)
@@ -47,7 +47,7 @@ def teams_figures(ids: list[int], time_range: TimeRange) -> dict[int, RangeFigur
     return {row["team_id"]: RangeFigures.from_row(row) for row in rows}
 
 
-def all_teams_figures(time_range: TimeRange) -> RangeFigures:
+def range_figures_all_teams(time_range: TimeRange) -> RangeFigures:
     """Range figures summed over every team: one aggregate."""
     return RangeFigures.from_row(
         rollups_in_range(RollupScope.TEAM, time_range)

@@ -29,8 +29,8 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     allowed = allowed_team_ids(request)
     page, page_query = paginate(request, Team.objects.order_by("name"))
     ids = [team.pk for team in page.object_list]
-    figures = queries.teams_figures(ids, time_range)
-    totals = queries.all_teams_figures(time_range)
+    figures = queries.range_figures_by_team(ids, time_range)
+    totals = queries.range_figures_all_teams(time_range)
     now_gpus = holding_gpus(Q(cluster_queue__team_id__in=ids), "cluster_queue__team_id")
     table = []
     for team in page.object_list:
