@@ -32,6 +32,6 @@ urlpatterns = [
         name="api-redoc",
     ),
     path("", include("core.urls")),
-    path("", include("dashboard.urls_quotas")),
-    path("", include("dashboard.urls_fleet")),
+    path("", include("dashboard.urls.quotas")),
+    path("", include("dashboard.urls.fleet")),
 ]

@@ -1,9 +1,11 @@
 """Decorators every dashboard page and chart JSON view share.
 
 ``@dashboard_page``: login required (redirect to /login/), GET/HEAD only, the time range parsed
-into ``request.time_range`` and the freshness banner into ``request.freshness`` (lazy: computed
-only when the frame renders it). A ``RangeError`` or ``BadParameter`` becomes a 400 page that
-says what was wrong.
+from the query string and passed to the view as its second argument
+(``def team_detail(request, time_range, name)``), and the freshness banner attached as
+``request.freshness`` (lazy: computed only when the frame renders it). A page that shows no
+range says ``@dashboard_page(uses_range=False)`` and takes no ``time_range``. A ``RangeError`` or
+``BadParameter`` becomes a 400 page that says what was wrong.
 
 ``@chart_view``: the same for the small JSON views behind each Plotly figure; the view returns a
 dict (a Plotly figure from ``core.plotting``) and errors become ``{"error": ...}`` with 400.
@@ -23,7 +25,7 @@ from django.shortcuts import render
 from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_safe
 
-from core.ranges import RangeError, hidden_params, parse_range, picker_links
+from core.ranges import RangeError, parse_range
 from fleet.freshness import current_freshness
 
 logger = logging.getLogger(__name__)
@@ -53,13 +55,13 @@ def choice_param(request: HttpRequest, name: str, choices: tuple[str, ...], defa
     return raw
 
 
-def _attach_frame(request: HttpRequest, uses_range: bool) -> None:
-    request.freshness = SimpleLazyObject(current_freshness)  # type: ignore[attr-defined]
+def _call(
+    func: Callable[..., Any], request: HttpRequest, uses_range: bool, *args: Any, **kwargs: Any
+) -> Any:
+    """Call the view, with the parsed time range as its second argument when it shows one."""
     if uses_range:
-        time_range = parse_range(request.GET)
-        request.time_range = time_range  # type: ignore[attr-defined]
-        request.range_links = picker_links(request.GET, time_range)  # type: ignore[attr-defined]
-        request.range_hidden = hidden_params(request.GET)  # type: ignore[attr-defined]
+        return func(request, parse_range(request.GET), *args, **kwargs)
+    return func(request, *args, **kwargs)
 
 
 def dashboard_page(
@@ -68,9 +70,9 @@ def dashboard_page(
     def decorate(func: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         @functools.wraps(func)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            request.freshness = SimpleLazyObject(current_freshness)  # type: ignore[attr-defined]
             try:
-                _attach_frame(request, uses_range)
-                return func(request, *args, **kwargs)
+                return _call(func, request, uses_range, *args, **kwargs)
             except (RangeError, BadParameter) as exc:
                 logger.info("bad page parameters %s: %s", request.get_full_path(), exc)
                 return render(
@@ -92,9 +94,7 @@ def chart_view(view: Callable[..., Any] | None = None, *, uses_range: bool = Tru
             if not request.user.is_authenticated:
                 return JsonResponse({"error": "authentication required"}, status=401)
             try:
-                if uses_range:
-                    request.time_range = parse_range(request.GET)  # type: ignore[attr-defined]
-                result = func(request, *args, **kwargs)
+                result = _call(func, request, uses_range, *args, **kwargs)
             except (RangeError, BadParameter) as exc:
                 logger.info("bad chart parameters %s: %s", request.get_full_path(), exc)
                 return JsonResponse({"error": str(exc)}, status=400)

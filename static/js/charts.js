@@ -1,6 +1,6 @@
 /*
  * Shared chart loader. Every element with data-chart-url gets the figure JSON that URL returns
- * ({data, layout, config}, built by <app>/charts.py) drawn with Plotly.newPlot.
+ * ({data, layout, config}, built by one of the dashboard's chart views) drawn with Plotly.newPlot.
  *
  *   <div id="capacity-chart" class="chart" data-chart-url="/fleet/charts/capacity.json?range=7d"
  *        data-chart-refresh="60"></div>
@@ -10,7 +10,14 @@
  * with data-notice-for="<chart id>" when the page has one.
  * After each draw the element gets data-chart-state="ready" (or "error") and a "chart:rendered"
  * event, so page scripts (and browser tests) know when a figure is on screen.
- * Page scripts call GpuLedgerCharts.loadAll() and may pass an onRender(element, figure) hook.
+ *
+ * Every page's charts are drawn on DOMContentLoaded; a page needs a script of its own only for
+ * what is specific to it. Page scripts load after this file (both deferred, in document order),
+ * so they run before the charts are drawn:
+ *
+ *   GpuLedgerCharts.onRender(function (el, figure) { ... });   // after every draw
+ *   GpuLedgerCharts.linkPoints("map-chart", function (point, el) { return url; });
+ *     // a click on a point opens the URL returned for it (if any)
  */
 (function () {
   "use strict";
@@ -58,7 +65,25 @@
     });
   }
 
-  function draw(el, options) {
+  var renderHooks = [];
+
+  function onRender(hook) {
+    renderHooks.push(hook);
+  }
+
+  function linkPoints(chartId, urlOf) {
+    onRender(function (el) {
+      if (el.id !== chartId || el._gpuLedgerLinked) return;
+      el._gpuLedgerLinked = true;
+      el.on("plotly_click", function (event) {
+        var point = event.points && event.points[0];
+        var url = point && urlOf(point, el);
+        if (url) window.location.assign(url);
+      });
+    });
+  }
+
+  function draw(el) {
     var url = el.getAttribute("data-chart-url");
     if (!url) return Promise.resolve(null);
     var first = !el.classList.contains("js-plotly-plot");
@@ -73,7 +98,9 @@
           showNotice(el, figure);
           el.setAttribute("data-chart-state", "ready");
           el.setAttribute("data-chart-loaded-url", url);
-          if (options && options.onRender) options.onRender(el, figure);
+          renderHooks.forEach(function (hook) {
+            hook(el, figure);
+          });
           el.dispatchEvent(new CustomEvent("chart:rendered", { detail: figure }));
           return figure;
         });
@@ -85,23 +112,31 @@
       });
   }
 
-  function load(el, options) {
-    var promise = draw(el, options);
+  function load(el) {
+    var promise = draw(el);
     var refresh = parseInt(el.getAttribute("data-chart-refresh") || "0", 10);
     if (refresh > 0 && !el._gpuLedgerTimer) {
       el._gpuLedgerTimer = window.setInterval(function () {
-        if (!document.hidden) draw(el, options);
+        if (!document.hidden) draw(el);
       }, refresh * 1000);
     }
     return promise;
   }
 
-  function loadAll(options, root) {
+  function loadAll(root) {
     var nodes = (root || document).querySelectorAll("[data-chart-url]");
-    return Promise.all(Array.prototype.map.call(nodes, function (el) {
-      return load(el, options);
-    }));
+    return Promise.all(Array.prototype.map.call(nodes, load));
   }
 
-  window.GpuLedgerCharts = { load: load, loadAll: loadAll, draw: draw };
+  window.GpuLedgerCharts = {
+    load: load,
+    loadAll: loadAll,
+    draw: draw,
+    onRender: onRender,
+    linkPoints: linkPoints,
+  };
+
+  document.addEventListener("DOMContentLoaded", function () {
+    loadAll();
+  });
 })();

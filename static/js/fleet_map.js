@@ -1,17 +1,9 @@
-/* Fleet map: draw the heatmap; clicking a GPU cell opens that GPU's page. */
+/* Fleet map: clicking a GPU cell opens that GPU's page. */
 (function () {
   "use strict";
-  function linkCells(el) {
-    if (el.id !== "map-chart" || el._gpuLedgerLinked) return;
-    el._gpuLedgerLinked = true;
+  GpuLedgerCharts.linkPoints("map-chart", function (point, el) {
+    var gpuId = point.customdata;
     var template = el.getAttribute("data-gpu-url-template");
-    el.on("plotly_click", function (event) {
-      var point = event.points && event.points[0];
-      var gpuId = point && point.customdata;
-      if (gpuId && template) window.location.assign(template.replace(/\/0\/$/, "/" + gpuId + "/"));
-    });
-  }
-  document.addEventListener("DOMContentLoaded", function () {
-    GpuLedgerCharts.loadAll({ onRender: linkCells });
+    return gpuId && template ? template.replace(/\/0\/$/, "/" + gpuId + "/") : null;
   });
 })();

@@ -1,8 +1,7 @@
-/* Team page: draw the allocation and per-queue charts; the state filter applies on change. */
+/* Team page: the workload state filter applies as soon as it changes. */
 (function () {
   "use strict";
   document.addEventListener("DOMContentLoaded", function () {
-    window.GpuLedgerCharts.loadAll();
     document.querySelectorAll("select[data-autosubmit]").forEach(function (select) {
       select.addEventListener("change", function () {
         select.form.submit();

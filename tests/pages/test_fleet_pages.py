@@ -208,7 +208,7 @@ def test_range_picker_changes_the_chart_data(staff_client, fleet_data):
 def test_range_picker_links_keep_other_parameters(staff_client, fleet_data):
     response = staff_client.get(reverse("fleet:map"), {"flavor": "h100", "page": "1"})
 
-    links = {link["key"]: link["query"] for link in response.wsgi_request.range_links}
+    links = {link["key"]: link["query"] for link in response.context["range_links"]}
     assert links["7d"] == "flavor=h100&range=7d"
 
 
@@ -532,7 +532,7 @@ def test_busy_page_shows_a_lead_only_their_workloads_and_a_hidden_total(lead_cli
 
     keys = [w["key"] for w in response.context["workloads"]]
     assert keys == ["ns-alpha/train-a"]
-    time_range = response.wsgi_request.time_range
+    time_range = response.context["time_range"]
     hidden = sum(
         r.busy_not_working_gpu_hours
         for r in fleet_data.rollups

@@ -23,7 +23,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.timewindows import floor_time
-from dashboard.quota_views import fmt, fmt_duration
+from dashboard.templatetags.formatting import duration as fmt_duration
+from dashboard.templatetags.formatting import figure as fmt
 from fleet.choices import IngestSource, IngestStatus
 from fleet.models import Gpu, IngestRun, Node
 from ledger.choices import RollupScope

@@ -1,7 +1,9 @@
+"""Team, cohort, ClusterQueue and workload pages and the JSON views behind their charts
+(namespace ``quotas``)."""
+
 from django.urls import path
 
-from dashboard import quota_charts as charts
-from dashboard import quota_views as views
+from dashboard import charts, views
 
 app_name = "quotas"
 

@@ -2,8 +2,7 @@
 
 from django.urls import path
 
-from dashboard import fleet_charts as charts
-from dashboard import fleet_views as views
+from dashboard import charts, views
 
 app_name = "fleet"
 

@@ -1,0 +1,40 @@
+"""The small JSON views behind each Plotly figure, one module per page (STYLE rule 16).
+
+Each is decorated with ``@chart_view`` (login as 401 JSON, GET, the time range as an argument),
+reads through ``dashboard.queries`` (or ``dashboard.live`` for detail series) and returns a
+``core.plotting.figure``; ``parts`` holds what the figures share. ``static/js/charts.js`` draws
+every element with a ``data-chart-url``.
+"""
+
+from dashboard.charts.busy import busy_teams_chart, busy_time_chart
+from dashboard.charts.cluster_queues import (
+    cluster_queue_evictions_chart,
+    cluster_queue_usage_chart,
+)
+from dashboard.charts.cohorts import cohort_borrowing_chart, cohort_usage_chart
+from dashboard.charts.fleet_map import map_chart
+from dashboard.charts.gpus import gpu_activity_chart, gpu_memory_chart
+from dashboard.charts.nodes import node_chart
+from dashboard.charts.overview import capacity_chart, team_active_chart, team_idle_chart
+from dashboard.charts.teams import team_allocation_chart, team_queues_chart
+from dashboard.charts.workloads import workload_activity_chart, workload_timeline_chart
+
+__all__ = [
+    "busy_teams_chart",
+    "busy_time_chart",
+    "capacity_chart",
+    "cluster_queue_evictions_chart",
+    "cluster_queue_usage_chart",
+    "cohort_borrowing_chart",
+    "cohort_usage_chart",
+    "gpu_activity_chart",
+    "gpu_memory_chart",
+    "map_chart",
+    "node_chart",
+    "team_active_chart",
+    "team_allocation_chart",
+    "team_idle_chart",
+    "team_queues_chart",
+    "workload_activity_chart",
+    "workload_timeline_chart",
+]

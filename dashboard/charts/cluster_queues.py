@@ -1,0 +1,126 @@
+"""The ClusterQueue page's figures: usage, quota and borrowing over time, and its evictions."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest
+
+from core import plotting
+from core.ranges import TimeRange
+from dashboard.access import get_cluster_queue_for_user
+from dashboard.charts.parts import (
+    GPUS_AXIS,
+    at_hours,
+    borrowing_shapes,
+    legend_room,
+    legend_swatch,
+    range_layout,
+    real_use,
+    rounded,
+    stacked,
+    x_axis,
+)
+from dashboard.decorators import chart_view
+from dashboard.queries.cluster_queues import evictions_per_hour, queue_hours
+from quotas.choices import TransitionKind
+
+
+@chart_view
+def cluster_queue_usage_chart(
+    request: HttpRequest, time_range: TimeRange, cluster: str, name: str
+) -> dict[str, Any]:
+    """Allocated per flavor (stacked), nominal, borrowed, lent, real use and pending demand."""
+    queue = get_cluster_queue_for_user(request, cluster, name)
+    hours = time_range.complete_hours()
+    rows = queue_hours(queue, time_range)
+    names, allocated = stacked(rows, lambda row: row["flavor"] or "no flavor", "allocated", hours)
+    totals: dict[datetime, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for row in rows:
+        for key in ("nominal", "borrowed", "lent", "active", "telemetry", "pending"):
+            totals[row["hour"]][key] += float(row[key] or 0.0)
+    x = x_axis(hours)
+    data = [
+        plotting.line(
+            f"Allocated {series}",
+            x,
+            [rounded(v) for v in allocated[series]],
+            color=plotting.SERIES[i % len(plotting.SERIES)],
+            unit="GPUs",
+            stackgroup="allocated",
+        )
+        for i, series in enumerate(names)
+    ]
+    borrowed = at_hours(totals, hours, "borrowed")
+    data += [
+        plotting.line(
+            "Nominal quota",
+            x,
+            at_hours(totals, hours, "nominal"),
+            color=plotting.COLORS["nominal"],
+            unit="GPUs",
+            dash="dash",
+        ),
+        plotting.line("Borrowed", x, borrowed, color=plotting.COLORS["borrowed"], unit="GPUs"),
+        plotting.line(
+            "Lent", x, at_hours(totals, hours, "lent"), color=plotting.COLORS["lent"], unit="GPUs"
+        ),
+        plotting.line(
+            "Real use (SM_ACTIVE-weighted)",
+            x,
+            real_use(totals, hours),
+            color=plotting.COLORS["active"],
+            unit="GPUs",
+        ),
+        plotting.line(
+            "Pending demand",
+            x,
+            at_hours(totals, hours, "pending"),
+            color=plotting.COLORS["pending"],
+            unit="GPUs",
+            dash="dot",
+        ),
+    ]
+    shapes = borrowing_shapes(hours, borrowed)
+    if shapes:
+        data.append(legend_swatch("Borrowing period", plotting.COLORS["borrowed"]))
+    layout = range_layout(
+        time_range, f"ClusterQueue {queue.name}: usage and borrowing", GPUS_AXIS, shapes=shapes
+    )
+    legend_room(layout, len(data), per_row=8)
+    return plotting.figure(data, layout, empty_message="No rollups for this queue in this range.")
+
+
+@chart_view
+def cluster_queue_evictions_chart(
+    request: HttpRequest, time_range: TimeRange, cluster: str, name: str
+) -> dict[str, Any]:
+    """Evictions and preemptions of the queue's workloads per hour, by kind and reason."""
+    queue = get_cluster_queue_for_user(request, cluster, name)
+    series: dict[str, dict[datetime, int]] = defaultdict(dict)
+    for row in evictions_per_hour(queue, time_range):
+        label = f"{TransitionKind(row['kind']).label}: {row['reason'] or 'no reason'}"
+        series[label][row["bucket"]] = row["count"]
+    palette = [plotting.COLORS["idle"], plotting.COLORS["borrowed"], *plotting.SERIES]
+    data = []
+    for i, label in enumerate(sorted(series)):
+        buckets = sorted(series[label])
+        data.append(
+            plotting.bar(
+                label,
+                x_axis(buckets),
+                [series[label][b] for b in buckets],
+                color=palette[i % len(palette)],
+                unit="per hour",
+            )
+        )
+    layout = range_layout(
+        time_range,
+        "Evictions and preemptions per hour",
+        "Evictions (count per hour)",
+        barmode="stack",
+    )
+    legend_room(layout, len(data), per_row=3)
+    return plotting.figure(data, layout, empty_message="No evictions or preemptions in this range.")

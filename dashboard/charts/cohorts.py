@@ -1,0 +1,117 @@
+"""The cohort page's figures: usage per member against the members' quota, and who borrows and
+who lends over time."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest
+
+from core import plotting
+from core.ranges import TimeRange
+from dashboard.access import get_cohort_for_user
+from dashboard.charts.parts import (
+    GPUS_AXIS,
+    legend_room,
+    range_layout,
+    rounded,
+    stacked,
+    x_axis,
+)
+from dashboard.decorators import chart_view
+from dashboard.queries.cohorts import member_hours
+
+
+def _queue(row: Any) -> str:
+    return row["queue"]
+
+
+@chart_view
+def cohort_usage_chart(
+    request: HttpRequest, time_range: TimeRange, cluster: str, name: str
+) -> dict[str, Any]:
+    """Allocated GPUs per member ClusterQueue, stacked, against the members' nominal sum."""
+    cohort = get_cohort_for_user(request, cluster, name)
+    hours = time_range.complete_hours()
+    rows = member_hours(cohort.pk, time_range)
+    names, allocated = stacked(rows, _queue, "allocated", hours)
+    nominal_by_hour: dict[datetime, float] = defaultdict(float)
+    for row in rows:
+        nominal_by_hour[row["hour"]] += float(row["nominal"] or 0.0)
+    x = x_axis(hours)
+    data = [
+        plotting.line(
+            series,
+            x,
+            [rounded(v) for v in allocated[series]],
+            color=plotting.SERIES[i % len(plotting.SERIES)],
+            unit="GPUs",
+            stackgroup="usage",
+        )
+        for i, series in enumerate(names)
+    ]
+    data.append(
+        plotting.line(
+            "Nominal quota (members)",
+            x,
+            [rounded(nominal_by_hour[h]) if h in nominal_by_hour else None for h in hours],
+            color=plotting.COLORS["nominal"],
+            unit="GPUs",
+            dash="dash",
+        )
+    )
+    layout = range_layout(time_range, f"Cohort {cohort.name}: usage per member", GPUS_AXIS)
+    legend_room(layout, len(data), per_row=4)
+    return plotting.figure(data, layout, empty_message="No member rollups in this range.")
+
+
+@chart_view
+def cohort_borrowing_chart(
+    request: HttpRequest, time_range: TimeRange, cluster: str, name: str
+) -> dict[str, Any]:
+    """Borrowed (above zero) and lent (below zero) GPUs per member ClusterQueue, stacked."""
+    cohort = get_cohort_for_user(request, cluster, name)
+    hours = time_range.complete_hours()
+    rows = member_hours(cohort.pk, time_range)
+    borrowed_names, borrowed = stacked(rows, _queue, "borrowed", hours)
+    lent_names, lent = stacked(rows, _queue, "lent", hours)
+    colors = {
+        name: plotting.SERIES[i % len(plotting.SERIES)]
+        for i, name in enumerate(sorted(set(borrowed_names) | set(lent_names)))
+    }
+    x = x_axis(hours)
+    data = []
+    for series in borrowed_names:
+        values = borrowed[series]
+        if not any(values):
+            continue
+        trace = plotting.bar(
+            f"{series} borrowed", x, [rounded(v) for v in values], color=colors[series], unit="GPUs"
+        )
+        trace["legendgroup"] = series
+        data.append(trace)
+    for series in lent_names:
+        values = lent[series]
+        if not any(values):
+            continue
+        trace = plotting.bar(
+            f"{series} lent",
+            x,
+            [None if v is None else -round(v, 3) for v in values],
+            color=colors[series],
+            unit="GPUs",
+        )
+        trace["marker"]["pattern"] = {"shape": "/"}
+        trace["legendgroup"] = series
+        data.append(trace)
+    layout = range_layout(
+        time_range,
+        "Borrowed (above 0) and lent (below 0) per member",
+        GPUS_AXIS,
+        barmode="relative",
+        bargap=0.05,
+    )
+    legend_room(layout, len(data), per_row=3)
+    return plotting.figure(data, layout, empty_message="No borrowing or lending in this range.")

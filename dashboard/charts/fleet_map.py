@@ -1,0 +1,24 @@
+"""The fleet map's heatmap as a JSON view (the figure itself: ``dashboard.fleet_map``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from django.urls import reverse
+
+from core.ranges import TimeRange
+from dashboard.decorators import chart_view
+from dashboard.fleet_map import MapQuery, map_cells, map_figure, map_page
+from dashboard.queries.now import latest_windows
+
+
+@chart_view
+def map_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
+    query = MapQuery.from_request(request)
+    windows = latest_windows()
+    page, _ = map_page(request, query, windows)
+    nodes = list(page.object_list)
+    cells = map_cells(nodes, query, windows, time_range, request.user)
+    gpu_url = reverse("fleet:gpu", args=[0])
+    return map_figure(nodes, cells, query, gpu_url)

@@ -1,0 +1,120 @@
+"""The GPU page's figures: its activity metrics and its memory over the range, live from
+Prometheus when it can, from the stored windows otherwise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+
+from core import plotting
+from core.ranges import TimeRange
+from dashboard.decorators import chart_view
+from dashboard.live import (
+    SOURCE_LIVE,
+    SOURCE_STORED,
+    Series,
+    live_series,
+    promql_string,
+    read_live,
+    unavailable_notice,
+)
+from dashboard.queries.gpus import stored_gpu_series
+from fleet.models import Gpu
+
+GPU_METRICS = (
+    # (GpuUsage field, dcgm-exporter name, legend, scale to %, colour)
+    ("sm_active", "DCGM_FI_PROF_SM_ACTIVE", "SM_ACTIVE", 100.0, plotting.COLORS["active"]),
+    (
+        "pipe_tensor_active",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "Tensor pipe active",
+        100.0,
+        plotting.COLORS["tensor"],
+    ),
+    ("dram_active", "DCGM_FI_PROF_DRAM_ACTIVE", "DRAM active", 100.0, plotting.COLORS["dram"]),
+    ("gpu_util", "DCGM_FI_DEV_GPU_UTIL", "GPU_UTIL", 1.0, plotting.COLORS["gpu_util"]),
+)
+FB_METRIC = (
+    "fb_used_mib",
+    "DCGM_FI_DEV_FB_USED",
+    "Framebuffer used",
+    1.0 / 1024.0,
+    plotting.COLORS["memory"],
+)
+
+
+def gpu_metric_figure(gpu: Gpu, time_range: TimeRange, *, memory: bool) -> dict[str, Any]:
+    metrics = (FB_METRIC,) if memory else GPU_METRICS
+    source = SOURCE_STORED
+    notice = ""
+    lines: list[tuple[tuple, Series]] = []
+    cluster = gpu.cluster
+    if cluster.prometheus_url:
+        names = "|".join(metric[1] for metric in metrics)
+        promql = (
+            f'max by (__name__) ({{__name__=~"{names}", UUID="{promql_string(gpu.uuid)}", '
+            f'GPU_I_ID="{promql_string(gpu.gi_id)}"}})'
+        )
+        live, error = read_live(
+            f"gpu {gpu.pk}",
+            lambda: live_series(cluster, promql, time_range, ("__name__",), 1.0),
+        )
+        if live is not None:
+            for metric in metrics:
+                found = live.get((metric[1],))
+                if found is not None:
+                    scale = metric[3]
+                    found.y = [None if v is None else round(v * scale, 3) for v in found.y]
+                    lines.append((metric, found))
+            source = SOURCE_LIVE
+        else:
+            notice = unavailable_notice(error, "the stored per-minute history instead")
+    if source != SOURCE_LIVE:
+        lines = []
+        for metric in metrics:
+            stored = stored_gpu_series([gpu.pk], time_range, metric[0], metric[3])
+            if gpu.pk in stored:
+                lines.append((metric, stored[gpu.pk]))
+    traces = [
+        plotting.line(
+            metric[2],
+            [plotting.iso(moment) for moment in series.x],
+            series.y,
+            color=metric[4],
+            unit="GiB" if memory else "%",
+        )
+        for metric, series in lines
+    ]
+    if memory:
+        layout = plotting.layout(
+            f"Framebuffer memory used on {gpu} ({source})",
+            x_title="Time (UTC)",
+            y_title="Memory used (GiB)",
+        )
+    else:
+        layout = plotting.layout(
+            f"Activity of {gpu} ({source})",
+            x_title="Time (UTC)",
+            y_title="Activity (%)",
+            yaxis={"range": [0, 100]},
+        )
+    return plotting.figure(
+        traces,
+        layout,
+        empty_message="No telemetry for this GPU in this time range.",
+        meta={"source": source, "notice": notice},
+    )
+
+
+@chart_view
+def gpu_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int) -> dict[str, Any]:
+    gpu = get_object_or_404(Gpu.objects.select_related("cluster"), pk=pk)
+    return gpu_metric_figure(gpu, time_range, memory=False)
+
+
+@chart_view
+def gpu_memory_chart(request: HttpRequest, time_range: TimeRange, pk: int) -> dict[str, Any]:
+    gpu = get_object_or_404(Gpu.objects.select_related("cluster"), pk=pk)
+    return gpu_metric_figure(gpu, time_range, memory=True)

@@ -1,0 +1,86 @@
+"""The node page's figure: SM_ACTIVE per GPU over the range, live from Prometheus when it can."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+
+from core import plotting
+from core.ranges import TimeRange
+from dashboard.decorators import chart_view
+from dashboard.live import (
+    SOURCE_LIVE,
+    SOURCE_STORED,
+    Series,
+    host_selector,
+    live_series,
+    read_live,
+    unavailable_notice,
+)
+from dashboard.queries.gpus import stored_gpu_series
+from dashboard.templatetags.formatting import gpu_label
+from fleet.models import Gpu, Node
+
+
+def node_activity_figure(node: Node, time_range: TimeRange) -> dict[str, Any]:
+    gpus = list(Gpu.objects.physical().filter(node=node).order_by("index", "gi_id"))
+    source = SOURCE_STORED
+    notice = ""
+    lines: list[tuple[Gpu, Series]] = []
+    if node.cluster.prometheus_url:
+        old, new = host_selector(node.name)
+        metric = "DCGM_FI_PROF_SM_ACTIVE"
+        promql = f"max by (gpu, GPU_I_ID) ({metric}{{{old}}} or {metric}{{{new}}})"
+        live, error = read_live(
+            f"node {node.pk}",
+            lambda: live_series(node.cluster, promql, time_range, ("gpu", "GPU_I_ID"), 100.0),
+        )
+        if live is not None:
+            for gpu in gpus:
+                found = live.get((str(gpu.index), gpu.gi_id))
+                if found is not None:
+                    lines.append((gpu, found))
+            source = SOURCE_LIVE
+        else:
+            notice = unavailable_notice(error, "the stored per-minute history instead")
+    if source != SOURCE_LIVE:
+        stored = stored_gpu_series([gpu.pk for gpu in gpus], time_range, "activity", 100.0)
+        lines = [(gpu, stored[gpu.pk]) for gpu in gpus if gpu.pk in stored]
+        retention_start = time_range.end - timedelta(days=settings.GPULEDGER_USAGE_RETENTION_DAYS)
+        if time_range.start < retention_start:
+            notice = (notice + " " if notice else "") + (
+                f"Per-GPU history is kept {settings.GPULEDGER_USAGE_RETENTION_DAYS} days; "
+                "earlier hours are not shown."
+            )
+    traces = [
+        plotting.line(
+            gpu_label(gpu),
+            [plotting.iso(moment) for moment in series.x],
+            series.y,
+            color=plotting.SERIES[index % len(plotting.SERIES)],
+            unit="%",
+        )
+        for index, (gpu, series) in enumerate(lines)
+    ]
+    layout = plotting.layout(
+        f"SM_ACTIVE per GPU on {node.name} ({source})",
+        x_title="Time (UTC)",
+        y_title="SM_ACTIVE (%)",
+        yaxis={"range": [0, 100]},
+    )
+    return plotting.figure(
+        traces,
+        layout,
+        empty_message="No telemetry for this node's GPUs in this time range.",
+        meta={"source": source, "notice": notice.strip()},
+    )
+
+
+@chart_view
+def node_chart(request: HttpRequest, time_range: TimeRange, pk: int) -> dict[str, Any]:
+    node = get_object_or_404(Node.objects.select_related("cluster"), pk=pk)
+    return node_activity_figure(node, time_range)

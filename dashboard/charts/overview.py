@@ -1,0 +1,101 @@
+"""The fleet overview's figures: capacity vs allocation vs real use, and the team rankings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+
+from core import plotting
+from core.ranges import TimeRange
+from dashboard.charts.parts import RANKING_SIZE, at_hours, team_ranking, x_axis
+from dashboard.decorators import chart_view
+from dashboard.queries.overview import team_figures
+from dashboard.queries.rollups import fleet_hours
+
+
+@chart_view
+def capacity_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
+    """Capacity vs allocated vs active GPUs per hour (fleet-scope rollups; GPU-hours/h = GPUs)."""
+    rows = fleet_hours(time_range)
+    hours = time_range.complete_hours()
+    x = x_axis(hours)
+
+    def series(name: str) -> list[float | None]:
+        return at_hours(rows, hours, name, digits=2)
+
+    data = [
+        plotting.line(
+            "Capacity",
+            x,
+            series("capacity"),
+            color=plotting.COLORS["capacity"],
+            unit="GPUs",
+            dash="dot",
+        ),
+        plotting.line(
+            "Allocated",
+            x,
+            series("allocated"),
+            color=plotting.COLORS["allocated"],
+            unit="GPUs",
+            fill="tozeroy",
+        ),
+        plotting.line(
+            "Active (SM_ACTIVE-weighted)",
+            x,
+            series("active"),
+            color=plotting.COLORS["active"],
+            unit="GPUs",
+            fill="tozeroy",
+        ),
+        plotting.line(
+            "Idle (allocated, SM_ACTIVE < threshold)",
+            x,
+            series("idle"),
+            color=plotting.COLORS["idle"],
+            unit="GPUs",
+        ),
+    ]
+    layout = plotting.layout(
+        "Capacity, allocation and real use",
+        x_title="Hour (UTC)",
+        y_title="GPUs (GPU-hours per hour)",
+    )
+    return plotting.figure(data, layout, empty_message="No hourly rollups in this range yet.")
+
+
+def _ranking(
+    request: HttpRequest, time_range: TimeRange, field_name: str, title: str, color: str
+) -> dict[str, Any]:
+    teams = team_figures(time_range, request.user)
+    ranked = sorted(
+        (team for team in teams if getattr(team, field_name) > 0),
+        key=lambda team: (-getattr(team, field_name), team.key),
+    )[:RANKING_SIZE]
+    ranked.reverse()  # horizontal bars: biggest on top
+    return team_ranking(
+        title,
+        title.split(" by ")[0],
+        [team.name for team in ranked],
+        [getattr(team, field_name) for team in ranked],
+        color=color,
+        empty_message="No team rollups in this range yet.",
+        links=[team.url or "" for team in ranked],
+    )
+
+
+@chart_view
+def team_idle_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
+    return _ranking(request, time_range, "idle", "Idle GPU-hours by team", plotting.COLORS["idle"])
+
+
+@chart_view
+def team_active_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
+    return _ranking(
+        request,
+        time_range,
+        "active",
+        "Effective (active) GPU-hours by team",
+        plotting.COLORS["active"],
+    )

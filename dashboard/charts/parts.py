@@ -1,0 +1,199 @@
+"""The pieces the dashboard's Plotly figures share: hourly axes, layouts, legends, stacking, bars.
+
+Time series are hourly: an hour's GPU-hours are that hour's mean GPUs (DESIGN "Figures"). Only
+complete hours are plotted; an hour without a rollup row is a gap (None), never 0.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from core import plotting
+from core.ranges import TimeRange
+
+HOUR = timedelta(hours=1)
+GPUS_AXIS = "GPUs (hourly mean)"
+TIME_AXIS = "Time (UTC)"
+# Series drawn one by one before the rest is summed into "Other": more lines than this are
+# unreadable, and the payload stays small however many queues a team or cohort has.
+MAX_SERIES = 10
+# Teams a ranking bar chart shows.
+RANKING_SIZE = 15
+
+
+def x_axis(moments: Iterable[datetime]) -> list[str]:
+    return [plotting.iso(moment) for moment in moments]
+
+
+def rounded(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def at_hours(
+    by_hour: Mapping[datetime, Mapping[str, Any]], hours: list[datetime], key: str, digits: int = 3
+) -> list[float | None]:
+    """``key`` of each hour's row, one value per hour of the axis; no row is a gap."""
+    return [rounded(by_hour[hour][key], digits) if hour in by_hour else None for hour in hours]
+
+
+def real_use(
+    by_hour: Mapping[datetime, Mapping[str, Any]], hours: list[datetime]
+) -> list[float | None]:
+    """SM_ACTIVE-weighted GPUs per hour; an hour without telemetry is a gap, never idle."""
+    return [
+        rounded(by_hour[hour]["active"])
+        if hour in by_hour and (by_hour[hour]["telemetry"] or 0) > 0
+        else None
+        for hour in hours
+    ]
+
+
+def range_layout(time_range: TimeRange, title: str, y_title: str, **extra: Any) -> dict:
+    """A layout whose x axis spans the whole range, so every chart of a page lines up."""
+    result = plotting.layout(title, x_title=TIME_AXIS, y_title=y_title, **extra)
+    result["xaxis"]["type"] = "date"
+    result["xaxis"]["range"] = [plotting.iso(time_range.start), plotting.iso(time_range.end)]
+    return result
+
+
+def legend_room(layout: dict[str, Any], entries: int, per_row: int = 4) -> dict[str, Any]:
+    """Make the top margin fit a horizontal legend of ``entries`` items above the plot."""
+    rows = max(1, -(-entries // per_row))
+    layout["margin"] = {**layout.get("margin", {}), "t": 56 + 22 * rows}
+    layout["height"] = layout.get("height", 360) + 22 * (rows - 1)
+    return layout
+
+
+def legend_right(layout: dict[str, Any]) -> dict[str, Any]:
+    """A vertical legend right of the plot, for many short-lived series (one per GPU)."""
+    layout["legend"] = {
+        "orientation": "v",
+        "x": 1.02,
+        "xanchor": "left",
+        "y": 1,
+        "yanchor": "top",
+        "font": {"size": 11},
+    }
+    layout["margin"] = {**layout.get("margin", {}), "r": 10, "t": 56}
+    return layout
+
+
+def borrowing_shapes(hours: list[datetime], borrowed: list[float | None]) -> list[dict]:
+    """One shaded rectangle per run of consecutive hours with borrowed GPUs > 0."""
+    shapes = []
+    start: datetime | None = None
+    for index, hour in enumerate(hours):
+        value = borrowed[index]
+        if value is not None and value > 0:
+            if start is None:
+                start = hour
+            end = hour + HOUR
+        elif start is not None:
+            shapes.append((start, end))
+            start = None
+    if start is not None:
+        shapes.append((start, end))
+    # Points sit on hour starts: a shaded run is centred on its points, half an hour each side.
+    half = HOUR / 2
+    return [
+        {
+            "type": "rect",
+            "xref": "x",
+            "yref": "paper",
+            "x0": plotting.iso(x0 - half),
+            "x1": plotting.iso(x1 - half),
+            "y0": 0,
+            "y1": 1,
+            "fillcolor": plotting.COLORS["borrowed"],
+            "opacity": 0.12,
+            "line": {"width": 0},
+            "layer": "below",
+            "name": "borrowing",
+        }
+        for x0, x1 in shapes
+    ]
+
+
+def legend_swatch(name: str, color: str) -> dict[str, Any]:
+    """A legend entry for shaded areas (layout shapes have none of their own)."""
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "name": name,
+        "x": [None],
+        "y": [None],
+        "marker": {"symbol": "square", "size": 14, "color": color, "opacity": 0.35},
+        "hoverinfo": "skip",
+    }
+
+
+def _top_series(totals: dict[str, float], limit: int = MAX_SERIES) -> tuple[list[str], set[str]]:
+    """The ``limit`` largest series by total, in name order, and the rest."""
+    ranked = sorted(totals, key=lambda name: (-totals[name], name))
+    kept = sorted(ranked[:limit])
+    return kept, set(ranked[limit:])
+
+
+def stacked(
+    rows: Sequence[Mapping[str, Any]],
+    series_of: Callable[[Mapping[str, Any]], str],
+    value: str,
+    hours: list[datetime],
+) -> tuple[list[str], dict[str, list[float | None]]]:
+    """Per-series hourly values (top series plus "Other"); hours without rows are gaps."""
+    index = {hour: i for i, hour in enumerate(hours)}
+    per_series: dict[str, list[float | None]] = {}
+    totals: dict[str, float] = defaultdict(float)
+    for row in rows:
+        totals[series_of(row)] += float(row[value] or 0.0)
+    kept, rest = _top_series(totals)
+    names = kept + (["Other"] if rest else [])
+    for name in names:
+        per_series[name] = [None] * len(hours)
+    for row in rows:
+        position = index.get(row["hour"])
+        if position is None:
+            continue
+        name = series_of(row)
+        target = "Other" if name in rest else name
+        current = per_series[target][position] or 0.0
+        per_series[target][position] = current + float(row[value] or 0.0)
+    return names, per_series
+
+
+def team_ranking(
+    title: str,
+    trace_name: str,
+    names: list[str],
+    values: list[float],
+    *,
+    color: str,
+    empty_message: str,
+    links: list[str] | None = None,
+) -> dict[str, Any]:
+    """Horizontal bars of GPU-hours per team; pass them smallest first (the last bar is on top).
+
+    ``links`` (one URL or "" per bar) ride along as ``customdata`` for a page script to follow.
+    """
+    trace = plotting.bar(
+        trace_name,
+        [round(value, 2) for value in values],
+        names,
+        color=color,
+        unit="GPU-hours",
+        orientation="h",
+    )
+    if links is not None:
+        trace["customdata"] = links
+    layout = plotting.layout(
+        title,
+        x_title="GPU-hours",
+        y_title="Team",
+        height=max(300, 28 * len(names) + 120),
+        hovermode="closest",
+        yaxis={"type": "category", "rangemode": "normal"},
+    )
+    return plotting.figure([trace], layout, empty_message=empty_message)

@@ -1,0 +1,124 @@
+"""The team page's figures: allocation vs quota vs real use, and allocation per queue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+
+from core import plotting
+from core.ranges import TimeRange
+from dashboard.access import get_team_for_user
+from dashboard.charts.parts import (
+    GPUS_AXIS,
+    at_hours,
+    borrowing_shapes,
+    legend_room,
+    legend_swatch,
+    range_layout,
+    real_use,
+    rounded,
+    stacked,
+    x_axis,
+)
+from dashboard.decorators import chart_view
+from dashboard.queries.teams import team_hours, team_queue_hours
+
+
+@chart_view
+def team_allocation_chart(request: HttpRequest, time_range: TimeRange, name: str) -> dict[str, Any]:
+    """Allocated vs nominal quota vs SM_ACTIVE-weighted use, borrowing periods shaded."""
+    team = get_team_for_user(request, name)
+    hours = time_range.complete_hours()
+    rows = team_hours(team, time_range)
+    borrowed = at_hours(rows, hours, "borrowed")
+    x = x_axis(hours)
+    data = [
+        plotting.line(
+            "Allocated",
+            x,
+            at_hours(rows, hours, "allocated"),
+            color=plotting.COLORS["allocated"],
+            unit="GPUs",
+        ),
+        plotting.line(
+            "Nominal quota",
+            x,
+            at_hours(rows, hours, "nominal"),
+            color=plotting.COLORS["nominal"],
+            unit="GPUs",
+            dash="dash",
+        ),
+        plotting.line(
+            "Real use (SM_ACTIVE-weighted)",
+            x,
+            real_use(rows, hours),
+            color=plotting.COLORS["active"],
+            unit="GPUs",
+            fill="tozeroy",
+        ),
+        plotting.line("Borrowed", x, borrowed, color=plotting.COLORS["borrowed"], unit="GPUs"),
+    ]
+    shapes = borrowing_shapes(hours, borrowed)
+    if shapes:
+        data.append(legend_swatch("Borrowing period", plotting.COLORS["borrowed"]))
+    layout = range_layout(
+        time_range,
+        f"{team}: allocation vs quota vs real use",
+        GPUS_AXIS,
+        shapes=shapes,
+    )
+    legend_room(layout, len(data), per_row=5)
+    return plotting.figure(
+        data,
+        layout,
+        empty_message="No rollups for this team in this range.",
+        meta={"borrowing_periods": len(shapes), "hours": len(hours)},
+    )
+
+
+@chart_view
+def team_queues_chart(request: HttpRequest, time_range: TimeRange, name: str) -> dict[str, Any]:
+    """Allocated GPUs per ClusterQueue and flavor (stacked) with each one's nominal quota."""
+    team = get_team_for_user(request, name)
+    hours = time_range.complete_hours()
+    rows = team_queue_hours(team, time_range)
+
+    def label(row: Any) -> str:
+        return f"{row['queue']} · {row['flavor'] or 'no flavor'}"
+
+    names, allocated = stacked(rows, label, "allocated", hours)
+    _, nominal = stacked(rows, label, "nominal", hours)
+    x = x_axis(hours)
+    data = []
+    for position, series in enumerate(names):
+        color = plotting.SERIES[position % len(plotting.SERIES)]
+        trace = plotting.line(
+            f"{series} allocated",
+            x,
+            [rounded(v) for v in allocated[series]],
+            color=color,
+            unit="GPUs",
+            stackgroup="allocated",
+        )
+        trace["legendgroup"] = series
+        data.append(trace)
+    for position, series in enumerate(names):
+        if series == "Other" or series not in nominal:
+            continue
+        color = plotting.SERIES[position % len(plotting.SERIES)]
+        trace = plotting.line(
+            f"{series} nominal",
+            x,
+            [rounded(v) for v in nominal[series]],
+            color=color,
+            unit="GPUs",
+            dash="dot",
+        )
+        trace["legendgroup"] = series
+        data.append(trace)
+    layout = range_layout(
+        time_range, "Allocated GPUs per ClusterQueue and flavor (dotted: nominal)", GPUS_AXIS
+    )
+    legend_room(layout, len(data), per_row=3)
+    return plotting.figure(data, layout, empty_message="No queue rollups in this range.")

@@ -1,0 +1,147 @@
+"""The ClusterQueue pages' reads: queues with their GPU quota, one queue's holding and pending
+workloads, its evictions, and its hours for the charts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Case, Count, IntegerField, Max, Q, QuerySet, Sum, Value, When
+from django.db.models.functions import TruncHour
+
+from core.ranges import TimeRange
+from dashboard.frame import bounded
+from dashboard.queries.rollups import (
+    ROLLUP_SUMS,
+    RangeFigures,
+    in_complete_hours,
+    rollups_in_range,
+)
+from ledger.choices import RollupScope
+from quotas.choices import TransitionKind
+from quotas.models import ClusterQueue, Workload, WorkloadTransition
+
+EVICTION_KINDS = [TransitionKind.EVICTED, TransitionKind.PREEMPTED]
+
+
+def cluster_queues(search: str) -> QuerySet[ClusterQueue]:
+    """ClusterQueues that exist whose name or cohort name contains ``search``."""
+    queues = ClusterQueue.objects.present().select_related("cluster", "cohort", "team")
+    if search:
+        queues = queues.filter(Q(name__icontains=search) | Q(cohort_name__icontains=search))
+    return queues.order_by("cluster__name", "name")
+
+
+def queue_range_figures(queue: ClusterQueue, time_range: TimeRange) -> RangeFigures:
+    return RangeFigures.from_row(
+        rollups_in_range(RollupScope.CLUSTER_QUEUE, time_range)
+        .filter(cluster_queue=queue)
+        .aggregate(**ROLLUP_SUMS)
+    )
+
+
+def holding_workloads(queue: ClusterQueue) -> tuple[list[Workload], bool, dict[str, Any]]:
+    """The queue's holding workloads, highest priority first (a bounded list), whether there
+    are more, and the ``count`` and ``gpus`` of them all."""
+    holding, more = bounded(
+        Workload.objects.holding()
+        .filter(cluster_queue=queue)
+        .select_related("local_queue")
+        .order_by("-priority", "admitted_at")
+    )
+    totals = (
+        Workload.objects.holding()
+        .filter(cluster_queue=queue)
+        .aggregate(count=Count("id"), gpus=Sum("admitted_gpus"))
+    )
+    return holding, more, totals
+
+
+def pending_workloads(queue: ClusterQueue) -> QuerySet[Workload]:
+    """The queue's pending workloads in Kueue's order (positions first, then priority, age)."""
+    return (
+        Workload.objects.pending()
+        .filter(cluster_queue=queue)
+        .select_related("local_queue")
+        .annotate(
+            position_missing=Case(
+                When(pending_position__isnull=True, then=Value(1)),
+                default=Value(0),
+                output_field=IntegerField(),
+            )
+        )
+        .order_by("position_missing", "pending_position", "-priority", "observed_at", "name")
+    )
+
+
+def pending_totals(queue: ClusterQueue) -> dict[str, Any]:
+    """``count`` and ``gpus`` of the queue's pending workloads."""
+    return (
+        Workload.objects.pending()
+        .filter(cluster_queue=queue)
+        .aggregate(count=Count("id"), gpus=Sum("requested_gpus"))
+    )
+
+
+def last_requeues(workload_ids: list[int]) -> dict[int, datetime]:
+    """workload id → when it last went back to waiting (requeued, or its quota released)."""
+    return dict(
+        WorkloadTransition.objects.filter(
+            workload_id__in=workload_ids,
+            kind__in=[TransitionKind.REQUEUED, TransitionKind.QUOTA_RELEASED],
+        )
+        .order_by()
+        .values("workload_id")
+        .annotate(last=Max("at"))
+        .values_list("workload_id", "last")
+    )
+
+
+def _evictions(queue: ClusterQueue, time_range: TimeRange) -> QuerySet[WorkloadTransition]:
+    return WorkloadTransition.objects.filter(
+        workload__cluster_queue=queue,
+        kind__in=EVICTION_KINDS,
+        at__gt=time_range.start,
+        at__lte=time_range.end,
+    )
+
+
+def eviction_counts(queue: ClusterQueue, time_range: TimeRange) -> dict[str, int]:
+    """Evictions and preemptions of the queue's workloads in the range, per transition kind."""
+    rows = _evictions(queue, time_range).order_by().values("kind").annotate(count=Count("id"))
+    return {row["kind"]: row["count"] for row in rows}
+
+
+# --- Charts -------------------------------------------------------------------------------------
+
+
+def queue_hours(queue: ClusterQueue, time_range: TimeRange) -> list[Mapping[str, Any]]:
+    """The queue's GPU-hours per hour and flavor: allocated, quota, borrowing, use, demand."""
+    return list(
+        rollups_in_range(RollupScope.CLUSTER_QUEUE, time_range)
+        .filter(in_complete_hours(time_range), cluster_queue=queue)
+        .order_by()
+        .values("hour", "flavor")
+        .annotate(
+            allocated=Sum("allocated_gpu_hours"),
+            nominal=Sum("nominal_gpu_hours"),
+            borrowed=Sum("borrowed_gpu_hours"),
+            lent=Sum("lent_gpu_hours"),
+            active=Sum("active_gpu_hours"),
+            telemetry=Sum("telemetry_gpu_hours"),
+            pending=Sum("pending_gpu_hours"),
+        )
+    )
+
+
+def evictions_per_hour(queue: ClusterQueue, time_range: TimeRange) -> list[Mapping[str, Any]]:
+    """Evictions and preemptions per hour (``bucket``), kind and reason."""
+    return list(
+        _evictions(queue, time_range)
+        .annotate(bucket=TruncHour("at"))
+        .order_by()
+        .values("bucket", "kind", "reason")
+        .annotate(count=Count("id"))
+    )

@@ -1,0 +1,78 @@
+"""The busy-but-not-working page: GPUs that run kernels but barely use their SMs."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from core import plotting
+from core.ranges import TimeRange
+from dashboard.decorators import dashboard_page
+from dashboard.frame import chart_url, stat
+from dashboard.queries.busy import (
+    BUSY_GPUS_LIMIT,
+    BUSY_WORKLOADS_LIMIT,
+    busy_by_team,
+    busy_by_workload,
+    busy_gpus_now,
+)
+from dashboard.queries.now import busy_thresholds, latest_windows
+from dashboard.queries.rollups import fleet_hours
+from dashboard.templatetags.formatting import gpus, percent
+
+
+@dashboard_page
+def busy(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
+    util_min, sm_max = busy_thresholds()
+    windows = latest_windows()
+    gpus_now, busy_now = busy_gpus_now(windows, request.user)
+    teams = busy_by_team(time_range)
+    workloads, hidden = busy_by_workload(time_range, request.user)
+    hours = fleet_hours(time_range)
+    busy_hours = sum(row["busy"] or 0.0 for row in hours.values())
+    allocated_hours = sum(row["allocated"] or 0.0 for row in hours.values())
+    share = plotting.ratio(busy_hours, allocated_hours)
+    cards = [
+        stat(
+            "Busy but not working now",
+            gpus(busy_now),
+            unit="GPUs",
+            note="allocated GPUs in the newest window",
+            tone="bad" if busy_now else "good",
+            testid="busy-now",
+        ),
+        stat(
+            "In this range",
+            f"{busy_hours:,.1f}",
+            unit="GPU-hours",
+            note="complete hours, from hourly rollups",
+            tone="warn",
+            testid="busy-hours",
+        ),
+        stat(
+            "Share of allocated",
+            percent(share),
+            unit="%" if share is not None else "",
+            note=f"of {allocated_hours:,.1f} allocated GPU-hours",
+            tone="neutral",
+            testid="busy-share",
+        ),
+    ]
+    context = {
+        "nav": "busy",
+        "page_title": "Busy but not working",
+        "cards": cards,
+        "util_min": util_min,
+        "sm_max_pct": sm_max * 100,
+        "gpus_now": gpus_now,
+        "gpus_limit": BUSY_GPUS_LIMIT,
+        "teams": teams,
+        "workloads": workloads,
+        "workloads_limit": BUSY_WORKLOADS_LIMIT,
+        "hidden_busy": hidden,
+        "has_data": bool(windows or hours),
+        "teams_chart_url": chart_url("fleet:chart-busy-teams", request),
+        "time_chart_url": chart_url("fleet:chart-busy-time", request),
+        "time_range": time_range,
+    }
+    return render(request, "fleet/busy.html", context)

@@ -1,0 +1,181 @@
+"""ClusterQueue pages: every queue's GPU quota and usage now, and one queue in detail."""
+
+from __future__ import annotations
+
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+from core.figures import ratio
+from core.mig import GPU_RESOURCE
+from core.ranges import TimeRange
+from dashboard.access import allowed_team_ids, get_cluster_queue_for_user, sees_team
+from dashboard.decorators import dashboard_page
+from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
+from dashboard.queries import cluster_queues as queries
+from dashboard.queries.now import gpu_quotas, holding_gpus, latest_samples
+from dashboard.templatetags.formatting import duration, figure, percent, quantity
+from quotas.choices import TransitionKind
+
+
+@dashboard_page(uses_range=False)
+def cluster_queue_list(request: HttpRequest) -> HttpResponse:
+    allowed = allowed_team_ids(request)
+    now = timezone.now()
+    search = request.GET.get("q", "").strip()[:253]
+    page, page_query = paginate(request, queries.cluster_queues(search))
+    ids = [queue.pk for queue in page.object_list]
+    queue_filter = Q(cluster_queue_id__in=ids)
+    quotas = gpu_quotas(queue_filter)
+    samples = latest_samples(queue_filter, now)
+    holding = holding_gpus(queue_filter, "cluster_queue_id")
+    rows = []
+    for queue in page.object_list:
+        found = samples.get(queue.pk)
+        nominal = sum(float(q.nominal) for q in quotas.get(queue.pk, []))
+        used = holding.get(queue.pk, 0.0)
+        rows.append(
+            {
+                "queue": queue,
+                "visible": sees_team(allowed, queue.team_id),
+                "quotas": [
+                    {
+                        "flavor": q.flavor_name,
+                        "nominal": figure(q.nominal),
+                        "borrowing_limit": quantity(q.borrowing_limit, q.resource),
+                    }
+                    for q in quotas.get(queue.pk, [])
+                ],
+                "nominal": figure(nominal),
+                "usage": figure(used),
+                "usage_share": round(100 * min(1.0, ratio(used, nominal) or 0.0), 1),
+                "borrowed": figure(found.borrowed) if found else "—",
+                "borrowing": bool(found and found.borrowed > 0),
+            }
+        )
+    context = {
+        "nav": "queues",
+        "page_title": "ClusterQueues",
+        "rows": rows,
+        "page_obj": page,
+        "page_query": page_query,
+        "search": search,
+    }
+    return render(request, "quotas/cluster_queue_list.html", context)
+
+
+@dashboard_page
+def cluster_queue_detail(
+    request: HttpRequest, time_range: TimeRange, cluster: str, name: str
+) -> HttpResponse:
+    queue = get_cluster_queue_for_user(request, cluster, name)
+    allowed = allowed_team_ids(request)
+    now = timezone.now()
+    queue_filter = Q(cluster_queue=queue)
+
+    quotas = list(queue.quotas.order_by("resource", "position", "flavor_name"))
+    quota_rows = [
+        {
+            "flavor": q.flavor_name,
+            "resource": q.resource,
+            "nominal": quantity(q.nominal, q.resource),
+            "borrowing_limit": quantity(q.borrowing_limit, q.resource),
+            "lending_limit": quantity(q.lending_limit, q.resource),
+        }
+        for q in quotas
+    ]
+    found = latest_samples(queue_filter, now).get(queue.pk)
+    figures = queries.queue_range_figures(queue, time_range)
+    holding, holding_more, holding_total = queries.holding_workloads(queue)
+    pending_total = queries.pending_totals(queue)
+    page, page_query = paginate(request, queries.pending_workloads(queue))
+    requeued = queries.last_requeues([w.pk for w in page.object_list])
+    pending_rows = []
+    for workload in page.object_list:
+        since = max(
+            [moment for moment in (workload.observed_at, requeued.get(workload.pk)) if moment],
+            default=None,
+        )
+        pending_rows.append(
+            {
+                "workload": workload,
+                "wait": duration((now - since).total_seconds()) if since else "—",
+                "waiting_since": since,
+                "requeued": workload.pk in requeued,
+            }
+        )
+    eviction_counts = queries.eviction_counts(queue, time_range)
+    nominal_gpus = sum(float(q.nominal) for q in quotas if q.resource == GPU_RESOURCE)
+    stats = [
+        stat(
+            "Nominal quota",
+            figure(nominal_gpus),
+            "GPUs",
+            ", ".join(
+                f"{q.flavor_name} {figure(q.nominal)}" for q in quotas if q.resource == GPU_RESOURCE
+            ),
+            testid="stat-nominal",
+        ),
+        stat(
+            "In use now",
+            figure(holding_total["gpus"] or 0),
+            "GPUs",
+            f"{plural(holding_total['count'], 'admitted workload')}",
+            testid="stat-usage",
+        ),
+        stat(
+            "Borrowed now",
+            figure(found.borrowed) if found else "—",
+            "GPUs",
+            "from the cohort",
+            tone="warn" if found and found.borrowed else None,
+            testid="stat-borrowed",
+        ),
+        stat(
+            "Lent now",
+            figure(found.lent) if found else "—",
+            "GPUs",
+            "in use by other members",
+            testid="stat-lent",
+        ),
+        stat(
+            "Pending",
+            figure(pending_total["gpus"] or 0),
+            "GPUs",
+            f"{plural(pending_total['count'], 'workload')} waiting",
+            testid="stat-pending",
+        ),
+        stat(
+            "Utilization",
+            percent(figures.utilization),
+            "%",
+            time_range.label,
+            tone=utilization_tone(figures.utilization),
+        ),
+        stat(
+            "Evictions",
+            str(sum(eviction_counts.values())),
+            "",
+            f"{eviction_counts.get(TransitionKind.PREEMPTED, 0)} preemptions, "
+            f"{time_range.label.lower()}",
+            testid="stat-evictions",
+        ),
+    ]
+    context = {
+        "nav": "queues",
+        "page_title": f"ClusterQueue {queue.name}",
+        "queue": queue,
+        "cohort_visible": queue.cohort is not None,
+        "stats": stats,
+        "quota_rows": quota_rows,
+        "holding": holding,
+        "holding_more": holding_more,
+        "pending_rows": pending_rows,
+        "page_obj": page,
+        "page_query": page_query,
+        "chart_query": range_query(request, time_range),
+        "visible_all": allowed is None,
+        "time_range": time_range,
+    }
+    return render(request, "quotas/cluster_queue_detail.html", context)

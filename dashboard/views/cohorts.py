@@ -1,0 +1,267 @@
+"""Cohort pages: every cohort now, and one cohort's members, borrowers and reclaim estimates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+from core.figures import ratio
+from core.mig import GPU_RESOURCE
+from core.ranges import TimeRange
+from dashboard.access import allowed_team_ids, get_cohort_for_user, sees_team
+from dashboard.decorators import dashboard_page
+from dashboard.frame import paginate, plural, range_query, stat
+from dashboard.queries import cohorts as queries
+from dashboard.queries.now import QueueNow, gpu_quotas, holding_gpus, latest_samples
+from dashboard.templatetags.formatting import figure
+from quotas.models import ClusterQueue, Workload
+from quotas.reclaim import (
+    Borrower,
+    ReclaimEstimate,
+    ReclaimInputs,
+    ReclaimStatus,
+    estimate_reclaim,
+    termination_grace_seconds,
+)
+
+
+@dashboard_page(uses_range=False)
+def cohort_list(request: HttpRequest) -> HttpResponse:
+    now = timezone.now()
+    page, page_query = paginate(request, queries.cohorts_with_members())
+    ids = [cohort.pk for cohort in page.object_list]
+    queue_filter = Q(cluster_queue__cohort_id__in=ids, cluster_queue__deleted_at__isnull=True)
+    nominal = queries.members_nominal(queue_filter)
+    usage = holding_gpus(Q(cluster_queue__cohort_id__in=ids), "cluster_queue__cohort_id")
+    samples = latest_samples(queue_filter, now)
+    borrowed, lent = queries.members_lending(samples)
+    rows = []
+    for cohort in page.object_list:
+        pool = sum(queries.cohort_pool(cohort).values())
+        total = nominal.get(cohort.pk, 0.0) + pool
+        used = usage.get(cohort.pk, 0.0)
+        rows.append(
+            {
+                "cohort": cohort,
+                "nominal": figure(total),
+                "pool": figure(pool) if pool else "",
+                "usage": figure(used),
+                "usage_share": round(100 * min(1.0, ratio(used, total) or 0.0), 1),
+                "borrowed": figure(borrowed.get(cohort.pk)) if samples else "—",
+                "lent": figure(lent.get(cohort.pk)) if samples else "—",
+            }
+        )
+    context = {
+        "nav": "cohorts",
+        "page_title": "Cohorts",
+        "rows": rows,
+        "page_obj": page,
+        "page_query": page_query,
+    }
+    return render(request, "quotas/cohort_list.html", context)
+
+
+@dataclass
+class LenderEstimate:
+    queue: ClusterQueue
+    flavor: str
+    lent: float
+    policy: str
+    pending_count: int
+    pending_gpus: float
+    pending_priority: int | None
+    reference_priority: int | None
+    borrowers: list[Borrower]
+    estimate: ReclaimEstimate
+
+    @property
+    def status_label(self) -> str:
+        return {
+            ReclaimStatus.FULL: "Fully reclaimable",
+            ReclaimStatus.PARTIAL: "Partly reclaimable",
+            ReclaimStatus.CANNOT: "Never preempts",
+            ReclaimStatus.UNATTRIBUTED: "Borrowers unknown",
+            ReclaimStatus.NOTHING_LENT: "Nothing lent",
+        }.get(self.estimate.status, self.estimate.status)
+
+
+def _lender_estimates(
+    members: list[ClusterQueue],
+    samples: dict[int, QueueNow],
+    borrowing: list[Workload],
+    pending: dict[int, dict[str, Any]],
+    top_holding: dict[int, int],
+    pace: dict[str, Any],
+    allowed: set[int] | None,
+) -> list[LenderEstimate]:
+    """For each member lending GPUs of a flavor now: how fast preemption would return them."""
+    lenders = []
+    queue_by_id = {queue.pk: queue for queue in members}
+    for queue_id, found in samples.items():
+        lender = queue_by_id.get(queue_id)
+        if lender is None:
+            continue
+        for flavor, values in sorted(found.flavors.items()):
+            if values["lent"] <= 0:
+                continue
+            candidates = [
+                Borrower(
+                    name=f"{w.namespace}/{w.name}"
+                    if sees_team(allowed, w.cluster_queue.team_id if w.cluster_queue else None)
+                    else f"hidden workload in {w.cluster_queue}",
+                    priority=w.priority,
+                    gpus=w.admitted_gpus,
+                    grace_seconds=termination_grace_seconds(w.pod_sets),
+                    admitted_at=w.admitted_at,
+                )
+                for w in borrowing
+                if w.cluster_queue_id != queue_id
+                and (w.flavors or {}).get(GPU_RESOURCE, "") == flavor
+            ]
+            queue_pending = pending.get(queue_id, {})
+            pending_priority = queue_pending.get("top")
+            reference = top_holding.get(queue_id)
+            inputs = ReclaimInputs(
+                lent_gpus=values["lent"],
+                policy=lender.reclaim_within_cohort,
+                borrowers=candidates,
+                pending_priorities=[pending_priority] if pending_priority is not None else [],
+                reference_priority=reference,
+                preemption_to_admission_seconds=pace["admission_seconds"],
+                evictions_per_hour=pace["per_hour"],
+            )
+            lenders.append(
+                LenderEstimate(
+                    queue=lender,
+                    flavor=flavor,
+                    lent=values["lent"],
+                    policy=lender.reclaim_within_cohort or "Never",
+                    pending_count=queue_pending.get("count", 0),
+                    pending_gpus=float(queue_pending.get("gpus") or 0.0),
+                    pending_priority=pending_priority,
+                    reference_priority=reference,
+                    borrowers=candidates,
+                    estimate=estimate_reclaim(inputs),
+                )
+            )
+    return lenders
+
+
+@dashboard_page
+def cohort_detail(
+    request: HttpRequest, time_range: TimeRange, cluster: str, name: str
+) -> HttpResponse:
+    cohort = get_cohort_for_user(request, cluster, name)
+    allowed = allowed_team_ids(request)
+    now = timezone.now()
+    members = queries.cohort_members(cohort)
+    queue_filter = Q(cluster_queue__cohort=cohort, cluster_queue__deleted_at__isnull=True)
+    quotas = gpu_quotas(queue_filter)
+    samples = latest_samples(queue_filter, now)
+    holding = holding_gpus(queue_filter, "cluster_queue_id")
+    pool = queries.cohort_pool(cohort)
+    pending = queries.pending_by_queue(queue_filter)
+    top_holding = queries.top_holding_priority(queue_filter)
+    borrowing, borrowing_more = queries.borrowing_workloads(queue_filter)
+    pace = queries.eviction_pace(Q(workload__cluster_queue__cohort=cohort), now)
+
+    member_rows = []
+    for queue in members:
+        found = samples.get(queue.pk)
+        queue_pending = pending.get(queue.pk, {})
+        member_rows.append(
+            {
+                "queue": queue,
+                "visible": sees_team(allowed, queue.team_id),
+                "nominal": figure(sum(float(q.nominal) for q in quotas.get(queue.pk, []))),
+                "usage": figure(holding.get(queue.pk, 0.0)),
+                "borrowed": figure(found.borrowed) if found else "—",
+                "lent": figure(found.lent) if found else "—",
+                "pending": figure(queue_pending.get("gpus") or 0),
+                "policy": queue.reclaim_within_cohort or "Never",
+                "weighted_share": queue.weighted_share,
+            }
+        )
+
+    borrower_rows = []
+    for workload in borrowing:
+        borrower_queue = workload.cluster_queue
+        borrower_rows.append(
+            {
+                "workload": workload,
+                "visible": sees_team(allowed, borrower_queue.team_id if borrower_queue else None),
+                "flavor": (workload.flavors or {}).get(GPU_RESOURCE, ""),
+                "grace_seconds": termination_grace_seconds(workload.pod_sets),
+                "age_seconds": (now - workload.admitted_at).total_seconds()
+                if workload.admitted_at
+                else None,
+            }
+        )
+
+    lenders = _lender_estimates(members, samples, borrowing, pending, top_holding, pace, allowed)
+    nominal_total = sum(float(q.nominal) for rows in quotas.values() for q in rows)
+    stats = [
+        stat(
+            "Members",
+            str(len(members)),
+            "ClusterQueues",
+            cohort.parent_name and f"parent cohort {cohort.parent_name}" or "",
+        ),
+        stat(
+            "Nominal quota",
+            figure(nominal_total + sum(pool.values())),
+            "GPUs",
+            f"incl. shared pool {figure(sum(pool.values()))}" if pool else "sum of members",
+            testid="stat-nominal",
+        ),
+        stat(
+            "In use now",
+            figure(sum(holding.values())),
+            "GPUs",
+            "admitted workloads",
+            testid="stat-usage",
+        ),
+        stat(
+            "Borrowed now",
+            figure(sum(s.borrowed for s in samples.values())) if samples else "—",
+            "GPUs",
+            "above members' nominal",
+            tone="warn" if any(s.borrowed for s in samples.values()) else None,
+            testid="stat-borrowed",
+        ),
+        stat(
+            "Lent now",
+            figure(sum(s.lent for s in samples.values())) if samples else "—",
+            "GPUs",
+            "members' unused quota in use by others",
+            testid="stat-lent",
+        ),
+        stat(
+            "Pending demand",
+            figure(sum(float(r.get("gpus") or 0) for r in pending.values())),
+            "GPUs",
+            f"{plural(sum(r.get('count', 0) for r in pending.values()), 'workload')} waiting",
+        ),
+    ]
+    context = {
+        "nav": "cohorts",
+        "page_title": f"Cohort {cohort.name}",
+        "cohort": cohort,
+        "stats": stats,
+        "pool": pool,
+        "member_rows": member_rows,
+        "borrower_rows": borrower_rows,
+        "borrowing_more": borrowing_more,
+        "lenders": lenders,
+        "pace": pace,
+        "statuses": ReclaimStatus,
+        "samples_seen": bool(samples),
+        "chart_query": range_query(request, time_range),
+        "time_range": time_range,
+    }
+    return render(request, "quotas/cohort_detail.html", context)

@@ -1,0 +1,35 @@
+"""The GPU page: its reading and holders now, who held it over the range, and its charts."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from core.ranges import TimeRange
+from dashboard.decorators import dashboard_page
+from dashboard.frame import chart_url
+from dashboard.queries.gpus import HOLDERS_LIMIT, gpu_rows, holders_over_range
+from dashboard.templatetags.formatting import gpu_label
+from fleet.models import Gpu
+
+
+@dashboard_page
+def gpu_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResponse:
+    gpu = get_object_or_404(Gpu.objects.select_related("cluster", "node"), pk=pk)
+    row = gpu_rows([gpu], request.user)[0]
+    history = holders_over_range([gpu.pk], time_range, request.user)
+    context = {
+        "nav": "map",
+        "page_title": f"{gpu.host} · {gpu_label(gpu)}",
+        "gpu": gpu,
+        "row": row,
+        "history": history,
+        "history_limit": HOLDERS_LIMIT,
+        "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,
+        "live": bool(gpu.cluster.prometheus_url),
+        "activity_chart_url": chart_url("fleet:chart-gpu-activity", request, gpu.pk),
+        "memory_chart_url": chart_url("fleet:chart-gpu-memory", request, gpu.pk),
+        "time_range": time_range,
+    }
+    return render(request, "fleet/gpu.html", context)

@@ -1,0 +1,61 @@
+"""The node page: its GPUs now, who held them over the range, and their activity chart."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from core.ranges import TimeRange
+from dashboard.decorators import dashboard_page
+from dashboard.frame import chart_url, stat
+from dashboard.queries.gpus import HOLDERS_LIMIT, gpu_rows, holders_over_range
+from dashboard.templatetags.formatting import gpus as fmt_gpus
+from dashboard.templatetags.formatting import percent
+from fleet.models import Gpu, Node
+
+
+@dashboard_page
+def node_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResponse:
+    node = get_object_or_404(Node.objects.select_related("cluster"), pk=pk)
+    gpus = list(Gpu.objects.physical().filter(node=node).order_by("index", "gi_id"))
+    rows = gpu_rows(gpus, request.user)
+    gpu_by_id = {gpu.pk: gpu for gpu in gpus}
+    history = holders_over_range(list(gpu_by_id), time_range, request.user)
+    for entry in history:
+        entry["gpu"] = gpu_by_id.get(entry["gpu_id"])
+    allocated = sum(1 for row in rows if row["holders"])
+    with_data = [row for row in rows if row["activity_pct"] is not None]
+    cards = [
+        stat(
+            "GPUs",
+            fmt_gpus(sum(gpu.fraction for gpu in gpus)),
+            unit="GPUs",
+            note=f"{len(gpus)} devices · {node.gpu_product or 'unknown model'}",
+            tone="neutral",
+        ),
+        stat("Held now", str(allocated), unit=f"of {len(gpus)}", testid="node-held"),
+        stat(
+            "Mean SM_ACTIVE now",
+            percent(sum(r["activity_pct"] for r in with_data) / len(with_data) / 100)
+            if with_data
+            else "—",
+            unit="%" if with_data else "",
+            note=f"{len(gpus) - len(with_data)} without telemetry",
+            tone="neutral",
+        ),
+    ]
+    context = {
+        "nav": "map",
+        "page_title": node.name,
+        "node": node,
+        "cards": cards,
+        "gpu_rows": rows,
+        "history": history,
+        "history_limit": HOLDERS_LIMIT,
+        "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,
+        "live": bool(node.cluster.prometheus_url),
+        "activity_chart_url": chart_url("fleet:chart-node", request, node.pk),
+        "time_range": time_range,
+    }
+    return render(request, "fleet/node.html", context)

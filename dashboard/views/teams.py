@@ -1,0 +1,219 @@
+"""Team pages: every team over the range, and one team's queues, workloads and charts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+from core.figures import ratio
+from core.mig import GPU_RESOURCE
+from core.ranges import TimeRange, hidden_params
+from dashboard.access import allowed_team_ids, get_team_for_user, sees_team
+from dashboard.decorators import choice_param, dashboard_page
+from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
+from dashboard.queries import teams as queries
+from dashboard.queries.now import gpu_quotas, holding_gpus, latest_samples
+from dashboard.queries.rollups import RangeFigures, workload_figures
+from dashboard.templatetags.formatting import duration, figure, percent
+from quotas.choices import HOLDING_STATES
+from quotas.models import Team, Workload
+
+
+@dashboard_page
+def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
+    allowed = allowed_team_ids(request)
+    page, page_query = paginate(request, Team.objects.order_by("name"))
+    ids = [team.pk for team in page.object_list]
+    figures = queries.range_figures_by_team(ids, time_range)
+    totals = queries.range_figures_all_teams(time_range)
+    now_gpus = holding_gpus(Q(cluster_queue__team_id__in=ids), "cluster_queue__team_id")
+    table = []
+    for team in page.object_list:
+        found = figures.get(team.pk, RangeFigures())
+        table.append(
+            {
+                "team": team,
+                "visible": sees_team(allowed, team.pk),
+                "led": allowed is not None and team.pk in allowed,
+                "allocated": figure(found.allocated),
+                "nominal": figure(found.nominal),
+                "active": figure(found.active),
+                "utilization": percent(found.utilization),
+                "idle": figure(found.idle),
+                "borrowed": figure(found.borrowed),
+                "now": figure(now_gpus.get(team.pk, 0.0)),
+                "idle_share": round(100 * (ratio(found.idle, found.allocated) or 0), 1),
+            }
+        )
+    stats = [
+        stat(
+            "Allocated",
+            figure(totals.allocated),
+            "GPU-h",
+            time_range.label,
+            testid="stat-allocated",
+        ),
+        stat("Nominal quota", figure(totals.nominal), "GPU-h", "Kueue nominal, summed"),
+        stat(
+            "Real use", figure(totals.active), "GPU-h", "SM_ACTIVE-weighted", testid="stat-active"
+        ),
+        stat(
+            "Utilization",
+            percent(totals.utilization),
+            "%",
+            "active / allocated with telemetry",
+            tone=utilization_tone(totals.utilization),
+        ),
+        stat(
+            "Idle",
+            figure(totals.idle),
+            "GPU-h",
+            "allocated, SM_ACTIVE < idle threshold",
+            tone="warn" if totals.idle > 0 else None,
+            testid="stat-idle",
+        ),
+    ]
+    context = {
+        "nav": "teams",
+        "page_title": "Teams",
+        "stats": stats,
+        "rows": table,
+        "page_obj": page,
+        "page_query": page_query,
+        "sees_all": allowed is None,
+        "time_range": time_range,
+    }
+    return render(request, "quotas/team_list.html", context)
+
+
+def _workload_row(
+    workload: Workload,
+    figures: dict[int, RangeFigures],
+    allowed: set[int] | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """A row of a workload table (``quotas/partials/workload_table.html``)."""
+    found = figures.get(workload.pk, RangeFigures())
+    gpus = workload.admitted_gpus or workload.requested_gpus
+    cluster_queue = workload.cluster_queue
+    idle_hours = found.idle / gpus if gpus else None
+    return {
+        "workload": workload,
+        "visible": sees_team(allowed, cluster_queue.team_id if cluster_queue else None),
+        "gpus": figure(gpus),
+        "flavor": (workload.flavors or {}).get(GPU_RESOURCE, ""),
+        "sm_active": percent(found.utilization),
+        "tensor": percent(found.tensor_activity),
+        "idle_hours": figure(idle_hours) if found.allocated else "—",
+        "age": duration((now - workload.observed_at).total_seconds())
+        if workload.observed_at
+        else "—",
+        "holding": workload.state in HOLDING_STATES,
+    }
+
+
+@dashboard_page
+def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpResponse:
+    team = get_team_for_user(request, name)
+    allowed = allowed_team_ids(request)
+    now = timezone.now()
+    state = choice_param(request, "state", queries.WORKLOAD_FILTERS, "all")
+
+    figures = queries.team_range_figures(team, time_range)
+    queues = queries.team_queues(team)
+    queue_filter = Q(cluster_queue__team=team, cluster_queue__deleted_at__isnull=True)
+    quotas = gpu_quotas(queue_filter)
+    samples = latest_samples(queue_filter, now)
+    holding = holding_gpus(Q(cluster_queue__team=team), "cluster_queue_id")
+    pending = queries.team_pending(team)
+    nominal_now = sum(float(q.nominal) for rows in quotas.values() for q in rows)
+    allocated_now = sum(holding.values())
+    borrowed_now = sum(s.borrowed for s in samples.values()) if samples else None
+
+    queue_rows = []
+    for queue in queues:
+        now_figures = samples.get(queue.pk)
+        queue_rows.append(
+            {
+                "queue": queue,
+                "quotas": quotas.get(queue.pk, []),
+                "nominal": sum(float(q.nominal) for q in quotas.get(queue.pk, [])),
+                "usage": holding.get(queue.pk, 0.0),
+                "borrowed": now_figures.borrowed if now_figures else None,
+                "lent": now_figures.lent if now_figures else None,
+            }
+        )
+
+    page, page_query = paginate(request, queries.team_workloads(team, time_range, state))
+    per_workload = workload_figures([w.pk for w in page.object_list], time_range)
+    workload_rows = [_workload_row(w, per_workload, allowed, now) for w in page.object_list]
+
+    stats = [
+        stat(
+            "Allocated now",
+            figure(allocated_now),
+            "GPUs",
+            "admitted to running workloads",
+            testid="stat-allocated-now",
+        ),
+        stat(
+            "Nominal quota",
+            figure(nominal_now),
+            "GPUs",
+            f"{len(queues)} ClusterQueues",
+            testid="stat-nominal",
+        ),
+        stat(
+            "Utilization",
+            percent(figures.utilization),
+            "%",
+            f"SM_ACTIVE-weighted, {time_range.label.lower()}",
+            tone=utilization_tone(figures.utilization),
+            testid="stat-utilization",
+        ),
+        stat(
+            "Idle",
+            figure(figures.idle),
+            "GPU-h",
+            "allocated but SM_ACTIVE below threshold",
+            tone="warn" if figures.idle > 0 else "good",
+            testid="stat-idle",
+        ),
+        stat(
+            "Borrowed now",
+            figure(borrowed_now),
+            "GPUs",
+            "above nominal, from the cohort",
+            tone="warn" if borrowed_now else None,
+            testid="stat-borrowed",
+        ),
+        stat(
+            "Pending demand",
+            figure(pending["gpus"] or 0),
+            "GPUs",
+            f"{plural(pending['count'], 'workload')} waiting",
+            testid="stat-pending",
+        ),
+    ]
+    context = {
+        "nav": "teams",
+        "page_title": str(team),
+        "team": team,
+        "stats": stats,
+        "figures": figures,
+        "queue_rows": queue_rows,
+        "workload_rows": workload_rows,
+        "page_obj": page,
+        "page_query": page_query,
+        "state": state,
+        "state_choices": queries.WORKLOAD_FILTERS,
+        "chart_query": range_query(request, time_range),
+        "time_range": time_range,
+        "range_hidden": hidden_params(request.GET),
+    }
+    return render(request, "quotas/team_detail.html", context)

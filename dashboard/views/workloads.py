@@ -1,0 +1,140 @@
+"""The workload page: its state, GPUs and activity, transitions, pods, and charts."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+from core.mig import GPU_RESOURCE
+from core.ranges import TimeRange
+from core.timewindows import floor_time
+from dashboard.access import allowed_team_ids, get_workload_for_user, sees_team
+from dashboard.decorators import dashboard_page
+from dashboard.frame import range_query, stat, utilization_tone
+from dashboard.live import WORKLOAD_LIVE_SPAN
+from dashboard.queries import workloads as queries
+from dashboard.queries.rollups import RangeFigures, workload_figures
+from dashboard.templatetags.formatting import duration, figure, percent
+from quotas.choices import WorkloadState
+from quotas.models import Workload
+
+
+def _life_query(workload: Workload, end: datetime) -> str:
+    """``start=…&end=…`` covering the workload's whole life, when the rollups still cover it."""
+    if not workload.observed_at or workload.observed_at >= end:
+        return ""
+    life_start = floor_time(workload.observed_at, 60)
+    life_end = floor_time(end, 60) + timedelta(minutes=1)
+    if (life_end - life_start).days >= settings.GPULEDGER_ROLLUP_RETENTION_DAYS:
+        return ""
+    return urlencode(
+        {
+            "start": life_start.strftime("%Y-%m-%dT%H:%M"),
+            "end": life_end.strftime("%Y-%m-%dT%H:%M"),
+        }
+    )
+
+
+@dashboard_page
+def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResponse:
+    workload = get_workload_for_user(request, pk)
+    allowed = allowed_team_ids(request)
+    now = timezone.now()
+    figures = workload_figures([workload.pk], time_range).get(workload.pk, RangeFigures())
+    transition_rows = []
+    for transition in queries.recent_transitions(workload):
+        preemptor = transition.preemptor
+        transition_rows.append(
+            {
+                "transition": transition,
+                "preemptor": preemptor,
+                "preemptor_visible": preemptor is not None
+                and sees_team(
+                    allowed,
+                    preemptor.cluster_queue.team_id if preemptor.cluster_queue else None,
+                ),
+            }
+        )
+    caused = queries.preemptions_caused(workload)
+    allocations = queries.workload_allocations(workload)
+    pods_running = sum(1 for a in allocations if a.ended_at is None)
+    gpus = workload.admitted_gpus or workload.requested_gpus
+    end = workload.finished_at or now
+    stats = [
+        stat(
+            "State",
+            workload.get_state_display(),
+            "",
+            workload.state_reason,
+            tone="good" if workload.state == WorkloadState.ADMITTED else None,
+            testid="stat-state",
+        ),
+        stat(
+            "GPUs held",
+            figure(workload.admitted_gpus),
+            "GPUs",
+            f"requested {figure(workload.requested_gpus)}"
+            + (
+                f", {workload.flavors.get(GPU_RESOURCE)}"
+                if workload.flavors.get(GPU_RESOURCE)
+                else ""
+            ),
+            testid="stat-gpus",
+        ),
+        stat(
+            "SM activity",
+            percent(figures.utilization),
+            "%",
+            f"mean, {time_range.label.lower()}",
+            tone=utilization_tone(figures.utilization),
+            testid="stat-sm",
+        ),
+        stat(
+            "Tensor activity",
+            percent(figures.tensor_activity),
+            "%",
+            "PIPE_TENSOR_ACTIVE",
+            testid="stat-tensor",
+        ),
+        stat(
+            "Idle",
+            figure(figures.idle / gpus) if gpus and figures.allocated else "—",
+            "h",
+            f"{figure(figures.idle)} idle GPU-hours",
+            tone="warn" if figures.idle else None,
+            testid="stat-idle",
+        ),
+        stat(
+            "Age",
+            duration((end - workload.observed_at).total_seconds()) if workload.observed_at else "—",
+            "",
+            f"ran {duration(workload.accumulated_execution_seconds)} before its last eviction"
+            if workload.accumulated_execution_seconds
+            else "",
+            testid="stat-age",
+        ),
+        stat("Pods", str(pods_running), "running", f"{len(allocations)} seen"),
+    ]
+    context = {
+        "nav": "teams",
+        "page_title": f"{workload.namespace}/{workload.name}",
+        "life_query": _life_query(workload, end),
+        "workload": workload,
+        "stats": stats,
+        "transition_rows": transition_rows,
+        "caused": caused,
+        "allocations": allocations,
+        "chart_query": range_query(request, time_range),
+        "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,
+        "has_prometheus": bool(workload.cluster.prometheus_url),
+        "live_hours": int(WORKLOAD_LIVE_SPAN.total_seconds() // 3600),
+        "flavor": workload.flavors.get(GPU_RESOURCE, "") if workload.flavors else "",
+        "pod_sets": workload.pod_sets if isinstance(workload.pod_sets, list) else [],
+        "time_range": time_range,
+    }
+    return render(request, "quotas/workload_detail.html", context)
