@@ -7,6 +7,7 @@ Chart views in ``<app>/charts.py`` build their traces with the helpers below and
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -112,6 +113,20 @@ def iso(moment: datetime) -> str:
     return moment.isoformat()
 
 
+def plain(value: object) -> str:
+    """``value`` as literal text in a Plotly string (trace name, hover text, tick or category).
+
+    Plotly renders a subset of HTML in those strings (``<a href>``, ``<b>``, ``<span style>``),
+    so an upstream string such as a Workload condition message could become a live link. It
+    decodes ``&lt;``, ``&gt;`` and ``&amp;``, so the escaped text shows exactly as it was written.
+    """
+    return html.escape(str(value), quote=False)
+
+
+def _plain_categories(values: Sequence[Any]) -> list[Any]:
+    return [plain(value) if isinstance(value, str) else value for value in values]
+
+
 def line(
     name: str,
     x: Sequence[Any],
@@ -124,6 +139,7 @@ def line(
     yaxis: str | None = None,
     stackgroup: str | None = None,
 ) -> dict[str, Any]:
+    name = plain(name)
     trace: dict[str, Any] = {
         "type": "scatter",
         "mode": "lines",
@@ -157,11 +173,13 @@ def bar(
     orientation: str = "v",
 ) -> dict[str, Any]:
     value = "x" if orientation == "h" else "y"
+    name = plain(name)
+    # Categories are names (teams, workloads): literal text on the axis too.
     trace: dict[str, Any] = {
         "type": "bar",
         "name": name,
-        "x": list(x),
-        "y": list(y),
+        "x": _plain_categories(x) if orientation == "v" else list(x),
+        "y": _plain_categories(y) if orientation == "h" else list(y),
         "orientation": orientation,
         "hovertemplate": f"%{{{value}:,.1f}} {unit}<extra>{name}</extra>",
     }

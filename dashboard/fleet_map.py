@@ -208,7 +208,8 @@ def node_label(node: Node, query: MapQuery) -> str:
         node.flavor if query.group == "flavor" else node.node_pool if query.group == "pool" else ""
     )
     prefix = f"{group or '—'} · " if query.group != "none" else ""
-    return f"{prefix}{node.name}"
+    # A row label of the heatmap: literal text for Plotly (node names and labels are upstream).
+    return plotting.plain(f"{prefix}{node.name}")
 
 
 def map_figure(
@@ -242,7 +243,7 @@ def map_figure(
             span = max(1, round(gpu.slices)) if (gpu.gi_id and sub > 1) else sub
             start = gpu.index * sub + (offsets[gpu.index] if gpu.gi_id else 0)
             offsets[gpu.index] += span
-            holders = "<br>".join(h.label for h in cell.holders) or "unallocated"
+            holders = "<br>".join(plotting.plain(h.label) for h in cell.holders) or "unallocated"
             activity = (
                 "no telemetry"
                 if cell.activity is None
@@ -251,8 +252,8 @@ def map_figure(
             util = "" if cell.gpu_util is None else f"<br>GPU_UTIL {cell.gpu_util:.0f} %"
             flags = " · time-sliced" if gpu.time_sliced else ""
             label = (
-                f"<b>{node.name} · {gpu_label(gpu)}</b>{flags}<br>{activity}{util}"
-                f"<br>{gpu.model_name}<br>{holders}"
+                f"<b>{plotting.plain(node.name)} · {plotting.plain(gpu_label(gpu))}</b>{flags}"
+                f"<br>{activity}{util}<br>{plotting.plain(gpu.model_name)}<br>{holders}"
             )
             for column in range(start, min(start + span, width)):
                 text[row_index][column] = label

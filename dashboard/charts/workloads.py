@@ -75,6 +75,7 @@ def timeline_segments(
         text = transition["reason"] or TransitionKind(transition["kind"]).label
         if transition["message"]:
             text = f"{text}: {transition['message'][:200]}"
+        text = plotting.plain(text)  # a condition message is upstream text, never markup
         if phase is None:
             points.append({"at": transition["at"], "kind": transition["kind"], "text": text})
             continue

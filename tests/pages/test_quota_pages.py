@@ -1527,3 +1527,18 @@ def test_workload_activity_falls_back_to_stored_windows_when_prometheus_fails(st
     assert "Prometheus could not be queried" in fig["meta"]["notice"]
     stored = [v for t in fig["data"] for v in t["y"] if v is not None]
     assert stored  # the stored windows are all still drawn
+
+
+def test_upstream_text_in_chart_hovers_is_literal_never_markup(staff_client, world):
+    # A Workload condition message is free text from the cluster: Plotly would render its
+    # <a href>, <b> and <span style> as live markup unless it is escaped.
+    a5 = world.wl["a5"]
+    evicted = WorkloadTransition.objects.filter(workload=a5, kind="evicted").first()
+    evicted.message = '<a href="http://127.0.0.1:9/x">fix</a> <b>now</b> <span style="x">!</span>'
+    evicted.save()
+
+    fig = figure(staff_client.get(reverse("quotas:workload-chart-timeline", args=[a5.pk])))
+
+    hover = json.dumps(trace(fig, "Evicted")["customdata"])
+    assert "&lt;a href=" in hover and "&lt;b&gt;now&lt;/b&gt;" in hover
+    assert "<a " not in hover and "<b>" not in hover and "<span" not in hover
