@@ -8,11 +8,14 @@ depends on the number of batches (``fleet.constants``), never on the number of G
 * GPUs: upserted on ``fleet_gpu_identity``. Attributes follow the newest window seen, so
   re-collecting an old window never rolls them back; ``first_seen_at`` is the earliest window.
 * Usage: the rows of (cluster, window_end) are replaced, so a re-run changes nothing and late data
-  replaces what was there. PostgreSQL gets them by COPY, other databases by ``bulk_create``.
+  replaces what was there. PostgreSQL gets them by COPY, other databases by ``executemany``.
 * Pods resolve to Workload / LocalQueue / ClusterQueue / Team through stored Allocations with a
   workload, else the Kueue pod labels, else the namespace's only LocalQueue, else TeamNamespace.
 * Allocations: upserted per pod; ``started_at`` is the earliest window start seen, ``ended_at``
   is set by :func:`close_missing_allocations` for pods no longer seen.
+
+The bulk engine (COPY, ``= ANY`` lookups) is ``core.bulk``; ``copy_rows`` is re-exported here for
+the callers that took it from this module.
 """
 
 from __future__ import annotations
@@ -22,16 +25,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
-from django.core.exceptions import EmptyResultSet
 from django.db import connection, transaction
-from django.db.models import BooleanField, ExpressionWrapper, Field, Model, Q, QuerySet
-from django.db.models.expressions import RawSQL
-from django.db.models.fields.reverse_related import ForeignObjectRel
+from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils import timezone
 
-from core.batching import chunks
+from core import bulk
+from core.bulk import copy_rows
 from core.timewindows import Window
 from fleet import constants as c
 from fleet.ingest import GpuRow, PodAllocationRow, UsageRow, WindowBatch
@@ -41,7 +42,6 @@ from quotas.models import Allocation, ClusterQueue, LocalQueue, TeamNamespace
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
 PodKey = tuple[str, str]
 AllocationKey = tuple[str, str, str]
 
@@ -76,175 +76,6 @@ class _Owner:
 
 
 _NO_OWNER = _Owner()
-
-
-def _column(field: Field | ForeignObjectRel) -> str:
-    """The database column of a concrete field (None only for fields without a column)."""
-    if isinstance(field, ForeignObjectRel) or field.column is None:
-        raise ValueError(f"{field!r} has no database column")
-    return field.column
-
-
-def _filter_in(queryset: QuerySet, field: str, values: Sequence[Any]) -> Iterator[QuerySet]:
-    """``queryset`` filtered on ``field IN values``, as few queries as the database allows.
-
-    PostgreSQL: one query with one array parameter (``= ANY(%s)``). Building an ``IN`` list of
-    thousands of placeholders cost more CPU than the query itself (Django prepares every value;
-    profiled on the 50,000-GPU write of bench/ingest_pure.py). Elsewhere: ``IN`` in batches of
-    ``LOOKUP_BATCH_SIZE``.
-    """
-    if not values:
-        return
-    if connection.vendor == "postgresql":
-        meta = queryset.model._meta
-        quote = connection.ops.quote_name
-        column = f"{quote(meta.db_table)}.{quote(_column(meta.get_field(field)))}"
-        condition = RawSQL(f"{column} = ANY(%s)", (list(values),), output_field=BooleanField())
-        yield queryset.filter(condition)
-        return
-    for chunk in chunks(values, c.LOOKUP_BATCH_SIZE):
-        yield queryset.filter(**{f"{field}__in": chunk})
-
-
-def _values(queryset: QuerySet, *fields: str) -> list[tuple]:
-    """``queryset.values_list(*fields)`` as a list, in one fetch on PostgreSQL.
-
-    Django fetches 100 rows at a time and loads ``timestamptz`` with a pure-Python loader (to
-    attach the connection's time zone); psycopg's C loader returns the same instants, aware,
-    in the session time zone Django sets (UTC). Reading the 18,271 stored allocations of
-    bench/ingest_pure.py's steady-state window took 0.09 s of CPU this way, 0.17 s through
-    ``values_list``. Only for fields without a ``from_db_value`` converter (plain columns,
-    annotations); other databases keep Django's path and its converters.
-    """
-    values = queryset.values_list(*fields)
-    if connection.vendor != "postgresql":
-        return list(values)
-    from psycopg import postgres, pq
-
-    try:
-        sql, params = values.query.sql_with_params()
-    except EmptyResultSet:
-        return []
-    with connection.cursor() as cursor:
-        # The cursor's own adapters map: the connection keeps Django's loader.
-        cursor.cursor.adapters.register_loader(
-            "timestamptz",
-            postgres.adapters.get_loader(postgres.types["timestamptz"].oid, pq.Format.TEXT),
-        )
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-
-
-def _insert(
-    model: type[Model],
-    columns: Sequence[str],
-    rows: Sequence[tuple],
-    unique_fields: Sequence[str] = (),
-    update_fields: Sequence[str] = (),
-    batch_size: int = c.USAGE_BATCH_SIZE,
-    returning: bool = False,
-) -> dict[tuple, int]:
-    """INSERT (… ON CONFLICT) of many rows in a constant number of statements.
-
-    ``rows`` are tuples of the values of ``columns`` (attnames, e.g. ``cluster_id``); columns not
-    named get their field default, ``auto_now``/``auto_now_add`` ones the current time.
-
-    PostgreSQL: COPY into a temporary table, then one ``INSERT … SELECT … ON CONFLICT``, which
-    with ``returning`` returns the ids as ``{values of unique_fields: id}``. Profiling a
-    10,000-GPU write, ``bulk_create``'s per-value SQL compilation was more than half of it;
-    building model instances for 50,000 GPUs was most of what was left. Other databases:
-    ``executemany`` of one prepared statement, because Django caps a multi-row INSERT at 999
-    parameters on SQLite (33 usage rows), which would make the statement count grow with the
-    GPUs; the result is empty and the caller reads ids back. ``unique_fields`` without
-    ``update_fields`` ignores conflicts.
-    """
-    if not rows:
-        return {}
-    meta = model._meta
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
-    given = {name: position for position, name in enumerate(columns)}
-    now = timezone.now()
-    # Per column: where to take the value from (its position in a row), or the constant for all.
-    sources: list[tuple[int | None, Any]] = []
-    for f in fields:
-        if f.attname in given:
-            sources.append((given[f.attname], None))
-        elif getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
-            sources.append((None, now))
-        else:
-            sources.append((None, f.get_default()))
-    if all(position == index for index, (position, _) in enumerate(sources)) and len(
-        columns
-    ) == len(fields):
-        full_rows: Sequence[tuple] = rows
-    else:
-        full_rows = [
-            tuple(row[position] if position is not None else value for position, value in sources)
-            for row in rows
-        ]
-    quote = connection.ops.quote_name
-    table = quote(meta.db_table)
-    column_list = ", ".join(quote(_column(f)) for f in fields)
-    conflict = ""
-    unique = [meta.get_field(name) for name in unique_fields]
-    if unique:
-        targets = ", ".join(quote(_column(f)) for f in unique)
-        if update_fields:
-            updated = [quote(_column(meta.get_field(name))) for name in update_fields]
-            sets = ", ".join(f"{column} = excluded.{column}" for column in updated)
-            conflict = f" ON CONFLICT ({targets}) DO UPDATE SET {sets}"
-        else:
-            conflict = f" ON CONFLICT ({targets}) DO NOTHING"
-    if connection.vendor != "postgresql":
-        statement = (
-            f"INSERT INTO {table} ({column_list}) VALUES ({', '.join(['%s'] * len(fields))})"
-        )
-        params = [
-            [f.get_db_prep_save(value, connection) for f, value in zip(fields, row, strict=True)]
-            for row in full_rows
-        ]
-        with connection.cursor() as cursor:
-            cursor.executemany(statement + conflict, params)
-        return {}
-
-    scratch_name = f"_gl_load_{meta.db_table}"
-    scratch = quote(scratch_name)
-    returned_columns = ""
-    if returning:
-        returned_columns = " RETURNING " + ", ".join(["id", *(quote(_column(f)) for f in unique)])
-    with connection.cursor() as cursor:
-        # Column types only: no constraints, no identity, nothing to check twice. Dropped at
-        # commit; dropped first in case this transaction loaded the same model already.
-        cursor.execute(
-            f"DROP TABLE IF EXISTS {scratch}; "
-            f"CREATE TEMPORARY TABLE {scratch} ON COMMIT DROP AS "
-            f"SELECT {column_list} FROM {table} WITH NO DATA"
-        )
-    copy_rows(scratch_name, [_column(f) for f in fields], full_rows)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} ({column_list}) SELECT {column_list} FROM {scratch}"
-            f"{conflict}{returned_columns}"
-        )
-        returned = cursor.fetchall() if returning else []
-    return {tuple(row[1:]): row[0] for row in returned}
-
-
-def _touch(model: type[Model], ids: list[int], seen_at: datetime) -> None:
-    """Set last_seen_at on rows seen again with nothing else to change."""
-    if not ids:
-        return
-    if connection.vendor == "postgresql":
-        # One array parameter instead of an IN list of 50,000 placeholders.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {connection.ops.quote_name(model._meta.db_table)} "
-                "SET last_seen_at = %s WHERE id = ANY(%s)",
-                [seen_at, ids],
-            )
-        return
-    for chunk in chunks(ids, c.LOOKUP_BATCH_SIZE):
-        model._default_manager.filter(id__in=chunk).update(last_seen_at=seen_at)
 
 
 def write_window(cluster: Cluster, batch: WindowBatch) -> WriteResult:
@@ -301,12 +132,11 @@ def _upsert_nodes(cluster: Cluster, batch: WindowBatch) -> dict[str, _NodeInfo]:
     nodes = _read_nodes(cluster, names)
     missing = [name for name in names if name not in nodes]
     if missing:
-        _insert(
+        bulk.insert_rows(
             Node,
             ("cluster_id", "name", "gpu_product"),
             [(cluster.pk, name, products.get(name, "")) for name in missing],
             unique_fields=["cluster", "name"],
-            batch_size=c.GPU_BATCH_SIZE,
         )
         # Read back rather than trust RETURNING: a conflict (the Kubernetes sync created the
         # node meanwhile) returns nothing, and the other fields are the sync's.
@@ -319,18 +149,23 @@ def _upsert_nodes(cluster: Cluster, batch: WindowBatch) -> dict[str, _NodeInfo]:
             to_fill[product].append(info.id)
             nodes[name] = _NodeInfo(id=info.id, flavor=info.flavor, gpu_product=product)
     for product, ids in sorted(to_fill.items()):
-        for chunk in chunks(ids, c.LOOKUP_BATCH_SIZE):
-            Node.objects.filter(id__in=chunk, gpu_product="").update(
-                gpu_product=product,
-                updated_at=timezone.now(),
-            )
+        bulk.update_in(
+            Node.objects.filter(gpu_product=""),
+            "id",
+            ids,
+            c.LOOKUP_BATCH_SIZE,
+            gpu_product=product,
+            updated_at=timezone.now(),
+        )
     return nodes
 
 
 def _read_nodes(cluster: Cluster, names: Sequence[str]) -> dict[str, _NodeInfo]:
     nodes: dict[str, _NodeInfo] = {}
-    for queryset in _filter_in(Node.objects.filter(cluster=cluster), "name", names):
-        for name, node_id, flavor, product in _values(
+    for queryset in bulk.filter_in(
+        Node.objects.filter(cluster=cluster), "name", names, c.LOOKUP_BATCH_SIZE
+    ):
+        for name, node_id, flavor, product in bulk.fetch_rows(
             queryset, "name", "id", "flavor", "gpu_product"
         ):
             nodes[name] = _NodeInfo(id=node_id, flavor=flavor, gpu_product=product)
@@ -393,8 +228,8 @@ def _upsert_gpus(
     # key -> (id, host, uuid, gi_id, newest, current, earlier, *attributes): the row as read,
     # unpacked only for GPUs of this window (50,000 rows a window).
     existing: dict[str, tuple] = {}
-    for queryset in _filter_in(stored_gpus, "host", hosts):
-        for stored_row in _values(
+    for queryset in bulk.filter_in(stored_gpus, "host", hosts, c.LOOKUP_BATCH_SIZE):
+        for stored_row in bulk.fetch_rows(
             queryset, "id", "host", "uuid", "gi_id", *flags, *_GPU_ATTRIBUTES
         ):
             existing[gpu_key(stored_row[1], stored_row[2], stored_row[3])] = stored_row
@@ -452,8 +287,11 @@ def _upsert_gpus(
 
     if keep_times:
         times: dict[int, tuple[datetime | None, datetime | None]] = {}
-        for queryset in _filter_in(
-            Gpu.objects.all(), "id", sorted(gpu_id for gpu_id, _, _ in keep_times.values())
+        for queryset in bulk.filter_in(
+            Gpu.objects.all(),
+            "id",
+            sorted(gpu_id for gpu_id, _, _ in keep_times.values()),
+            c.LOOKUP_BATCH_SIZE,
         ):
             for gpu_id, first_seen, last_seen in queryset.values_list(
                 "id", "first_seen_at", "last_seen_at"
@@ -469,11 +307,10 @@ def _upsert_gpus(
             )
 
     if upserts:
-        returned = _insert(
+        returned = bulk.insert_rows(
             Gpu,
             _GPU_COLUMNS,
             upserts,
-            batch_size=c.GPU_BATCH_SIZE,
             unique_fields=["cluster", "host", "uuid", "gi_id"],
             returning=True,
             update_fields=[
@@ -499,13 +336,15 @@ def _upsert_gpus(
         if unresolved:
             # Databases that cannot return ids from an upsert: read them back.
             ids.update(_read_gpu_ids(cluster, sorted(unresolved)))
-    _touch(Gpu, touch, end)
+    bulk.update_in(Gpu.objects.all(), "id", touch, c.LOOKUP_BATCH_SIZE, last_seen_at=end)
     return ids, models, created, len(gpus) - created
 
 
 def _read_gpu_ids(cluster: Cluster, hosts: Sequence[str]) -> dict[str, int]:
     ids: dict[str, int] = {}
-    for queryset in _filter_in(Gpu.objects.filter(cluster=cluster), "host", hosts):
+    for queryset in bulk.filter_in(
+        Gpu.objects.filter(cluster=cluster), "host", hosts, c.LOOKUP_BATCH_SIZE
+    ):
         for gpu_id, host, uuid, gi_id in queryset.values_list("id", "host", "uuid", "gi_id"):
             ids[gpu_key(host, uuid, gi_id)] = gpu_id
     return ids
@@ -539,9 +378,9 @@ def _existing_allocations(cluster: Cluster, pods: Sequence[PodKey]) -> dict[Allo
     names = sorted({pod for _, pod in pods})
     found: dict[AllocationKey, dict] = {}
     queryset = Allocation.objects.filter(cluster=cluster)
-    for batch in _filter_in(queryset, "pod", names):
+    for batch in bulk.filter_in(queryset, "pod", names, c.LOOKUP_BATCH_SIZE):
         # values_list + zip: QuerySet.values() costs several times more per row.
-        for values in _values(batch, *_ALLOCATION_READ):
+        for values in bulk.fetch_rows(batch, *_ALLOCATION_READ):
             if (values[1], values[2]) in wanted:
                 found[(values[1], values[2], values[3])] = dict(
                     zip(_ALLOCATION_READ, values, strict=True)
@@ -589,8 +428,10 @@ def _resolve_owners(
     # .values() rows (TypedDicts for mypy), read by key.
     local_queues: dict[tuple[str, str], Mapping[str, Any]] = {}
     only_queue: dict[str, Mapping[str, Any] | None] = {}
-    for chunk in chunks(namespaces, c.LOOKUP_BATCH_SIZE):
-        lq_rows = LocalQueue.objects.filter(cluster=cluster, namespace__in=chunk).values(
+    for queryset in bulk.filter_in(
+        LocalQueue.objects.filter(cluster=cluster), "namespace", namespaces, c.LOOKUP_BATCH_SIZE
+    ):
+        lq_rows = queryset.values(
             "id", "namespace", "name", "cluster_queue_id", "cluster_queue_name", "deleted_at"
         )
         for lq_row in lq_rows:
@@ -606,12 +447,10 @@ def _resolve_owners(
         cluster_queues[cq_row["name"]] = cq_row
         cluster_queue_by_id[cq_row["id"]] = cq_row
     teams: dict[str, int] = {}
-    for chunk in chunks(namespaces, c.LOOKUP_BATCH_SIZE):
-        teams.update(
-            TeamNamespace.objects.filter(cluster=cluster, namespace__in=chunk).values_list(
-                "namespace", "team_id"
-            )
-        )
+    for queryset in bulk.filter_in(
+        TeamNamespace.objects.filter(cluster=cluster), "namespace", namespaces, c.LOOKUP_BATCH_SIZE
+    ):
+        teams.update(queryset.values_list("namespace", "team_id"))
 
     owners: dict[PodKey, _Owner] = {}
     for (namespace, pod), (cq_name, lq_name) in queue_names.items():
@@ -759,34 +598,8 @@ def _replace_usage(
     if connection.vendor == "postgresql":
         copy_rows(GpuUsage._meta.db_table, _USAGE_COLUMNS, values)
     else:
-        _insert(GpuUsage, _USAGE_COLUMNS, list(values), batch_size=c.USAGE_BATCH_SIZE)
+        bulk.insert_rows(GpuUsage, _USAGE_COLUMNS, list(values))
     return len(rows)
-
-
-def copy_rows(table: str, columns: Sequence[str], rows: Iterable[tuple]) -> None:
-    """COPY rows into a PostgreSQL table on Django's connection (inside its transaction).
-
-    Binary COPY, with the column types read from the table: in text format this process spent
-    0.26 s of CPU formatting 50,000 usage rows, in binary 0.03 s, and the server parses binary
-    a little faster too (bench/ingest_pure.py). Values must have their column's Python type
-    (``str`` for a text column: binary COPY does not call ``str()``).
-    """
-    from psycopg import sql
-
-    quote = connection.ops.quote_name
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {', '.join(quote(column) for column in columns)} FROM {quote(table)} LIMIT 0"
-        )
-        types = [column.type_code for column in cursor.description]
-        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
-            sql.Identifier(table),
-            sql.SQL(", ").join(sql.Identifier(column) for column in columns),
-        )
-        with cursor.cursor.copy(statement) as copy:
-            copy.set_types(types)
-            for row in rows:
-                copy.write_row(row)
 
 
 # --- Allocations ---------------------------------------------------------------------------------
@@ -878,11 +691,10 @@ def _upsert_allocations(
 
     ids: dict[AllocationKey, int] = {key: row["id"] for key, row in existing.items()}
     if upserts:
-        returned = _insert(
+        returned = bulk.insert_rows(
             Allocation,
             _ALLOCATION_COLUMNS,
             upserts,
-            batch_size=c.ALLOCATION_BATCH_SIZE,
             unique_fields=["cluster", "namespace", "pod", "pod_uid"],
             returning=True,
             update_fields=[
@@ -909,7 +721,7 @@ def _upsert_allocations(
                 cluster, sorted({(ns, pod) for ns, pod, _ in seen})
             ).items():
                 ids[key] = stored["id"]
-    _touch(Allocation, touch, end)
+    bulk.update_in(Allocation.objects.all(), "id", touch, c.LOOKUP_BATCH_SIZE, last_seen_at=end)
     _link_gpus(links, ids, existing)
     return seen
 
@@ -923,8 +735,10 @@ def _link_gpus(
     through = Allocation.gpu_devices.through
     known: set[tuple[int, int]] = set()
     old_ids = sorted(ids[key] for key in links if key in existing and links[key])
-    for queryset in _filter_in(through.objects.all(), "allocation_id", old_ids):
-        known.update(_values(queryset, "allocation_id", "gpu_id"))
+    for queryset in bulk.filter_in(
+        through.objects.all(), "allocation_id", old_ids, c.LOOKUP_BATCH_SIZE
+    ):
+        known.update(bulk.fetch_rows(queryset, "allocation_id", "gpu_id"))
     # dict.fromkeys: without repeats, in a stable order.
     new = list(
         dict.fromkeys(
@@ -935,12 +749,11 @@ def _link_gpus(
             if (ids[key], gpu_id) not in known
         )
     )
-    _insert(
+    bulk.insert_rows(
         through,
         ("allocation_id", "gpu_id"),
         new,
         unique_fields=["allocation", "gpu"],
-        batch_size=c.ALLOCATION_BATCH_SIZE,
     )
 
 
@@ -963,12 +776,14 @@ def close_missing_allocations(
         ended_at__isnull=True,
     ).values_list("id", "namespace", "pod", "pod_uid")
     to_close = [pk for pk, namespace, pod, uid in open_rows if (namespace, pod, uid) not in seen]
-    closed = 0
-    for chunk in chunks(to_close, c.LOOKUP_BATCH_SIZE):
-        closed += Allocation.objects.filter(id__in=chunk, ended_at__isnull=True).update(
-            ended_at=window.start,
-            updated_at=timezone.now(),
-        )
+    closed = bulk.update_in(
+        Allocation.objects.filter(ended_at__isnull=True),
+        "id",
+        to_close,
+        c.LOOKUP_BATCH_SIZE,
+        ended_at=window.start,
+        updated_at=timezone.now(),
+    )
     if closed:
         logger.info("cluster %s window %s: %d allocations ended", cluster.name, window.end, closed)
     return closed

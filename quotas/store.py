@@ -1,9 +1,9 @@
 """Writes a ``KueueBatch`` (quotas.ingest) into the database: one transaction, bulk upserts.
 
-Every kind is upserted with ``bulk_create(update_conflicts=True)`` on its named unique constraint
-(STYLE rule 7). Existing rows are read once per kind first, so only new or changed rows are
-written: a re-run of the same snapshot writes nothing and ``WriteResult`` says what changed.
-Foreign keys are resolved by name with one query per kind, never per row.
+Every kind is upserted on its named unique constraint (STYLE rule 7) by ``core.bulk.upsert``
+(``bulk_create(update_conflicts=True)``). Existing rows are read once per kind first, so only new
+or changed rows are written: a re-run of the same snapshot writes nothing and ``WriteResult`` says
+what changed. Foreign keys are resolved by name with one query per kind, never per row.
 
 The big kinds (Workload, Node, Allocation, transitions) are read selectively, so a watch batch of
 a hundred objects costs a hundred rows, not the cluster: only the batch's keys are read unless the
@@ -26,20 +26,18 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.db import models, transaction
 from django.db.models import Exists, OuterRef, Q, Subquery
 
-from core.batching import chunks
+from core import bulk
 from core.timewindows import ensure_aware
 from fleet.models import Cluster, Node
 from quotas import constants as c
 from quotas.choices import TransitionKind
 from quotas.ingest import KueueBatch, QueueSampleRow, TransitionRow
 from quotas.models import (
-    QUANTITY_PLACES,
     Allocation,
     ClusterQueue,
     ClusterQueueQuota,
@@ -56,7 +54,6 @@ from quotas.models import (
 
 logger = logging.getLogger(__name__)
 
-_QUANTUM = Decimal(1).scaleb(-QUANTITY_PLACES)
 # Kinds ``mark_deleted`` handles, with their key fields.
 _DELETABLE: dict[str, tuple[type[models.Model], tuple[str, ...]]] = {
     "ResourceFlavor": (ResourceFlavor, ("name",)),
@@ -86,65 +83,6 @@ class WriteResult:
         )
 
 
-def _norm(value: Any) -> Any:
-    # Quantities are stored with QUANTITY_PLACES decimals; compare them the way they come back.
-    if isinstance(value, Decimal):
-        return value.quantize(_QUANTUM)
-    return value
-
-
-_MAX_LENGTHS: dict[tuple[type[models.Model], str], int | None] = {}
-
-
-def _fit(model: type[models.Model], values: dict[str, Any]) -> dict[str, Any]:
-    """Cut strings to their column's max_length: one odd upstream value must not fail the batch."""
-    for name, value in values.items():
-        if isinstance(value, str):
-            try:
-                limit = _MAX_LENGTHS[(model, name)]
-            except KeyError:
-                limit = getattr(model._meta.get_field(name), "max_length", None)
-                _MAX_LENGTHS[(model, name)] = limit
-            if limit and len(value) > limit:
-                values[name] = value[:limit]
-    return values
-
-
-def _read_keys(
-    model: type[models.Model],
-    scope: Q,
-    key_fields: Sequence[str],
-    keys: Iterable[tuple],
-    fields: Sequence[str],
-) -> dict[tuple, dict[str, Any]]:
-    """Rows in ``scope`` whose key is in ``keys``: key -> ``fields`` (the key fields included).
-
-    Up to LOOKUP_BATCH_SIZE keys are looked up with ``IN`` per key field (matched exactly in
-    Python); more than that read the whole scope at once, which is cheaper than many lookups.
-    """
-    wanted = set(keys)
-    if not wanted:
-        return {}
-    columns = list(dict.fromkeys([*key_fields, *fields]))
-    queries: list[models.QuerySet] = []
-    if len(wanted) > c.LOOKUP_BATCH_SIZE:
-        queries.append(model._default_manager.filter(scope))
-    else:
-        for chunk in chunks(sorted(wanted), c.LOOKUP_BATCH_SIZE // len(key_fields)):
-            lookups = {
-                f"{name}__in": sorted({key[i] for key in chunk})
-                for i, name in enumerate(key_fields)
-            }
-            queries.append(model._default_manager.filter(scope, **lookups))
-    found = {}
-    for query in queries:
-        for row in query.values(*columns):
-            key = tuple(row[name] for name in key_fields)
-            if key in wanted:
-                found[key] = row
-    return found
-
-
 class _Writer:
     def __init__(self, cluster: Cluster, batch: KueueBatch, complete: frozenset[str]) -> None:
         self.cluster = cluster
@@ -165,91 +103,30 @@ class _Writer:
         scope: Q,
         key_fields: tuple[str, ...],
         rows: dict[tuple, dict[str, Any]],
-        *,
-        seen: set[tuple] | None = None,
-        keep_existing: bool = False,
-        soft_delete: bool = True,
-        want_ids: bool = True,
-        selective: bool = False,
-        stamp: dict[str, Any] | None = None,
+        **options: Any,
     ) -> dict[tuple, int]:
-        """Upsert ``rows`` (key -> field values) and return key -> id for all rows in scope.
+        """Upsert ``rows`` (key -> field values) with ``core.bulk.upsert``; returns key -> id.
 
-        ``seen``: the keys listed upstream; rows in scope outside it get ``deleted_at`` (only pass
-        it for a complete LIST). ``keep_existing``: create missing rows, never touch existing ones.
-        ``selective``: unless ``seen`` is given, read only the keys of ``rows`` and return ids
-        for those. ``stamp``: values set on every row written, never compared.
+        ``options`` are ``upsert``'s: ``seen`` (only from :meth:`seen`, for a complete LIST),
+        ``keep_existing``, ``soft_delete``, ``want_ids``, ``selective``, ``stamp``. What it did
+        is recorded under ``label``.
         """
-        update_fields = sorted({name for values in rows.values() for name in values})
-        read_fields = {*update_fields, "deleted_at"} if soft_delete else set(update_fields)
-        full = ("id", *key_fields, *sorted(read_fields))
-        if selective and seen is None:
-            current = _read_keys(model, scope, key_fields, rows, full)
-        else:
-            current = {
-                tuple(row[k] for k in key_fields): row
-                for row in model._default_manager.filter(scope).values(*full)
-            }
-        to_write = []
-        created_keys = []
-        updated = 0
-        for key, values in rows.items():
-            existing = current.get(key)
-            if existing is None:
-                created_keys.append(key)
-            elif keep_existing or all(
-                _norm(existing[name]) == _norm(value) for name, value in values.items()
-            ):
-                continue
-            else:
-                updated += 1
-            fields = dict(zip(key_fields, key, strict=True))
-            to_write.append(
-                model(cluster=self.cluster, **_fit(model, {**fields, **values, **(stamp or {})}))
-            )
-        created = len(created_keys)
-        if to_write:
-            model._default_manager.bulk_create(
-                to_write,
-                batch_size=c.WRITE_BATCH_SIZE,
-                update_conflicts=True,
-                unique_fields=["cluster", *key_fields],
-                update_fields=[*update_fields, *sorted(stamp or ()), "updated_at"],
-            )
-        gone: list[int] = []
-        if seen is not None:
-            gone = [
-                row["id"]
-                for key, row in current.items()
-                if key not in seen and key not in rows and row["deleted_at"] is None
-            ]
-            for chunk in chunks(gone, c.LOOKUP_BATCH_SIZE):
-                model._default_manager.filter(pk__in=chunk).update(deleted_at=self.now)
-        self.marked_deleted[label] = gone
-        self.result.created[label] = created
-        self.result.updated[label] = updated
-        self.result.deleted[label] = len(gone)
-        if not want_ids:
-            return {}
-        ids = {key: row["id"] for key, row in current.items()}
-        if not created:
-            return ids
-        if not selective:
-            return {
-                tuple(row[:-1]): row[-1]
-                for row in model._default_manager.filter(scope).values_list(*key_fields, "id")
-            }
-        # PostgreSQL and SQLite return the ids of upserted rows; read them back otherwise.
-        written = {tuple(getattr(obj, k) for k in key_fields): obj.pk for obj in to_write}
-        missing = [key for key in created_keys if written.get(key) is None]
-        ids.update({key: written[key] for key in created_keys if written.get(key) is not None})
-        ids.update(
-            {
-                key: row["id"]
-                for key, row in _read_keys(model, scope, key_fields, missing, ("id",)).items()
-            }
+        written = bulk.upsert(
+            model,
+            scope,
+            key_fields,
+            rows,
+            parent={"cluster": self.cluster},
+            batch_size=c.WRITE_BATCH_SIZE,
+            lookup_batch_size=c.LOOKUP_BATCH_SIZE,
+            deleted_at=self.now,
+            **options,
         )
-        return ids
+        self.marked_deleted[label] = written.deleted
+        self.result.created[label] = written.created
+        self.result.updated[label] = written.updated
+        self.result.deleted[label] = len(written.deleted)
+        return written.ids
 
     def seen(self, kind: str, extra: Iterable[tuple] = ()) -> set[tuple] | None:
         if kind not in self.deletable:
@@ -405,7 +282,7 @@ class _Writer:
             current = existing.get(key)
             if current is None:
                 created += 1
-            elif all(_norm(current[name]) == _norm(value) for name, value in values.items()):
+            elif bulk.unchanged(ClusterQueueQuota, current, values):
                 continue
             else:
                 updated += 1
@@ -413,7 +290,7 @@ class _Writer:
             to_write.append(
                 ClusterQueueQuota(
                     cluster_queue_id=queue_id,
-                    **_fit(ClusterQueueQuota, {"flavor_name": flavor, "resource": resource}),
+                    **bulk.fit(ClusterQueueQuota, {"flavor_name": flavor, "resource": resource}),
                     **values,
                 )
             )
@@ -427,8 +304,10 @@ class _Writer:
             )
         removed = [row["id"] for key, row in existing.items() if key not in wanted]
         deleted = 0
-        for ids in chunks(removed, c.LOOKUP_BATCH_SIZE):
-            deleted += ClusterQueueQuota.objects.filter(pk__in=ids).delete()[0]
+        for query in bulk.filter_in(
+            ClusterQueueQuota.objects.all(), "pk", removed, c.LOOKUP_BATCH_SIZE
+        ):
+            deleted += query.delete()[0]
         self.result.created["ClusterQueueQuota"] = created
         self.result.updated["ClusterQueueQuota"] = updated
         self.result.deleted["ClusterQueueQuota"] = deleted
@@ -568,16 +447,14 @@ class _Writer:
                 WorkloadTransition.objects.filter(scope).values_list("workload_id", "kind", "at")
             )
         else:
-            for ids in chunks(workload_ids, c.LOOKUP_BATCH_SIZE):
-                stored.update(
-                    WorkloadTransition.objects.filter(workload_id__in=ids).values_list(
-                        "workload_id", "kind", "at"
-                    )
-                )
+            for query in bulk.filter_in(
+                WorkloadTransition.objects.all(), "workload_id", workload_ids, c.LOOKUP_BATCH_SIZE
+            ):
+                stored.update(query.values_list("workload_id", "kind", "at"))
         objs = [
             WorkloadTransition(
                 workload_id=workload_id,
-                **_fit(
+                **bulk.fit(
                     WorkloadTransition,
                     {
                         "kind": kind,
@@ -611,7 +488,9 @@ class _Writer:
         names = [(row.meta.name,) for row in self.batch.nodes if not row.gpu_product]
         products = {
             key[0]: row["gpu_product"]
-            for key, row in _read_keys(Node, scope, ("name",), names, ("gpu_product",)).items()
+            for key, row in bulk.read_keys(
+                Node.objects.filter(scope), ("name",), names, ("gpu_product",), c.LOOKUP_BATCH_SIZE
+            ).items()
         }
         rows = {
             (row.meta.name,): {
@@ -641,8 +520,13 @@ class _Writer:
         )
         cutoff = self.now - timedelta(seconds=c.NODE_SEEN_REFRESH_SECONDS)
         old = Q(observed_at__isnull=True) | Q(observed_at__lt=cutoff)
-        for chunk in chunks(sorted(key[0] for key in rows), c.LOOKUP_BATCH_SIZE):
-            Node.objects.filter(scope, old, name__in=chunk).update(observed_at=self.now)
+        bulk.update_in(
+            Node.objects.filter(scope, old),
+            "name",
+            sorted(key[0] for key in rows),
+            c.LOOKUP_BATCH_SIZE,
+            observed_at=self.now,
+        )
         return {key[0]: pk for key, pk in ids.items()}
 
     def allocations(self, nodes: dict[str, int], workloads: dict[tuple[str, str], int]) -> None:
@@ -667,12 +551,12 @@ class _Writer:
                 )
             }
         else:
-            existing = _read_keys(
-                Allocation,
-                scope,
+            existing = bulk.read_keys(
+                Allocation.objects.filter(scope),
                 key_fields,
                 [(pod.meta.namespace, pod.meta.name, pod.meta.uid) for pod in pods],
                 ("id", "started_at", "ended_at"),
+                c.LOOKUP_BATCH_SIZE,
             )
         # Pods of a watch batch may run on nodes and belong to Workloads outside the batch.
         missing_nodes = {
@@ -681,8 +565,12 @@ class _Writer:
         nodes = {
             **{
                 key[0]: row["id"]
-                for key, row in _read_keys(
-                    Node, Q(cluster=self.cluster), ("name",), missing_nodes, ("id",)
+                for key, row in bulk.read_keys(
+                    Node.objects.filter(cluster=self.cluster),
+                    ("name",),
+                    missing_nodes,
+                    ("id",),
+                    c.LOOKUP_BATCH_SIZE,
                 ).items()
             },
             **nodes,
@@ -695,12 +583,12 @@ class _Writer:
         workloads = {
             **{
                 key: row["id"]
-                for key, row in _read_keys(
-                    Workload,
-                    Q(cluster=self.cluster),
+                for key, row in bulk.read_keys(
+                    Workload.objects.filter(cluster=self.cluster),
                     ("namespace", "name"),
                     missing_workloads,
                     ("id",),
+                    c.LOOKUP_BATCH_SIZE,
                 ).items()
             },
             **workloads,
@@ -754,10 +642,13 @@ class _Writer:
             and key not in rows
             and ((key[0], key[1]) not in listed or uids.get(key[:2], key[2]) != key[2])
         ]
-        for ids in chunks(vanished, c.LOOKUP_BATCH_SIZE):
-            self.result.deleted["Allocation"] += Allocation.objects.filter(
-                pk__in=ids, ended_at__isnull=True
-            ).update(ended_at=self.now)
+        self.result.deleted["Allocation"] += bulk.update_in(
+            Allocation.objects.filter(ended_at__isnull=True),
+            "pk",
+            vanished,
+            c.LOOKUP_BATCH_SIZE,
+            ended_at=self.now,
+        )
 
 
 def _record_deletions(workload_ids: Sequence[int], at: datetime) -> None:
@@ -784,20 +675,16 @@ def mark_deleted(cluster: Cluster, kind: str, keys: Iterable[tuple[str, ...]], a
     at = ensure_aware(at)
     keys = list(keys)
     if kind == "Pod":
-        scope = Q(cluster=cluster, ended_at__isnull=True)
+        open_rows = Allocation.objects.filter(cluster=cluster, ended_at__isnull=True)
         fields = ("namespace", "pod", "pod_uid")
-        ids = [row["id"] for row in _read_keys(Allocation, scope, fields, keys, ("id",)).values()]
-        ended = 0
-        for chunk in chunks(ids, c.LOOKUP_BATCH_SIZE):
-            ended += Allocation.objects.filter(pk__in=chunk, ended_at__isnull=True).update(
-                ended_at=at
-            )
-        return ended
+        found = bulk.read_keys(open_rows, fields, keys, ("id",), c.LOOKUP_BATCH_SIZE)
+        ids = [row["id"] for row in found.values()]
+        return bulk.update_in(open_rows, "pk", ids, c.LOOKUP_BATCH_SIZE, ended_at=at)
     model, key_fields = _DELETABLE[kind]
-    scope = Q(cluster=cluster, deleted_at__isnull=True)
-    ids = [row["id"] for row in _read_keys(model, scope, key_fields, keys, ("id",)).values()]
-    for chunk in chunks(ids, c.LOOKUP_BATCH_SIZE):
-        model._default_manager.filter(pk__in=chunk).update(deleted_at=at)
+    present = model._default_manager.filter(cluster=cluster, deleted_at__isnull=True)
+    found = bulk.read_keys(present, key_fields, keys, ("id",), c.LOOKUP_BATCH_SIZE)
+    ids = [row["id"] for row in found.values()]
+    bulk.update_in(model._default_manager.all(), "pk", ids, c.LOOKUP_BATCH_SIZE, deleted_at=at)
     if kind == "Workload":
         _record_deletions(ids, at)
     return len(ids)
