@@ -3,9 +3,8 @@
 Everything happens in one transaction with a bounded number of set-based statements: the count
 depends on the number of batches (``fleet.constants``), never on the number of GPUs or pods.
 
-* Nodes: created when unknown; only ``gpu_product`` is filled in (when empty), the rest belongs
-  to the Kubernetes sync.
-* GPUs: upserted on ``fleet_gpu_identity``. Attributes follow the newest window seen, so
+* Nodes and GPUs: ``fleet.inventory``, which also serves the Kubernetes sync's nodes. A window
+  creates the nodes it names and fills their GPU product; GPUs follow the newest window seen, so
   re-collecting an old window never rolls them back; ``first_seen_at`` is the earliest window.
 * Usage: the rows of (cluster, window_end) are replaced, so a re-run changes nothing and late data
   replaces what was there. PostgreSQL gets them by COPY, other databases by ``executemany``.
@@ -21,22 +20,22 @@ the callers that took it from this module.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from core import bulk
 from core.bulk import copy_rows
 from core.timewindows import Window
 from fleet import constants as c
-from fleet.ingest import GpuRow, PodAllocationRow, UsageRow, WindowBatch
-from fleet.models import Cluster, Gpu, Node, gpu_key
+from fleet.ingest import PodAllocationRow, UsageRow, WindowBatch
+from fleet.inventory import NodeInfo, ensure_nodes, upsert_gpus
+from fleet.models import Cluster
 from ledger.models import GpuUsage
 from quotas.models import Allocation, ClusterQueue, LocalQueue, TeamNamespace
 
@@ -59,13 +58,6 @@ class WriteResult:
 
 
 @dataclass(frozen=True)
-class _NodeInfo:
-    id: int
-    flavor: str
-    gpu_product: str
-
-
-@dataclass(frozen=True)
 class _Owner:
     """Who a pod's GPUs are charged to."""
 
@@ -83,8 +75,9 @@ def write_window(cluster: Cluster, batch: WindowBatch) -> WriteResult:
     window = batch.window
     now = timezone.now()
     with transaction.atomic():
-        nodes = _upsert_nodes(cluster, batch)
-        gpu_ids, gpu_models, created, updated = _upsert_gpus(cluster, batch.gpus, nodes, window)
+        nodes = _write_nodes(cluster, batch)
+        node_ids = {name: node.id for name, node in nodes.items()}
+        gpus = upsert_gpus(cluster, batch.gpus, node_ids, window)
         pods = sorted(
             {(r.namespace, r.pod) for r in batch.usage if r.pod}
             | {(a.namespace, a.pod) for a in batch.allocations}
@@ -92,15 +85,15 @@ def write_window(cluster: Cluster, batch: WindowBatch) -> WriteResult:
         existing = _existing_allocations(cluster, pods)
         owners = _resolve_owners(cluster, batch, existing)
         usage_rows = _replace_usage(
-            cluster, batch.usage, window, gpu_ids, gpu_models, nodes, owners, now
+            cluster, batch.usage, window, gpus.ids, gpus.models, nodes, owners, now
         )
         seen = _upsert_allocations(
-            cluster, batch.allocations, window, gpu_ids, nodes, owners, existing
+            cluster, batch.allocations, window, gpus.ids, node_ids, owners, existing
         )
         close_missing_allocations(cluster, window, seen)
     result = WriteResult(
-        gpus_created=created,
-        gpus_updated=updated,
+        gpus_created=gpus.created,
+        gpus_updated=gpus.seen_again,
         usage_rows=usage_rows,
         allocations=len(seen),
     )
@@ -116,10 +109,8 @@ def write_window(cluster: Cluster, batch: WindowBatch) -> WriteResult:
     return result
 
 
-# --- Nodes ---------------------------------------------------------------------------------------
-
-
-def _upsert_nodes(cluster: Cluster, batch: WindowBatch) -> dict[str, _NodeInfo]:
+def _write_nodes(cluster: Cluster, batch: WindowBatch) -> dict[str, NodeInfo]:
+    """The nodes the window names (GPU hosts, pods' nodes), with the DCGM modelName per host."""
     products: dict[str, str] = {}
     for gpu in batch.gpus:
         if gpu.model_name and gpu.host not in products:
@@ -129,225 +120,7 @@ def _upsert_nodes(cluster: Cluster, batch: WindowBatch) -> dict[str, _NodeInfo]:
         | {a.node_name for a in batch.allocations if a.node_name}
         | {r.node_name for r in batch.usage if r.node_name}
     )
-    nodes = _read_nodes(cluster, names)
-    missing = [name for name in names if name not in nodes]
-    if missing:
-        bulk.insert_rows(
-            Node,
-            ("cluster_id", "name", "gpu_product"),
-            [(cluster.pk, name, products.get(name, "")) for name in missing],
-            unique_fields=["cluster", "name"],
-        )
-        # Read back rather than trust RETURNING: a conflict (the Kubernetes sync created the
-        # node meanwhile) returns nothing, and the other fields are the sync's.
-        nodes.update(_read_nodes(cluster, missing))
-    # Fill gpu_product where the Kubernetes sync has not: one UPDATE per GPU model.
-    to_fill: dict[str, list[int]] = defaultdict(list)
-    for name, info in nodes.items():
-        product = products.get(name, "")
-        if product and not info.gpu_product:
-            to_fill[product].append(info.id)
-            nodes[name] = _NodeInfo(id=info.id, flavor=info.flavor, gpu_product=product)
-    for product, ids in sorted(to_fill.items()):
-        bulk.update_in(
-            Node.objects.filter(gpu_product=""),
-            "id",
-            ids,
-            c.LOOKUP_BATCH_SIZE,
-            gpu_product=product,
-            updated_at=timezone.now(),
-        )
-    return nodes
-
-
-def _read_nodes(cluster: Cluster, names: Sequence[str]) -> dict[str, _NodeInfo]:
-    nodes: dict[str, _NodeInfo] = {}
-    for queryset in bulk.filter_in(
-        Node.objects.filter(cluster=cluster), "name", names, c.LOOKUP_BATCH_SIZE
-    ):
-        for name, node_id, flavor, product in bulk.fetch_rows(
-            queryset, "name", "id", "flavor", "gpu_product"
-        ):
-            nodes[name] = _NodeInfo(id=node_id, flavor=flavor, gpu_product=product)
-    return nodes
-
-
-# --- GPUs ----------------------------------------------------------------------------------------
-
-# Inventory columns a window can change, compared as one tuple against the stored row.
-_GPU_ATTRIBUTES = (
-    "node_id",
-    "index",
-    "model_name",
-    "pci_bus_id",
-    "mig_profile",
-    "slices",
-    "time_sliced",
-)
-_GPU_COLUMNS = (
-    "cluster_id",
-    "host",
-    "uuid",
-    "gi_id",
-    *_GPU_ATTRIBUTES,
-    "first_seen_at",
-    "last_seen_at",
-)
-
-
-def _upsert_gpus(
-    cluster: Cluster,
-    gpus: list[GpuRow],
-    nodes: dict[str, _NodeInfo],
-    window: Window,
-) -> tuple[dict[str, int], dict[str, str], int, int]:
-    """GPU key -> id, GPU key -> model name, and how many GPUs were created / seen again.
-
-    One SELECT of the stored inventory; only new GPUs and GPUs whose attributes changed are
-    upserted, the others get ``last_seen_at`` in one UPDATE (a steady-state window changes
-    nothing else, and an upsert of 50,000 unchanged rows was the largest cost of its write).
-    """
-    end = window.end
-    hosts = sorted({gpu.host for gpu in gpus})
-    # How the stored times compare with this window, worked out by the database: loading
-    # 100,000 timestamps took most of this step's CPU (bench/ingest_pure.py). The times
-    # themselves are read below, only for the rows an upsert rewrites.
-    flags = {
-        "newest": Q(last_seen_at__isnull=True) | Q(last_seen_at__lte=end),
-        # Seen recently enough: last_seen_at is inventory bookkeeping, refreshed at most every
-        # GPU_SEEN_REFRESH_SECONDS, so a steady-state window does not rewrite 50,000 GPU rows.
-        "current": Q(
-            last_seen_at__gte=end - timedelta(seconds=c.GPU_SEEN_REFRESH_SECONDS),
-            last_seen_at__lte=end,
-        ),
-        "earlier": Q(first_seen_at__isnull=True) | Q(first_seen_at__gt=end),
-    }
-    stored_gpus = Gpu.objects.filter(cluster=cluster).annotate(
-        **{name: ExpressionWrapper(q, output_field=BooleanField()) for name, q in flags.items()}
-    )
-    # key -> (id, host, uuid, gi_id, newest, current, earlier, *attributes): the row as read,
-    # unpacked only for GPUs of this window (50,000 rows a window).
-    existing: dict[str, tuple] = {}
-    for queryset in bulk.filter_in(stored_gpus, "host", hosts, c.LOOKUP_BATCH_SIZE):
-        for stored_row in bulk.fetch_rows(
-            queryset, "id", "host", "uuid", "gi_id", *flags, *_GPU_ATTRIBUTES
-        ):
-            existing[gpu_key(stored_row[1], stored_row[2], stored_row[3])] = stored_row
-
-    ids: dict[str, int] = {}
-    upserts: list[tuple] = []
-    upsert_keys: list[str] = []
-    # Rows rewritten with a stored time kept: upserts position -> (id, keep first, keep last).
-    keep_times: dict[int, tuple[int, bool, bool]] = {}
-    # Seen again with nothing to change but last_seen_at: one UPDATE, not an upsert.
-    touch: list[int] = []
-    created = 0
-    cluster_id = cluster.pk
-    node_ids = {name: node.id for name, node in nodes.items()}
-    models: dict[str, str] = {}
-    for gpu in gpus:
-        key = gpu.key
-        models[key] = gpu.model_name
-        wanted = (
-            node_ids.get(gpu.host),
-            gpu.index,
-            gpu.model_name,
-            gpu.pci_bus_id,
-            gpu.mig_profile,
-            gpu.slices,
-            gpu.time_sliced,
-        )
-        stored = existing.get(key)
-        if stored is None:
-            created += 1
-            upserts.append((cluster_id, gpu.host, gpu.uuid, gpu.gi_id, *wanted, end, end))
-            upsert_keys.append(key)
-            continue
-        gpu_id, newest, current, earlier = stored[0], stored[4], stored[5], stored[6]
-        attributes = stored[7:]
-        ids[key] = gpu_id
-        changed = newest and attributes != wanted
-        if changed or earlier:
-            if not earlier or not newest:
-                keep_times[len(upserts)] = (gpu_id, not earlier, not newest)
-            upserts.append(
-                (
-                    cluster_id,
-                    gpu.host,
-                    gpu.uuid,
-                    gpu.gi_id,
-                    *(wanted if newest else attributes),
-                    end,
-                    end,
-                )
-            )
-            upsert_keys.append(key)
-        elif newest and not current:
-            touch.append(gpu_id)
-
-    if keep_times:
-        times: dict[int, tuple[datetime | None, datetime | None]] = {}
-        for queryset in bulk.filter_in(
-            Gpu.objects.all(),
-            "id",
-            sorted(gpu_id for gpu_id, _, _ in keep_times.values()),
-            c.LOOKUP_BATCH_SIZE,
-        ):
-            for gpu_id, first_seen, last_seen in queryset.values_list(
-                "id", "first_seen_at", "last_seen_at"
-            ):
-                times[gpu_id] = (first_seen, last_seen)
-        for position, (gpu_id, keep_first, keep_last) in keep_times.items():
-            first_seen, last_seen = times[gpu_id]
-            row = upserts[position]
-            upserts[position] = (
-                *row[:-2],
-                first_seen if keep_first else row[-2],
-                last_seen if keep_last else row[-1],
-            )
-
-    if upserts:
-        returned = bulk.insert_rows(
-            Gpu,
-            _GPU_COLUMNS,
-            upserts,
-            unique_fields=["cluster", "host", "uuid", "gi_id"],
-            returning=True,
-            update_fields=[
-                "node",
-                "index",
-                "model_name",
-                "pci_bus_id",
-                "mig_profile",
-                "slices",
-                "time_sliced",
-                "first_seen_at",
-                "last_seen_at",
-                "updated_at",
-            ],
-        )
-        unresolved: set[str] = set()
-        for key, row in zip(upsert_keys, upserts, strict=True):
-            gpu_id = returned.get(row[:4])
-            if gpu_id is None:
-                unresolved.add(row[1])
-            else:
-                ids[key] = gpu_id
-        if unresolved:
-            # Databases that cannot return ids from an upsert: read them back.
-            ids.update(_read_gpu_ids(cluster, sorted(unresolved)))
-    bulk.update_in(Gpu.objects.all(), "id", touch, c.LOOKUP_BATCH_SIZE, last_seen_at=end)
-    return ids, models, created, len(gpus) - created
-
-
-def _read_gpu_ids(cluster: Cluster, hosts: Sequence[str]) -> dict[str, int]:
-    ids: dict[str, int] = {}
-    for queryset in bulk.filter_in(
-        Gpu.objects.filter(cluster=cluster), "host", hosts, c.LOOKUP_BATCH_SIZE
-    ):
-        for gpu_id, host, uuid, gi_id in queryset.values_list("id", "host", "uuid", "gi_id"):
-            ids[gpu_key(host, uuid, gi_id)] = gpu_id
-    return ids
+    return ensure_nodes(cluster, names, products)
 
 
 # --- Pod owners ----------------------------------------------------------------------------------
@@ -524,7 +297,7 @@ def usage_values(
     window: Window,
     gpu_ids: dict[str, int],
     gpu_models: dict[str, str],
-    nodes: dict[str, _NodeInfo],
+    nodes: dict[str, NodeInfo],
     owners: dict[PodKey, _Owner],
     now: datetime,
 ) -> Iterator[tuple]:
@@ -587,7 +360,7 @@ def _replace_usage(
     window: Window,
     gpu_ids: dict[str, int],
     gpu_models: dict[str, str],
-    nodes: dict[str, _NodeInfo],
+    nodes: dict[str, NodeInfo],
     owners: dict[PodKey, _Owner],
     now: datetime,
 ) -> int:
@@ -627,7 +400,7 @@ def _upsert_allocations(
     allocations: list[PodAllocationRow],
     window: Window,
     gpu_ids: dict[str, int],
-    nodes: dict[str, _NodeInfo],
+    node_ids: dict[str, int],
     owners: dict[PodKey, _Owner],
     existing: dict[AllocationKey, dict],
 ) -> set[AllocationKey]:
@@ -649,9 +422,8 @@ def _upsert_allocations(
         seen.add(key)
         # Repeats are dropped by _link_gpus.
         links[key] = [gpu_ids[k] for k in alloc.gpu_keys if k in gpu_ids]
-        node = nodes.get(alloc.node_name)
         row = existing.get(key)
-        wanted = (node.id if node else None, alloc.node_name, alloc.resource, alloc.gpus)
+        wanted = (node_ids.get(alloc.node_name), alloc.node_name, alloc.resource, alloc.gpus)
         if row is None:
             owner = owners.get((alloc.namespace, alloc.pod), _NO_OWNER)
             upserts.append((cluster_id, *key, *wanted, owner.workload_id, start, None, end))

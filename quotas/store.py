@@ -9,9 +9,8 @@ The big kinds (Workload, Node, Allocation, transitions) are read selectively, so
 a hundred objects costs a hundred rows, not the cluster: only the batch's keys are read unless the
 kind is checked for deletions. Rows are compared field by field, not by resourceVersion: a row
 also depends on other objects (queues, priority classes, borrowing) and on this code's reading.
-Transitions already stored are not re-inserted.
-``Node.observed_at`` ("last seen") is no change by itself: it is refreshed, set-based, once it is
-``NODE_SEEN_REFRESH_SECONDS`` old. ``mark_deleted`` marks objects a WATCH saw deleted, by key.
+Transitions already stored are not re-inserted. Nodes are written by ``fleet.inventory``, which
+the DCGM windows share. ``mark_deleted`` marks objects a WATCH saw deleted, by key.
 
 History is never deleted: an object missing from a *complete* LIST gets ``deleted_at`` (a pod's
 allocation gets ``ended_at``), and one that comes back has it cleared. Kinds outside ``complete``
@@ -25,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import models, transaction
@@ -33,7 +32,8 @@ from django.db.models import Exists, OuterRef, Q, Subquery
 
 from core import bulk
 from core.timewindows import ensure_aware
-from fleet.models import Cluster, Node
+from fleet.inventory import mark_nodes_deleted, read_nodes, sync_nodes
+from fleet.models import Cluster
 from quotas import constants as c
 from quotas.choices import TransitionKind
 from quotas.ingest import KueueBatch, QueueSampleRow, TransitionRow
@@ -54,7 +54,7 @@ from quotas.models import (
 
 logger = logging.getLogger(__name__)
 
-# Kinds ``mark_deleted`` handles, with their key fields.
+# Kueue kinds ``mark_deleted`` handles, with their key fields (Nodes are fleet.inventory's).
 _DELETABLE: dict[str, tuple[type[models.Model], tuple[str, ...]]] = {
     "ResourceFlavor": (ResourceFlavor, ("name",)),
     "Cohort": (Cohort, ("name",)),
@@ -62,7 +62,6 @@ _DELETABLE: dict[str, tuple[type[models.Model], tuple[str, ...]]] = {
     "LocalQueue": (LocalQueue, ("namespace", "name")),
     "WorkloadPriorityClass": (WorkloadPriorityClass, ("name",)),
     "Workload": (Workload, ("namespace", "name")),
-    "Node": (Node, ("name",)),
 }
 
 
@@ -122,11 +121,14 @@ class _Writer:
             deleted_at=self.now,
             **options,
         )
+        self.record(label, written)
+        return written.ids
+
+    def record(self, label: str, written: bulk.Upserted) -> None:
         self.marked_deleted[label] = written.deleted
         self.result.created[label] = written.created
         self.result.updated[label] = written.updated
         self.result.deleted[label] = len(written.deleted)
-        return written.ids
 
     def seen(self, kind: str, extra: Iterable[tuple] = ()) -> set[tuple] | None:
         if kind not in self.deletable:
@@ -484,50 +486,21 @@ class _Writer:
         self.result.transitions_added = len(objs)
 
     def nodes(self) -> dict[str, int]:
-        scope = Q(cluster=self.cluster)
-        names = [(row.meta.name,) for row in self.batch.nodes if not row.gpu_product]
-        products = {
-            key[0]: row["gpu_product"]
-            for key, row in bulk.read_keys(
-                Node.objects.filter(scope), ("name",), names, ("gpu_product",), c.LOOKUP_BATCH_SIZE
-            ).items()
-        }
-        rows = {
-            (row.meta.name,): {
-                # The DCGM modelName may have filled it; an absent label does not erase it.
-                "gpu_product": row.gpu_product or products.get(row.meta.name) or "",
+        listed = {
+            row.meta.name: {
+                "gpu_product": row.gpu_product,
                 "node_pool": row.node_pool,
                 "flavor": row.flavor,
                 "gpu_capacity": row.gpu_capacity,
                 "gpu_allocatable": row.gpu_allocatable,
                 "mig_allocatable": row.mig_allocatable,
                 "labels": row.meta.labels,
-                "deleted_at": None,
             }
             for row in self.batch.nodes
         }
-        # observed_at ("last seen") is set on every row written, and otherwise refreshed once it
-        # is old: comparing it would rewrite every node on every sync.
-        ids = self.sync(
-            "Node",
-            Node,
-            scope,
-            ("name",),
-            rows,
-            seen=self.seen("Node"),
-            selective=True,
-            stamp={"observed_at": self.now},
-        )
-        cutoff = self.now - timedelta(seconds=c.NODE_SEEN_REFRESH_SECONDS)
-        old = Q(observed_at__isnull=True) | Q(observed_at__lt=cutoff)
-        bulk.update_in(
-            Node.objects.filter(scope, old),
-            "name",
-            sorted(key[0] for key in rows),
-            c.LOOKUP_BATCH_SIZE,
-            observed_at=self.now,
-        )
-        return {key[0]: pk for key, pk in ids.items()}
+        written = sync_nodes(self.cluster, listed, seen=self.seen("Node"), now=self.now)
+        self.record("Node", written)
+        return {key[0]: pk for key, pk in written.ids.items()}
 
     def allocations(self, nodes: dict[str, int], workloads: dict[tuple[str, str], int]) -> None:
         """Pods -> Allocation rows: open while Running on a node, ended once they are not."""
@@ -559,20 +532,9 @@ class _Writer:
                 c.LOOKUP_BATCH_SIZE,
             )
         # Pods of a watch batch may run on nodes and belong to Workloads outside the batch.
-        missing_nodes = {
-            (pod.node_name,) for pod in pods if pod.node_name and pod.node_name not in nodes
-        }
+        missing_nodes = sorted({pod.node_name for pod in pods if pod.node_name} - set(nodes))
         nodes = {
-            **{
-                key[0]: row["id"]
-                for key, row in bulk.read_keys(
-                    Node.objects.filter(cluster=self.cluster),
-                    ("name",),
-                    missing_nodes,
-                    ("id",),
-                    c.LOOKUP_BATCH_SIZE,
-                ).items()
-            },
+            **{name: node.id for name, node in read_nodes(self.cluster, missing_nodes).items()},
             **nodes,
         }
         missing_workloads = {
@@ -668,9 +630,9 @@ def mark_deleted(cluster: Cluster, kind: str, keys: Iterable[tuple[str, ...]], a
     """Mark the objects of ``kind`` a WATCH saw deleted; returns the rows marked.
 
     ``keys`` are ingest's identities: ``(namespace, name)`` for namespaced kinds, ``(name,)``
-    for the others, ``(namespace, name, uid)`` for a Pod (its open allocation is ended). Rows
-    already marked are left alone; a deleted Workload gets its ``deleted`` transition. Call it
-    inside the transaction of the batch's ``write_snapshot``.
+    for the others, ``(namespace, name, uid)`` for a Pod (its open allocation is ended). A Node
+    is ``fleet.inventory``'s. Rows already marked are left alone; a deleted Workload gets its
+    ``deleted`` transition. Call it inside the transaction of the batch's ``write_snapshot``.
     """
     at = ensure_aware(at)
     keys = list(keys)
@@ -680,6 +642,8 @@ def mark_deleted(cluster: Cluster, kind: str, keys: Iterable[tuple[str, ...]], a
         found = bulk.read_keys(open_rows, fields, keys, ("id",), c.LOOKUP_BATCH_SIZE)
         ids = [row["id"] for row in found.values()]
         return bulk.update_in(open_rows, "pk", ids, c.LOOKUP_BATCH_SIZE, ended_at=at)
+    if kind == "Node":
+        return mark_nodes_deleted(cluster, [key[0] for key in keys], at)
     model, key_fields = _DELETABLE[kind]
     present = model._default_manager.filter(cluster=cluster, deleted_at__isnull=True)
     found = bulk.read_keys(present, key_fields, keys, ("id",), c.LOOKUP_BATCH_SIZE)
