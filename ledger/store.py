@@ -10,8 +10,9 @@ depends on the number of batches (``fleet.constants``), never on the number of G
   replaces what was there. PostgreSQL gets them by COPY, other databases by ``executemany``.
 * Pods resolve to Workload / LocalQueue / ClusterQueue / Team through stored Allocations with a
   workload, else the Kueue pod labels, else the namespace's only LocalQueue, else TeamNamespace.
-* Allocations: upserted per pod; ``started_at`` is the earliest window start seen, ``ended_at``
-  is set by :func:`close_missing_allocations` for pods no longer seen.
+* Allocations: ``quotas.allocations``, which also serves the API server's pods and documents
+  when an allocation opens, is extended, ends and re-opens. ``close_missing_allocations`` is
+  re-exported here.
 
 The bulk engine (COPY, ``= ANY`` lookups) is ``core.bulk``; ``copy_rows`` is re-exported here for
 the callers that took it from this module.
@@ -20,29 +21,32 @@ the callers that took it from this module.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from core import bulk
 from core.bulk import copy_rows
 from core.timewindows import Window
 from fleet import constants as c
-from fleet.ingest import PodAllocationRow, UsageRow, WindowBatch
+from fleet.ingest import UsageRow, WindowBatch
 from fleet.inventory import NodeInfo, ensure_nodes, upsert_gpus
 from fleet.models import Cluster
 from ledger.models import GpuUsage
-from quotas.models import Allocation, ClusterQueue, LocalQueue, TeamNamespace
+from quotas.allocations import (
+    AllocationKey,
+    PodKey,
+    close_missing_allocations,
+    read_pod_allocations,
+    write_window_allocations,
+)
+from quotas.models import ClusterQueue, LocalQueue, TeamNamespace
 
 logger = logging.getLogger(__name__)
-
-PodKey = tuple[str, str]
-AllocationKey = tuple[str, str, str]
 
 
 @dataclass
@@ -67,9 +71,6 @@ class _Owner:
     team_id: int | None = None
 
 
-_NO_OWNER = _Owner()
-
-
 def write_window(cluster: Cluster, batch: WindowBatch) -> WriteResult:
     """Write one window in one transaction; re-running it leaves the same rows."""
     window = batch.window
@@ -82,13 +83,19 @@ def write_window(cluster: Cluster, batch: WindowBatch) -> WriteResult:
             {(r.namespace, r.pod) for r in batch.usage if r.pod}
             | {(a.namespace, a.pod) for a in batch.allocations}
         )
-        existing = _existing_allocations(cluster, pods)
-        owners = _resolve_owners(cluster, batch, existing)
+        stored = read_pod_allocations(cluster, pods)
+        owners = _resolve_owners(cluster, batch, stored)
         usage_rows = _replace_usage(
             cluster, batch.usage, window, gpus.ids, gpus.models, nodes, owners, now
         )
-        seen = _upsert_allocations(
-            cluster, batch.allocations, window, gpus.ids, node_ids, owners, existing
+        seen = write_window_allocations(
+            cluster,
+            window,
+            batch.allocations,
+            gpu_ids=gpus.ids,
+            node_ids=node_ids,
+            workload_ids={pod: owner.workload_id for pod, owner in owners.items()},
+            stored=stored,
         )
         close_missing_allocations(cluster, window, seen)
     result = WriteResult(
@@ -126,45 +133,10 @@ def _write_nodes(cluster: Cluster, batch: WindowBatch) -> dict[str, NodeInfo]:
 # --- Pod owners ----------------------------------------------------------------------------------
 
 
-_ALLOCATION_READ = (
-    "id",
-    "namespace",
-    "pod",
-    "pod_uid",
-    "node_id",
-    "node_name",
-    "resource",
-    "gpus",
-    "workload_id",
-    "started_at",
-    "ended_at",
-    "last_seen_at",
-    "workload__local_queue_id",
-    "workload__cluster_queue_id",
-    "workload__cluster_queue__team_id",
-)
-
-
-def _existing_allocations(cluster: Cluster, pods: Sequence[PodKey]) -> dict[AllocationKey, dict]:
-    """Stored allocations of these pod names (any uid), with their workload's queues."""
-    wanted = set(pods)
-    names = sorted({pod for _, pod in pods})
-    found: dict[AllocationKey, dict] = {}
-    queryset = Allocation.objects.filter(cluster=cluster)
-    for batch in bulk.filter_in(queryset, "pod", names, c.LOOKUP_BATCH_SIZE):
-        # values_list + zip: QuerySet.values() costs several times more per row.
-        for values in bulk.fetch_rows(batch, *_ALLOCATION_READ):
-            if (values[1], values[2]) in wanted:
-                found[(values[1], values[2], values[3])] = dict(
-                    zip(_ALLOCATION_READ, values, strict=True)
-                )
-    return found
-
-
 def _resolve_owners(
     cluster: Cluster,
     batch: WindowBatch,
-    existing: dict[AllocationKey, dict],
+    existing: Mapping[AllocationKey, Mapping[str, Any]],
 ) -> dict[PodKey, _Owner]:
     """(namespace, pod) -> owner, with a few set-based queries for the whole window."""
     queue_names: dict[PodKey, tuple[str, str]] = {}
@@ -185,7 +157,7 @@ def _resolve_owners(
         return {}
 
     # Workload through a stored allocation of the same pod: the same uid first, else the newest.
-    by_workload: dict[PodKey, dict] = {}
+    by_workload: dict[PodKey, Mapping[str, Any]] = {}
     for (namespace, pod, uid), stored in existing.items():
         if stored["workload_id"] is None:
             continue
@@ -373,189 +345,3 @@ def _replace_usage(
     else:
         bulk.insert_rows(GpuUsage, _USAGE_COLUMNS, list(values))
     return len(rows)
-
-
-# --- Allocations ---------------------------------------------------------------------------------
-
-
-_ALLOCATION_COLUMNS = (
-    "cluster_id",
-    "namespace",
-    "pod",
-    "pod_uid",
-    "node_id",
-    "node_name",
-    "resource",
-    "gpus",
-    "workload_id",
-    "started_at",
-    "ended_at",
-    "last_seen_at",
-)
-# What a window says about a pod, compared as one tuple against the stored row.
-
-
-def _upsert_allocations(
-    cluster: Cluster,
-    allocations: list[PodAllocationRow],
-    window: Window,
-    gpu_ids: dict[str, int],
-    node_ids: dict[str, int],
-    owners: dict[PodKey, _Owner],
-    existing: dict[AllocationKey, dict],
-) -> set[AllocationKey]:
-    """Upsert the window's allocations and their GPU links; returns the keys seen.
-
-    Only new allocations and those that changed are upserted; the others get ``last_seen_at``
-    in one UPDATE.
-    """
-    start, end = window.start, window.end
-    cluster_id = cluster.pk
-    upserts: list[tuple] = []
-    touch: list[int] = []
-    links: dict[AllocationKey, list[int]] = {}
-    seen: set[AllocationKey] = set()
-    for alloc in allocations:
-        key = (alloc.namespace, alloc.pod, alloc.pod_uid)
-        if key in seen:
-            continue
-        seen.add(key)
-        # Repeats are dropped by _link_gpus.
-        links[key] = [gpu_ids[k] for k in alloc.gpu_keys if k in gpu_ids]
-        row = existing.get(key)
-        wanted = (node_ids.get(alloc.node_name), alloc.node_name, alloc.resource, alloc.gpus)
-        if row is None:
-            owner = owners.get((alloc.namespace, alloc.pod), _NO_OWNER)
-            upserts.append((cluster_id, *key, *wanted, owner.workload_id, start, None, end))
-            continue
-        last_seen = row["last_seen_at"]
-        newest = last_seen is None or end >= last_seen
-        started = min(row["started_at"], start)
-        # Closed after this window (a re-collected old window): stays closed.
-        ended = row["ended_at"] if row["ended_at"] and row["ended_at"] >= end else None
-        workload_id = (
-            row["workload_id"] or owners.get((alloc.namespace, alloc.pod), _NO_OWNER).workload_id
-        )
-        current = (row["node_id"], row["node_name"], row["resource"], row["gpus"])
-        if not newest:
-            wanted = current
-        unchanged = (
-            wanted == current
-            and started == row["started_at"]
-            and ended == row["ended_at"]
-            and workload_id == row["workload_id"]
-        )
-        if unchanged:
-            if newest and last_seen != end:
-                touch.append(row["id"])
-            continue
-        upserts.append(
-            (
-                cluster_id,
-                *key,
-                *wanted,
-                workload_id,
-                started,
-                ended,
-                end if newest else last_seen,
-            )
-        )
-
-    ids: dict[AllocationKey, int] = {key: row["id"] for key, row in existing.items()}
-    if upserts:
-        returned = bulk.insert_rows(
-            Allocation,
-            _ALLOCATION_COLUMNS,
-            upserts,
-            unique_fields=["cluster", "namespace", "pod", "pod_uid"],
-            returning=True,
-            update_fields=[
-                "node",
-                "node_name",
-                "resource",
-                "gpus",
-                "workload",
-                "started_at",
-                "ended_at",
-                "last_seen_at",
-                "updated_at",
-            ],
-        )
-        missing_ids = False
-        for upsert in upserts:
-            allocation_id = returned.get(upsert[:4])
-            if allocation_id is None:
-                missing_ids = True
-            else:
-                ids[upsert[1:4]] = allocation_id
-        if missing_ids:
-            for key, stored in _existing_allocations(
-                cluster, sorted({(ns, pod) for ns, pod, _ in seen})
-            ).items():
-                ids[key] = stored["id"]
-    bulk.update_in(Allocation.objects.all(), "id", touch, c.LOOKUP_BATCH_SIZE, last_seen_at=end)
-    _link_gpus(links, ids, existing)
-    return seen
-
-
-def _link_gpus(
-    links: dict[AllocationKey, list[int]],
-    ids: dict[AllocationKey, int],
-    existing: dict[AllocationKey, dict],
-) -> None:
-    """Add the GPUs each pod was seen on; links are history and are never removed."""
-    through = Allocation.gpu_devices.through
-    known: set[tuple[int, int]] = set()
-    old_ids = sorted(ids[key] for key in links if key in existing and links[key])
-    for queryset in bulk.filter_in(
-        through.objects.all(), "allocation_id", old_ids, c.LOOKUP_BATCH_SIZE
-    ):
-        known.update(bulk.fetch_rows(queryset, "allocation_id", "gpu_id"))
-    # dict.fromkeys: without repeats, in a stable order.
-    new = list(
-        dict.fromkeys(
-            (ids[key], gpu_id)
-            for key, gpu_ids in links.items()
-            if key in ids
-            for gpu_id in gpu_ids
-            if (ids[key], gpu_id) not in known
-        )
-    )
-    bulk.insert_rows(
-        through,
-        ("allocation_id", "gpu_id"),
-        new,
-        unique_fields=["allocation", "gpu"],
-    )
-
-
-def close_missing_allocations(
-    cluster: Cluster,
-    window: Window,
-    seen_keys: Iterable[AllocationKey],
-) -> int:
-    """End open allocations of ``cluster`` not seen in ``window``: ended_at = window.start.
-
-    Only allocations last seen before this window are closed (or, for rows another source
-    created without ``last_seen_at``, started before it), so re-collecting an old window never
-    ends a pod that a newer window saw. Returns how many were closed.
-    """
-    seen = set(seen_keys)
-    open_rows = Allocation.objects.filter(
-        Q(last_seen_at__lte=window.start)
-        | Q(last_seen_at__isnull=True, started_at__lt=window.start),
-        cluster=cluster,
-        ended_at__isnull=True,
-    ).values_list("id", "namespace", "pod", "pod_uid")
-    to_close = [pk for pk, namespace, pod, uid in open_rows if (namespace, pod, uid) not in seen]
-    closed = bulk.update_in(
-        Allocation.objects.filter(ended_at__isnull=True),
-        "id",
-        to_close,
-        c.LOOKUP_BATCH_SIZE,
-        ended_at=window.start,
-        updated_at=timezone.now(),
-    )
-    if closed:
-        logger.info("cluster %s window %s: %d allocations ended", cluster.name, window.end, closed)
-    return closed

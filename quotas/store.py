@@ -9,8 +9,9 @@ The big kinds (Workload, Node, Allocation, transitions) are read selectively, so
 a hundred objects costs a hundred rows, not the cluster: only the batch's keys are read unless the
 kind is checked for deletions. Rows are compared field by field, not by resourceVersion: a row
 also depends on other objects (queues, priority classes, borrowing) and on this code's reading.
-Transitions already stored are not re-inserted. Nodes are written by ``fleet.inventory``, which
-the DCGM windows share. ``mark_deleted`` marks objects a WATCH saw deleted, by key.
+Transitions already stored are not re-inserted. Nodes are written by ``fleet.inventory`` and
+pods' allocations by ``quotas.allocations``, which the DCGM windows share. ``mark_deleted`` marks
+objects a WATCH saw deleted, by key.
 
 History is never deleted: an object missing from a *complete* LIST gets ``deleted_at`` (a pod's
 allocation gets ``ended_at``), and one that comes back has it cleared. Kinds outside ``complete``
@@ -32,13 +33,13 @@ from django.db.models import Exists, OuterRef, Q, Subquery
 
 from core import bulk
 from core.timewindows import ensure_aware
-from fleet.inventory import mark_nodes_deleted, read_nodes, sync_nodes
+from fleet.inventory import mark_nodes_deleted, sync_nodes
 from fleet.models import Cluster
 from quotas import constants as c
+from quotas.allocations import end_pod_allocations, write_pod_allocations
 from quotas.choices import TransitionKind
 from quotas.ingest import KueueBatch, QueueSampleRow, TransitionRow
 from quotas.models import (
-    Allocation,
     ClusterQueue,
     ClusterQueueQuota,
     ClusterQueueSample,
@@ -503,114 +504,19 @@ class _Writer:
         return {key[0]: pk for key, pk in written.ids.items()}
 
     def allocations(self, nodes: dict[str, int], workloads: dict[tuple[str, str], int]) -> None:
-        """Pods -> Allocation rows: open while Running on a node, ended once they are not."""
-        pods = self.batch.pods
-        finished = {
-            id(pod) for pod in pods if pod.phase in ("Succeeded", "Failed") and pod.node_name
-        }
-        # Open allocations, plus ended ones recent enough to belong to a finished pod listed now.
-        window = Q(ended_at__isnull=True)
-        starts = [pod.started_at for pod in pods if id(pod) in finished and pod.started_at]
-        if starts:
-            window |= Q(ended_at__gte=min(starts))
-        scope = Q(cluster=self.cluster) & window
-        key_fields = ("namespace", "pod", "pod_uid")
-        check_vanished = "Pod" in self.deletable
-        if check_vanished:
-            existing = {
-                (row["namespace"], row["pod"], row["pod_uid"]): row
-                for row in Allocation.objects.filter(scope).values(
-                    "id", *key_fields, "started_at", "ended_at"
-                )
-            }
-        else:
-            existing = bulk.read_keys(
-                Allocation.objects.filter(scope),
-                key_fields,
-                [(pod.meta.namespace, pod.meta.name, pod.meta.uid) for pod in pods],
-                ("id", "started_at", "ended_at"),
-                c.LOOKUP_BATCH_SIZE,
-            )
-        # Pods of a watch batch may run on nodes and belong to Workloads outside the batch.
-        missing_nodes = sorted({pod.node_name for pod in pods if pod.node_name} - set(nodes))
-        nodes = {
-            **{name: node.id for name, node in read_nodes(self.cluster, missing_nodes).items()},
-            **nodes,
-        }
-        missing_workloads = {
-            (pod.meta.namespace, pod.workload_name)
-            for pod in pods
-            if pod.workload_name and (pod.meta.namespace, pod.workload_name) not in workloads
-        }
-        workloads = {
-            **{
-                key: row["id"]
-                for key, row in bulk.read_keys(
-                    Workload.objects.filter(cluster=self.cluster),
-                    ("namespace", "name"),
-                    missing_workloads,
-                    ("id",),
-                    c.LOOKUP_BATCH_SIZE,
-                ).items()
-            },
-            **workloads,
-        }
-        rows: dict[tuple, dict[str, Any]] = {}
-        ended = 0
-        for pod in pods:
-            key = (pod.meta.namespace, pod.meta.name, pod.meta.uid)
-            current = existing.get(key)
-            if pod.running:
-                ended_at = None
-            elif current is not None and current["ended_at"] is not None:
-                ended_at = current["ended_at"]
-            elif current is not None:
-                ended_at = pod.finished_at or self.now
-                ended += 1
-            elif id(pod) in finished and pod.started_at is not None:
-                # It ran and ended between two syncs: keep it, it held GPUs.
-                ended_at = pod.finished_at or self.now
-            else:
-                continue  # pending, never ran: holds nothing
-            started_at = pod.started_at or (current["started_at"] if current else self.now)
-            rows[key] = {
-                "node_id": nodes.get(pod.node_name),
-                "node_name": pod.node_name,
-                "resource": pod.resource,
-                "gpus": pod.gpus,
-                "workload_id": workloads.get((pod.meta.namespace, pod.workload_name)),
-                "started_at": started_at,
-                "ended_at": ended_at,
-            }
-        self.sync(
-            "Allocation",
-            Allocation,
-            scope,
-            key_fields,
-            rows,
-            soft_delete=False,
-            want_ids=False,
-            selective=True,
+        """Pods -> Allocation rows (``quotas.allocations``)."""
+        listed = self.batch.seen.get("Pod", set()) if "Pod" in self.deletable else None
+        written = write_pod_allocations(
+            self.cluster,
+            self.batch.pods,
+            self.now,
+            node_ids=nodes,
+            workload_ids=workloads,
+            listed=listed,
         )
-        self.result.deleted["Allocation"] = ended
-        if not check_vanished:
-            return
-        listed = self.batch.seen.get("Pod", set())
-        uids = {(pod.meta.namespace, pod.meta.name): pod.meta.uid for pod in pods}
-        vanished = [
-            row["id"]
-            for key, row in existing.items()
-            if row["ended_at"] is None
-            and key not in rows
-            and ((key[0], key[1]) not in listed or uids.get(key[:2], key[2]) != key[2])
-        ]
-        self.result.deleted["Allocation"] += bulk.update_in(
-            Allocation.objects.filter(ended_at__isnull=True),
-            "pk",
-            vanished,
-            c.LOOKUP_BATCH_SIZE,
-            ended_at=self.now,
-        )
+        self.result.created["Allocation"] = written.created
+        self.result.updated["Allocation"] = written.updated
+        self.result.deleted["Allocation"] = written.ended
 
 
 def _record_deletions(workload_ids: Sequence[int], at: datetime) -> None:
@@ -630,18 +536,15 @@ def mark_deleted(cluster: Cluster, kind: str, keys: Iterable[tuple[str, ...]], a
     """Mark the objects of ``kind`` a WATCH saw deleted; returns the rows marked.
 
     ``keys`` are ingest's identities: ``(namespace, name)`` for namespaced kinds, ``(name,)``
-    for the others, ``(namespace, name, uid)`` for a Pod (its open allocation is ended). A Node
-    is ``fleet.inventory``'s. Rows already marked are left alone; a deleted Workload gets its
-    ``deleted`` transition. Call it inside the transaction of the batch's ``write_snapshot``.
+    for the others, ``(namespace, name, uid)`` for a Pod (its open allocation is ended,
+    ``quotas.allocations``). A Node is ``fleet.inventory``'s. Rows already marked are left
+    alone; a deleted Workload gets its ``deleted`` transition. Call it inside the transaction of
+    the batch's ``write_snapshot``.
     """
     at = ensure_aware(at)
     keys = list(keys)
     if kind == "Pod":
-        open_rows = Allocation.objects.filter(cluster=cluster, ended_at__isnull=True)
-        fields = ("namespace", "pod", "pod_uid")
-        found = bulk.read_keys(open_rows, fields, keys, ("id",), c.LOOKUP_BATCH_SIZE)
-        ids = [row["id"] for row in found.values()]
-        return bulk.update_in(open_rows, "pk", ids, c.LOOKUP_BATCH_SIZE, ended_at=at)
+        return end_pod_allocations(cluster, keys, at)
     if kind == "Node":
         return mark_nodes_deleted(cluster, [key[0] for key in keys], at)
     model, key_fields = _DELETABLE[kind]
