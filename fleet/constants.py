@@ -66,20 +66,21 @@ KSM_LABEL_QUEUE_NAME = "label_kueue_x_k8s_io_queue_name"
 # Gpu.last_seen_at is refreshed at most this often: rewriting 50,000 GPU rows every window was
 # 0.8 s of PostgreSQL time per window (bench/ingest_pure.py) for a date nobody reads to the minute.
 GPU_SEEN_REFRESH_SECONDS = 300
+# Node.observed_at ("last seen", written by the API server sync) is refreshed once it is this old,
+# not on every sync: comparing it made every sync of the benchmark cluster rewrite all 6,250 node
+# rows (bench/RESULTS.md).
+NODE_SEEN_REFRESH_SECONDS = 300
 
-# Batch sizes. On PostgreSQL ledger.store writes every bulk set with binary COPY (into the usage
-# table, or into a temporary table followed by one INSERT ... SELECT ... ON CONFLICT) and looks
-# rows up with one `= ANY(array)` parameter, so these only apply to the other databases' paths.
-# Timings: bench/ingest_pure.py, bench/RESULTS.md.
-# Rows per bulk statement where the ORM path is used: 2,000 rows x 30 columns stays under
-# PostgreSQL's 65,535 bind parameters. Not tuned further: COPY replaced bulk_create on
-# PostgreSQL after a profile of a 10,000-GPU write showed bulk_create's per-value SQL
-# compilation taking more than half of it.
-USAGE_BATCH_SIZE = 2000
-# Gpu rows per bulk statement on the ORM path (15 columns: ~30,000 parameters at most).
-GPU_BATCH_SIZE = 2000
-# Allocation rows and M2M links per bulk statement on the ORM path (same bound).
-ALLOCATION_BATCH_SIZE = 2000
+# Batch sizes of fleet.inventory and the window writers (core.bulk). On PostgreSQL the DCGM
+# window's rows (GPUs, nodes it discovers, allocations, usage) go by binary COPY (into the usage
+# table, or into a temporary table followed by one INSERT ... SELECT ... ON CONFLICT), and rows
+# are looked up with one `= ANY(array)` parameter; off PostgreSQL one executemany per table.
+# COPY replaced bulk_create after a profile of a 10,000-GPU write showed bulk_create's per-value
+# SQL compilation taking more than half of it. Timings: bench/ingest_pure.py, bench/RESULTS.md.
+# Node rows per INSERT ... ON CONFLICT from the API server sync (bulk_create, ~13 columns): the
+# size quotas.constants.WRITE_BATCH_SIZE was measured at, where it was noise next to the
+# Python-side work.
+NODE_BATCH_SIZE = 1000
 # Names or ids per `IN (...)` lookup off PostgreSQL: SQLite's limit is 32,766 variables (3.32+);
 # 5,000 keeps each query well under it. On PostgreSQL an IN list of 5,000 placeholders cost more
 # client CPU than the query (Django prepares each value: ~0.3 s per 18,000 ids on the 2-core

@@ -83,9 +83,6 @@ NODE_POOL_LABELS: tuple[str, ...] = (
 WRITE_BATCH_SIZE = 1000
 # Keys per `IN (…)` lookup when reading existing rows back (well under SQLite's variable limit).
 LOOKUP_BATCH_SIZE = 900
-# Node.observed_at ("last seen") is refreshed once it is this old, not on every sync: comparing it
-# made every sync of the benchmark cluster rewrite all 6,250 node rows (bench/RESULTS.md).
-NODE_SEEN_REFRESH_SECONDS = 300
 
 # The sync's WATCH (quotas/sync/watch.py).
 # Watch events are written in batches: the first event of a batch waits at most this long, and a
