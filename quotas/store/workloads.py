@@ -65,6 +65,7 @@ def write_workloads(
             "borrowing": row.borrowing,
             "borrowed_gpus": row.borrowed_gpus,
         }
+    revived = _marked_deleted(w, rows)
     ids = w.sync(
         "Workload",
         Workload,
@@ -73,8 +74,40 @@ def write_workloads(
         seen=w.seen("Workload"),
         selective=True,
     )
+    forget_false_deletions(revived)
     record_deletions(w.marked_deleted["Workload"], w.now)
     return ids
+
+
+def _marked_deleted(w: SnapshotWriter, rows: dict[tuple[str, str], dict]) -> dict[int, datetime]:
+    """Workloads of the batch stored as deleted with the same UID: id -> when marked deleted.
+
+    Such a Workload was never gone (a UID is never reused): its deletion was read from a LIST
+    or WATCH that lied, so the upsert revives it and its ``deleted`` transition is false.
+    """
+    gone = Workload.objects.filter(cluster=w.cluster, deleted_at__isnull=False)
+    found = bulk.read_keys(
+        gone, ("namespace", "name"), list(rows), ("id", "uid", "deleted_at"), c.LOOKUP_BATCH_SIZE
+    )
+    return {
+        row["id"]: row["deleted_at"]
+        for key, row in found.items()
+        if row["uid"] and row["uid"] == rows[key]["uid"]
+    }
+
+
+def forget_false_deletions(revived: dict[int, datetime]) -> None:
+    """Remove the ``deleted`` transitions of Workloads that re-appeared with their own UID.
+
+    One false deletion marks many Workloads at one moment: one DELETE per moment.
+    """
+    by_moment: dict[datetime, list[int]] = {}
+    for pk, deleted_at in revived.items():
+        by_moment.setdefault(deleted_at, []).append(pk)
+    for deleted_at, ids in by_moment.items():
+        false = WorkloadTransition.objects.filter(kind=TransitionKind.DELETED, at__gte=deleted_at)
+        for query in bulk.filter_in(false, "workload_id", ids, c.LOOKUP_BATCH_SIZE):
+            query.delete()
 
 
 def write_transitions(w: SnapshotWriter, workloads: dict[tuple[str, str], int]) -> None:

@@ -473,3 +473,45 @@ def test_queue_samples_for_unknown_queues_are_skipped(cluster):
     rows[0].cluster_queue_name = "no-such-queue"
 
     assert write_queue_samples(cluster, rows, NOW, 60) == len(rows) - 1
+
+
+def test_a_workload_back_with_its_own_uid_was_never_gone_and_leaves_no_deleted_transition(
+    cluster,
+):
+    # Given a LIST that lied (the workload missing) and the next one that has it again
+    sync(cluster, lists())
+    name = expected_workload("P3")["name"]
+    fewer = lists()
+    fewer["workloads"]["items"] = [
+        i for i in items(fewer, "workloads") if i["metadata"]["name"] != name
+    ]
+    sync(cluster, fewer, NOW + timedelta(minutes=5))
+    assert Workload.objects.get(name=name).transitions.filter(kind="deleted").exists()
+
+    sync(cluster, lists(), NOW + timedelta(minutes=6))
+
+    # Then its history has no deletion: a UID is never reused, so it never went away
+    wl = Workload.objects.get(name=name)
+    assert wl.deleted_at is None
+    assert not wl.transitions.filter(kind="deleted").exists()
+    assert wl.transitions.exists()
+
+
+def test_a_workload_recreated_under_its_name_keeps_the_deletion_of_the_old_one(cluster):
+    sync(cluster, lists())
+    name = expected_workload("P3")["name"]
+    fewer = lists()
+    fewer["workloads"]["items"] = [
+        i for i in items(fewer, "workloads") if i["metadata"]["name"] != name
+    ]
+    sync(cluster, fewer, NOW + timedelta(minutes=5))
+    recreated = lists()
+    for item in items(recreated, "workloads"):
+        if item["metadata"]["name"] == name:
+            item["metadata"]["uid"] = "a-new-uid-for-a-new-object"
+
+    sync(cluster, recreated, NOW + timedelta(minutes=6))
+
+    wl = Workload.objects.get(name=name)
+    assert wl.deleted_at is None
+    assert wl.transitions.filter(kind="deleted", at=NOW + timedelta(minutes=5)).exists()
