@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -172,6 +172,8 @@ def period_starts(start: datetime, end: datetime, step: str) -> list[datetime]:
 @dataclass
 class Charge(Figures):
     """The read layer's figures of one group (and period), plus their unrounded money."""
+
+    SUMMED: ClassVar[tuple[str, ...]] = CHARGEBACK_FIGURES
 
     cost_allocated: Decimal = field(default_factory=Decimal)
     cost_borrowing: Decimal = field(default_factory=Decimal)
@@ -375,18 +377,19 @@ def aggregate_pieces(
     found = rollups.figures(
         group_fields, names=CHARGEBACK_FIGURES, computed=computed, big_scan=True, into=Charge
     )
+    column = {name: index for index, name in enumerate(group_fields)}
+    extra_columns = [(name, column[name]) for name in extra_fields]
+    period_column, segment_column = column.get("period"), column.get("segment")
     for group, figures in found.items():
-        row = dict(zip(group_fields, group, strict=True))
-        pricer.price_piece(figures, row["flavor"], row["gpu_model"], row.get("segment", 0))
-        row_period = row.get("period")
-        if row_period is not None:
-            row_period = row_period.astimezone(UTC)
+        cluster_id, key, flavor, gpu_model = group[:4]
+        segment_index = 0 if segment_column is None else group[segment_column]
+        pricer.price_piece(figures, flavor, gpu_model, segment_index)
         yield Piece(
-            cluster_id=row["cluster_id"],
-            key=row["key"],
-            period=row_period,
+            cluster_id=cluster_id,
+            key=key,
+            period=None if period_column is None else group[period_column].astimezone(UTC),
             figures=figures,
-            extra={name: row[name] for name in extra_fields},
+            extra={name: group[index] for name, index in extra_columns},
         )
 
 
@@ -600,7 +603,10 @@ def build_report(
     )
     for piece in pieces:
         row_key = (piece.period, piece.key, None if merged_cluster else piece.cluster_id)
-        rows.setdefault(row_key, Charge()).add(piece.figures)
+        summed = rows.get(row_key)
+        if summed is None:
+            rows[row_key] = summed = Charge()
+        summed.add(piece.figures)
 
     for group in known:
         for period in periods:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from core import figures as formulas
 
@@ -25,6 +25,11 @@ PEAK_FIGURES = frozenset({"peak_allocated_gpus"})
 @dataclass
 class Figures:
     """Summed GPU-hours of one group over a range. Figures not read stay 0."""
+
+    # What add() combines: every figure (set below the class); a subclass that only ever
+    # reads some (the chargeback's Charge) narrows them, as add() runs once per group.
+    SUMMED: ClassVar[tuple[str, ...]] = ()
+    PEAKS: ClassVar[tuple[str, ...]] = ()
 
     capacity_gpu_hours: float = 0.0
     allocated_gpu_hours: float = 0.0
@@ -52,7 +57,7 @@ class Figures:
     ) -> F:
         """Figures from ``{prefix + name: value}`` (an aggregate row) for ``names`` (default:
         all); the others, and nulls, are 0."""
-        return cls(**{name: float(values[prefix + name] or 0.0) for name in names or FIGURES})
+        return cls(**{name: values[prefix + name] or 0.0 for name in names or FIGURES})
 
     @classmethod
     def of(cls, row: Any) -> Figures:
@@ -61,9 +66,13 @@ class Figures:
 
     def add(self, other: Figures) -> None:
         """Add another group's or period's figures to these (peaks: the larger one)."""
-        for name in FIGURES:
-            mine, theirs = getattr(self, name), getattr(other, name)
-            setattr(self, name, max(mine, theirs) if name in PEAK_FIGURES else mine + theirs)
+        # On the instance dicts: this runs per group and period of a chargeback (25,000 times
+        # for a year by workload), where getattr/setattr cost twice as much.
+        mine, theirs = vars(self), vars(other)
+        for name in self.SUMMED:
+            mine[name] += theirs[name]
+        for name in self.PEAKS:
+            mine[name] = max(mine[name], theirs[name])
 
     @classmethod
     def sum(cls, parts: Iterable[Figures]) -> Figures:
@@ -118,4 +127,5 @@ class Figures:
 
 
 FIGURES: tuple[str, ...] = tuple(field.name for field in fields(Figures))
-SUMMED_FIGURES: tuple[str, ...] = tuple(name for name in FIGURES if name not in PEAK_FIGURES)
+Figures.SUMMED = tuple(name for name in FIGURES if name not in PEAK_FIGURES)
+Figures.PEAKS = tuple(name for name in FIGURES if name in PEAK_FIGURES)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
@@ -293,12 +294,10 @@ class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
         )
         if limit is not None:
             queryset = queryset[:limit]
-        rows = _fetch(queryset, big_scan)
-        if len(group_by) == 1:
-            return {row[group_by[0]]: into.from_values(row, SUM_PREFIX, names) for row in rows}
+        group_of = itemgetter(*group_by)  # the value for one field, the tuple for several
         return {
-            tuple(row[name] for name in group_by): into.from_values(row, SUM_PREFIX, names)
-            for row in rows
+            group_of(row): into.from_values(row, SUM_PREFIX, names)
+            for row in _fetch(queryset, big_scan)
         }
 
     def total(self, *, names: Iterable[str] = FIGURES, big_scan: bool = False) -> Figures:
