@@ -1,8 +1,16 @@
-"""The time-range picker every time-based page shares: ``range=24h|7d|30d`` or ``start``/``end``.
+"""Time ranges: which rollup hours a range covers, and the picker every time-based page shares.
 
-``start`` and ``end`` are ISO dates (``2025-01-31``) or datetimes (``2025-01-31T12:00``,
-``2025-01-31T12:00:00+02:00``). Naive values are UTC. A date-only ``end`` includes that whole day.
-Anything else raises ``RangeError``, which the page and chart decorators turn into a 400.
+``covered_hours`` is the one rule for the hours a range counts (README "What the numbers mean"):
+a range ``(start, end]`` covers every hour that **ends** inside it and **has ended**. So the hour
+in progress (being collected, its rollup partial) never counts; a range that starts mid-hour
+counts the hour it starts in and not the one it ends in; ranges that follow each other share
+no hour and miss none. Pages, charts, the chargeback and OpenCost all go through it (the rollup
+read layer applies it in ``HourlyRollupQuerySet.covering``).
+
+The picker: ``range=24h|7d|30d`` or ``start``/``end``. ``start`` and ``end`` are ISO dates
+(``2025-01-31``) or datetimes (``2025-01-31T12:00``, ``2025-01-31T12:00:00+02:00``). Naive values
+are UTC. A date-only ``end`` includes that whole day. Anything else raises ``RangeError``, which
+the page and chart decorators turn into a 400.
 """
 
 from __future__ import annotations
@@ -27,6 +35,39 @@ CUSTOM = "custom"
 RANGE_PARAMS = ("range", "start", "end")
 # Changing the range sends the user back to the first page of any paginated list.
 RESET_ON_CHANGE = ("page",)
+
+
+HOUR = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class HourSpan:
+    """The rollup hours a range covers: the hours starting in ``[first, stop)``."""
+
+    first: datetime
+    stop: datetime
+
+    @property
+    def count(self) -> int:
+        return int((self.stop - self.first) / HOUR)
+
+    def starts(self) -> list[datetime]:
+        """The starts of the covered hours, oldest first (the x axis of hourly charts)."""
+        return [self.first + index * HOUR for index in range(self.count)]
+
+
+def covered_hours(start: datetime, end: datetime, now: datetime | None = None) -> HourSpan:
+    """The hours the range ``(start, end]`` covers: those that end inside it by ``now``.
+
+    An hour (a rollup row's ``hour`` is its start) counts when ``start < hour + 1h <= end`` and
+    ``hour + 1h <= now``: whole hours only, each in exactly one of two ranges that follow each
+    other, and never the hour still being collected. For whole-hour bounds in the past this is
+    ``[start, end)``.
+    """
+    moment = timezone.now() if now is None else now
+    first = floor_time(start, 3600)
+    stop = floor_time(min(end, moment), 3600)
+    return HourSpan(first, max(first, stop))
 
 
 class RangeError(ValueError):
@@ -58,15 +99,13 @@ class TimeRange:
         """The first whole hour that overlaps the range (rollups are keyed on hour starts)."""
         return floor_time(self.start, 3600)
 
+    def covered_hours(self, now: datetime | None = None) -> HourSpan:
+        """The hours the range counts (``covered_hours``)."""
+        return covered_hours(self.start, self.end, now)
+
     def complete_hours(self) -> list[datetime]:
-        """Starts of the complete hours of the range, oldest first (the x axis of rollup charts)."""
-        hours = []
-        cursor = self.hour_start
-        last = floor_time(self.end, 3600)
-        while cursor < last:
-            hours.append(cursor)
-            cursor += timedelta(hours=1)
-        return hours
+        """Starts of the hours the range counts, oldest first (the x axis of rollup charts)."""
+        return self.covered_hours().starts()
 
     def query(self) -> dict[str, str]:
         """The query parameters that reproduce this range."""

@@ -1,11 +1,13 @@
 """Chargeback figures from hourly rollups: GPU-hours, real use and cost per group and period.
 
-All figures come from ``fleet.HourlyRollup`` (DESIGN "Figures"); one aggregated query per
-request, grouped by (cluster, key, flavor, GPU model[, period][, price segment]), then priced and
-summed here. The rules (README "Chargeback API" has the worked example):
+All figures come from the rollup read layer (``HourlyRollup.objects.covering(…).figures(…)``,
+DESIGN "Figures"); one aggregated query per request, grouped by (cluster, key, flavor, GPU
+model[, period][, price segment]), then priced and summed here. The rules (README "Chargeback
+API" has the worked example):
 
 - A window is ``[start, end)`` on whole UTC hours, the rollup resolution; a rollup row belongs
-  to the window when its ``hour`` starts inside it.
+  to the window when its ``hour`` starts inside it and the hour has ended
+  (``core.ranges.covered_hours``): the hour in progress is not counted until it ends.
 - Steps split the window at UTC hour, day or month boundaries. ``period_start`` is the
   boundary itself, so the first and last periods may be partial (only the window's hours count).
 - ``no_telemetry = allocated − telemetry``; ``utilization = active / telemetry`` (null without
@@ -32,17 +34,16 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connection, transaction
-from django.db.models import Case, Exists, F, IntegerField, OuterRef, Q, Sum, Value, When
+from django.db.models import Case, Exists, F, IntegerField, OuterRef, Q, Value, When
 from django.db.models.functions import Concat, TruncDay, TruncMonth
 
-from core import figures
 from fleet.models import Cluster, Node
 from ledger.choices import RateKind, RollupScope
+from ledger.figures import Figures
 from ledger.models import HourlyRollup, RateCard
 from quotas.models import (
     ClusterQueue,
@@ -79,17 +80,10 @@ HOURS_DIGITS = 6
 # refused (a 1,000-queue fleet by hour over a year would be ~9 million rows).
 MAX_PADDED_ROWS = 500_000
 
-SUM_FIELDS = (
-    "capacity_gpu_hours",
-    "allocated_gpu_hours",
-    "telemetry_gpu_hours",
-    "active_gpu_hours",
-    "idle_gpu_hours",
-    "nominal_gpu_hours",
-    "borrowed_gpu_hours",
-    "lent_gpu_hours",
-    "pending_gpu_hours",
-)
+# The figures the chargeback reads: those its covering index carries, so a year by team stays
+# an index-only scan on PostgreSQL (bench/chargeback.py).
+CHARGEBACK_INDEX = "fleet_rollup_chargeback"
+CHARGEBACK_FIGURES = HourlyRollup.figures_in_index(CHARGEBACK_INDEX)
 HOUR_COLUMNS = (
     "allocated_gpu_hours",
     "active_gpu_hours",
@@ -176,48 +170,28 @@ def period_starts(start: datetime, end: datetime, step: str) -> list[datetime]:
 
 
 @dataclass
-class Figures:
-    """Summed GPU-hours and unrounded money of one group (and period)."""
+class Charge(Figures):
+    """The read layer's figures of one group (and period), plus their unrounded money."""
 
-    capacity_gpu_hours: float = 0.0
-    allocated_gpu_hours: float = 0.0
-    telemetry_gpu_hours: float = 0.0
-    active_gpu_hours: float = 0.0
-    idle_gpu_hours: float = 0.0
-    nominal_gpu_hours: float = 0.0
-    borrowed_gpu_hours: float = 0.0
-    lent_gpu_hours: float = 0.0
-    pending_gpu_hours: float = 0.0
+    SUMMED: ClassVar[tuple[str, ...]] = CHARGEBACK_FIGURES
+
     cost_allocated: Decimal = field(default_factory=Decimal)
     cost_borrowing: Decimal = field(default_factory=Decimal)
     cost_lending_credit: Decimal = field(default_factory=Decimal)
 
     def add(self, other: Figures) -> None:
-        for name in SUM_FIELDS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.cost_allocated += other.cost_allocated
-        self.cost_borrowing += other.cost_borrowing
-        self.cost_lending_credit += other.cost_lending_credit
+        super().add(other)
+        if isinstance(other, Charge):
+            self.cost_allocated += other.cost_allocated
+            self.cost_borrowing += other.cost_borrowing
+            self.cost_lending_credit += other.cost_lending_credit
 
-    def add_rounded_costs(self, other: Figures) -> None:
+    def add_rounded_costs(self, other: Charge) -> None:
         """Sum hours, and money as printed (rounded per component), for totals."""
-        for name in SUM_FIELDS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        Figures.add(self, other)
         self.cost_allocated += cents(other.cost_allocated)
         self.cost_borrowing += cents(other.cost_borrowing)
         self.cost_lending_credit += cents(other.cost_lending_credit)
-
-    @property
-    def no_telemetry_gpu_hours(self) -> float:
-        return figures.no_telemetry_gpu_hours(self.allocated_gpu_hours, self.telemetry_gpu_hours)
-
-    @property
-    def utilization(self) -> float | None:
-        return figures.utilization(self.active_gpu_hours, self.telemetry_gpu_hours)
-
-    @property
-    def telemetry_coverage(self) -> float | None:
-        return figures.telemetry_coverage(self.telemetry_gpu_hours, self.allocated_gpu_hours)
 
     def hours(self, with_capacity: bool) -> dict[str, float | None]:
         values: dict[str, float | None] = {}
@@ -245,7 +219,7 @@ class Row:
     group: str
     cluster: str | None
     period_start: datetime | None
-    figures: Figures
+    figures: Charge
 
 
 @dataclass
@@ -257,7 +231,7 @@ class Report:
     currency: str
     model: str
     rows: list[Row]
-    totals: Figures
+    totals: Charge
 
     @property
     def with_capacity(self) -> bool:
@@ -318,7 +292,7 @@ class Pricer:
                 return matches[-1].price_per_gpu_hour
         return None
 
-    def price_piece(self, figures: Figures, flavor: str, gpu_model: str, segment: int) -> None:
+    def price_piece(self, figures: Charge, flavor: str, gpu_model: str, segment: int) -> None:
         allocated_price = self.price(RateKind.ALLOCATED, flavor, gpu_model, segment)
         if allocated_price is None:
             hours = figures.nominal_gpu_hours if self.model == "quota" else 0.0
@@ -359,7 +333,7 @@ class Piece:
     cluster_id: int
     key: str
     period: datetime | None
-    figures: Figures
+    figures: Charge
     extra: dict[str, Any]
 
 
@@ -384,44 +358,38 @@ def aggregate_pieces(
     restrict: Q | None = None,
     extra_fields: Iterable[str] = (),
 ) -> Iterator[Piece]:
-    """Priced sums of the rollups of ``scope`` in ``[start, end)``, one query."""
-    queryset = HourlyRollup.objects.filter(scope=scope, hour__gte=start, hour__lt=end)
+    """Priced sums of the rollups of ``scope`` over the hours ``[start, end)`` counts, one query."""
+    rollups = HourlyRollup.objects.for_scope(scope).covering(start, end)
     if cluster is not None:
-        queryset = queryset.filter(cluster=cluster)
+        rollups = rollups.filter(cluster=cluster)
     if restrict is not None:
-        queryset = queryset.filter(restrict)
-    annotations: dict[str, Any] = {}
+        rollups = rollups.filter(restrict)
+    computed: dict[str, Any] = {}
     group_fields = ["cluster_id", "key", "flavor", "gpu_model", *extra_fields]
     period = period_expression(trunc)
     if period is not None:
-        annotations["period"] = period
+        computed["period"] = period
         group_fields.append("period")
     segment = pricer.segment_expression()
     if segment is not None:
-        annotations["segment"] = segment
+        computed["segment"] = segment
         group_fields.append("segment")
-    sums = {f"sum_{name}": Sum(name) for name in SUM_FIELDS}
-    queryset = queryset.annotate(**annotations).values(*group_fields).annotate(**sums).order_by()
-    with transaction.atomic():
-        if connection.vendor == "postgresql":
-            # JIT compiling this aggregate costs more (1-3 s measured) than running it.
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL jit = off")
-        rows = list(queryset)
-    for row in rows:
-        figures = Figures()
-        for name in SUM_FIELDS:
-            setattr(figures, name, row[f"sum_{name}"] or 0.0)
-        pricer.price_piece(figures, row["flavor"], row["gpu_model"], row.get("segment", 0))
-        row_period = row.get("period")
-        if row_period is not None:
-            row_period = row_period.astimezone(UTC)
+    found = rollups.figures(
+        group_fields, names=CHARGEBACK_FIGURES, computed=computed, big_scan=True, into=Charge
+    )
+    column = {name: index for index, name in enumerate(group_fields)}
+    extra_columns = [(name, column[name]) for name in extra_fields]
+    period_column, segment_column = column.get("period"), column.get("segment")
+    for group, figures in found.items():
+        cluster_id, key, flavor, gpu_model = group[:4]
+        segment_index = 0 if segment_column is None else group[segment_column]
+        pricer.price_piece(figures, flavor, gpu_model, segment_index)
         yield Piece(
-            cluster_id=row["cluster_id"],
-            key=row["key"],
-            period=row_period,
+            cluster_id=cluster_id,
+            key=key,
+            period=None if period_column is None else group[period_column].astimezone(UTC),
             figures=figures,
-            extra={name: row[name] for name in extra_fields},
+            extra={name: group[index] for name, index in extra_columns},
         )
 
 
@@ -626,7 +594,7 @@ def build_report(
 
     pricer = Pricer(start, end, currency, model)
     merged_cluster = group_by == "team"
-    rows: dict[tuple[datetime | None, str, int | None], Figures] = {}
+    rows: dict[tuple[datetime | None, str, int | None], Charge] = {}
     pieces = aggregate_pieces(
         start=start,
         end=end,
@@ -638,7 +606,10 @@ def build_report(
     )
     for piece in pieces:
         row_key = (piece.period, piece.key, None if merged_cluster else piece.cluster_id)
-        rows.setdefault(row_key, Figures()).add(piece.figures)
+        summed = rows.get(row_key)
+        if summed is None:
+            rows[row_key] = summed = Charge()
+        summed.add(piece.figures)
 
     for group in known:
         for period in periods:
@@ -647,7 +618,7 @@ def build_report(
             else:
                 exists = group.existed(max(period, start), min(next_period(period, step), end))
             if exists:
-                rows.setdefault((period, group.key, group.cluster_id), Figures())
+                rows.setdefault((period, group.key, group.cluster_id), Charge())
 
     cluster_names: dict[int | None, str | None] = dict(Cluster.objects.values_list("id", "name"))
     # Team rows span clusters; they name one only when the request was for one.
@@ -657,7 +628,7 @@ def build_report(
         for (period, key, cluster_id), figures in rows.items()
     ]
     report_rows.sort(key=lambda row: (row.period_start or start, row.group, row.cluster or ""))
-    totals = Figures()
+    totals = Charge()
     for row in report_rows:
         totals.add_rounded_costs(row.figures)
     return Report(

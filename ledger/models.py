@@ -1,4 +1,5 @@
-"""The join: per-window GPU usage per allocation, hourly rollups of every figure, rate cards.
+"""The join: per-window GPU usage per allocation, hourly rollups of every figure, rate cards,
+and the read layer over the rollups (``HourlyRollupQuerySet``: the only code that sums them).
 
 The tables keep the names they had before this app existed (``db_table``), so the move from
 ``fleet`` and ``quotas`` changed no data (migrations ``ledger.0001``, ``fleet.0004``,
@@ -7,16 +8,20 @@ The tables keep the names they had before this app existed (``db_table``), so th
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from operator import itemgetter
+from typing import Any
 
 from django.conf import settings
-from django.db import models
-from django.db.models import Q
+from django.db import connections, models, transaction
+from django.db.models import Max, Q, Sum
 
-from core import figures
+from core.ranges import HourSpan, TimeRange, covered_hours
 from fleet.choices import ActivitySource
 from fleet.models import Cluster, Gpu
 from ledger.choices import RateKind, RollupScope
+from ledger.figures import FIGURES, PEAK_FIGURES, F, Figures
 from quotas.models import ClusterQueue, LocalQueue, Team, Workload, default_currency
 
 
@@ -166,12 +171,167 @@ class GpuUsage(models.Model):
         return f"{self.gpu_key or 'no-telemetry'} {self.namespace}/{self.pod} @ {self.window_end}"
 
 
+# Aggregates are named sum_<figure>: a bare figure name would clash with the column.
+SUM_PREFIX = "sum_"
+
+
+def hour_span(
+    range_or_start: TimeRange | HourSpan | datetime,
+    end: datetime | None = None,
+    *,
+    now: datetime | None = None,
+) -> HourSpan:
+    """The hours a range counts (``core.ranges.covered_hours``); an ``HourSpan`` as it is."""
+    if isinstance(range_or_start, HourSpan):
+        return range_or_start
+    if isinstance(range_or_start, TimeRange):
+        return range_or_start.covered_hours(now)
+    if end is None:
+        raise TypeError("covering(start, end) needs an end")
+    return covered_hours(range_or_start, end, now)
+
+
+def _checked(names: Iterable[str]) -> tuple[str, ...]:
+    names = tuple(names)
+    unknown = sorted(set(names) - set(FIGURES))
+    if unknown:
+        raise ValueError(f"not rollup figures: {', '.join(unknown)}")
+    return names
+
+
+def _aggregates(names: Iterable[str]) -> dict[str, Sum | Max]:
+    return {SUM_PREFIX + name: Max(name) if name in PEAK_FIGURES else Sum(name) for name in names}
+
+
+def _ordering(term: str, names: tuple[str, ...]) -> str:
+    """``-allocated_gpu_hours`` → ``-sum_allocated_gpu_hours``; group fields as they are."""
+    bare = term.removeprefix("-")
+    if bare in names:
+        return term.replace(bare, SUM_PREFIX + bare, 1)
+    return term
+
+
+def _fetch(
+    queryset: models.QuerySet[Any, Any],
+    big_scan: bool,
+    aggregates: dict[str, Sum | Max] | None = None,
+) -> list[dict[str, Any]]:
+    """Run the aggregate (``queryset.aggregate(**aggregates)`` when given), JIT off if asked."""
+
+    def run() -> list[dict[str, Any]]:
+        if aggregates is not None:
+            return [queryset.aggregate(**aggregates)]
+        return list(queryset)
+
+    connection = connections[queryset.db]
+    if not big_scan or connection.vendor != "postgresql":
+        return run()
+    with transaction.atomic(using=queryset.db):
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL jit = off")
+        return run()
+
+
 class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
+    """The read layer over rollups (STYLE rule 21): the only code that sums them.
+
+    ``covering`` keeps the hours a range counts (``core.ranges.covered_hours``); ``figures``
+    sums ``FIGURES`` per group, ``total`` over everything, ``hourly`` / ``series`` per hour for
+    charts; each returns ``ledger.figures.Figures`` with the ratios.
+    """
+
     def for_scope(self, scope: str) -> HourlyRollupQuerySet:
         return self.filter(scope=scope)
 
     def between(self, start: datetime, end: datetime) -> HourlyRollupQuerySet:
+        """Rows whose hour starts in ``[start, end)``, as given; ranges use ``covering``."""
         return self.filter(hour__gte=start, hour__lt=end)
+
+    def covering(
+        self,
+        range_or_start: TimeRange | HourSpan | datetime,
+        end: datetime | None = None,
+        *,
+        now: datetime | None = None,
+    ) -> HourlyRollupQuerySet:
+        """Rows of the hours a range counts: ``covering(time_range)``, ``covering(start, end)``.
+
+        Every hour that ends inside the range and has ended (README "What the numbers mean").
+        """
+        span = hour_span(range_or_start, end, now=now)
+        return self.filter(hour__gte=span.first, hour__lt=span.stop)
+
+    def figures(
+        self,
+        group_by: Sequence[str],
+        *,
+        names: Iterable[str] = FIGURES,
+        computed: Mapping[str, Any] | None = None,
+        order_by: Sequence[str] = (),
+        limit: int | None = None,
+        big_scan: bool = False,
+        into: type[F] = Figures,  # type: ignore[assignment]
+    ) -> dict[Any, F]:
+        """``{group: Figures}`` in one GROUP BY query.
+
+        ``group_by`` names fields (``"team_id"``, ``"cluster_queue__name"``, ``"hour"``) or keys
+        of ``computed`` (expressions per row, e.g. a ``TruncDay("hour")`` period). A group is
+        the field's value for one field, the tuple of values for several. ``names`` limits the
+        figures read (the others stay 0): the chargeback reads only what its covering index
+        carries. ``order_by`` takes figure names (``"-allocated_gpu_hours"``) and group fields;
+        with ``limit`` it returns the top groups. ``big_scan`` turns PostgreSQL's JIT off for
+        this query: on scans of months of rows compiling costs 1-3 s, more than the scan.
+        ``into`` is the value type, ``Figures`` or a subclass (the chargeback's priced one).
+        """
+        if not group_by:
+            raise ValueError("figures() needs a grouping; total() sums everything")
+        names = _checked(names)
+        queryset = self.annotate(**computed) if computed else self
+        queryset = (
+            queryset.values(*group_by)
+            .annotate(**_aggregates(names))
+            .order_by(*(_ordering(term, names) for term in order_by))
+        )
+        if limit is not None:
+            queryset = queryset[:limit]
+        group_of = itemgetter(*group_by)  # the value for one field, the tuple for several
+        return {
+            group_of(row): into.from_values(row, SUM_PREFIX, names)
+            for row in _fetch(queryset, big_scan)
+        }
+
+    def total(self, *, names: Iterable[str] = FIGURES, big_scan: bool = False) -> Figures:
+        """The figures of every row together (zeros when there is none)."""
+        names = _checked(names)
+        values = _fetch(self.order_by(), big_scan, aggregates=_aggregates(names))
+        return Figures.from_values(values[0], SUM_PREFIX, names)
+
+    def hourly(
+        self, time_range: TimeRange | HourSpan, *, names: Iterable[str] = FIGURES
+    ) -> list[Figures | None]:
+        """One ``Figures`` per hour the range counts, oldest first; None where no row exists
+        (a gap, "no data", never 0). The x axis is ``time_range.complete_hours()``."""
+        span = hour_span(time_range)
+        return self.series(span, (), names=names).get((), [None] * span.count)
+
+    def series(
+        self,
+        time_range: TimeRange | HourSpan,
+        group_by: Sequence[str],
+        *,
+        names: Iterable[str] = FIGURES,
+    ) -> dict[Any, list[Figures | None]]:
+        """Per group (as in ``figures``; ``()`` without grouping), one ``Figures`` per hour the
+        range counts, oldest first, None where the group has no row."""
+        span = hour_span(time_range)
+        position = {hour: index for index, hour in enumerate(span.starts())}
+        rows: dict[Any, Figures] = self.covering(span).figures(("hour", *group_by), names=names)
+        result: dict[Any, list[Figures | None]] = {}
+        for key, found in rows.items():
+            hour, *rest = key if group_by else (key,)
+            group = rest[0] if len(rest) == 1 else tuple(rest)
+            result.setdefault(group, [None] * len(position))[position[hour]] = found
+        return result
 
 
 class HourlyRollup(models.Model):
@@ -242,6 +402,9 @@ class HourlyRollup(models.Model):
 
     objects = HourlyRollupQuerySet.as_manager()
 
+    # The figure columns, summed by the read layer (ledger.figures.Figures has one field each).
+    FIGURES = FIGURES
+
     class Meta:
         db_table = "fleet_hourlyrollup"
         ordering = ["-hour", "scope", "key"]
@@ -311,13 +474,26 @@ class HourlyRollup(models.Model):
     def __str__(self) -> str:
         return f"{self.scope}:{self.key} {self.hour:%Y-%m-%d %H:00}"
 
+    @classmethod
+    def figures_in_index(cls, index_name: str) -> tuple[str, ...]:
+        """The figures an index of this table carries: a sum of only those (and of grouping
+        columns it carries) can be answered by an index-only scan."""
+        index = next(index for index in cls._meta.indexes if index.name == index_name)
+        carried = {*index.fields, *index.include}
+        return tuple(name for name in FIGURES if name in carried)
+
+    @property
+    def figures(self) -> Figures:
+        """This row's figures, with the ratios."""
+        return Figures.of(self)
+
     @property
     def utilization(self) -> float | None:
-        return figures.utilization(self.active_gpu_hours, self.telemetry_gpu_hours)
+        return self.figures.utilization
 
     @property
     def telemetry_coverage(self) -> float | None:
-        return figures.telemetry_coverage(self.telemetry_gpu_hours, self.allocated_gpu_hours)
+        return self.figures.telemetry_coverage
 
 
 class RateCardQuerySet(models.QuerySet["RateCard"]):

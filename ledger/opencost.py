@@ -1,15 +1,17 @@
 """The OpenCost-compatible ``/allocation`` call: its window, aggregate and step parameters, and
 its envelope ``{"code": 200, "status": "success", "data": [{"<name>": Allocation}, ...]}``.
 
-Figures are the chargeback figures (quotas/chargeback.py) of the same rollups, so an
-``aggregate=namespace`` call and ``/chargeback/?group_by=namespace`` agree for the same window.
+Figures are the chargeback figures (ledger/chargeback.py) of the same rollups, read through the
+same read layer, so an ``aggregate=namespace`` call and ``/chargeback/?group_by=namespace`` agree
+for the same window.
 
 - ``window``: ``today``, ``yesterday``, ``week`` / ``lastweek`` (weeks start on Sunday, as in
   OpenCost), ``month`` / ``lastmonth``, durations ``<n>m|h|d|w`` (``24h`` ends at the end of the
   current hour, ``7d`` at the end of today, as OpenCost rounds them), an RFC 3339 pair
   ``start,end`` or a Unix-seconds pair. All times are UTC. Windows are widened to whole hours
-  (the rollup resolution) and cut at the end of the current hour; the response states the window
-  it used.
+  (the rollup resolution) and cut at the end of the current hour (``parse_window``); of those
+  hours, only the ones that have ended count (``core.ranges.covered_hours``, the rule of every
+  figure), and the response states that window: "today" at 10:20 is 00:00..10:00.
 - ``aggregate``: ``cluster``, ``node``, ``namespace``, ``pod``, ``label:<key>``, and ours
   ``team``, ``clusterqueue``, ``localqueue``, ``cohort``, ``workload``, ``flavor``; a comma list
   aggregates by several keys, names joined with ``/``. ``pod`` reads workload rollups: GPU Ledger
@@ -31,11 +33,12 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 
+from core.ranges import covered_hours
 from fleet.models import Cluster
 from ledger.chargeback import (
     UNATTRIBUTED,
+    Charge,
     ChargebackError,
-    Figures,
     Pricer,
     aggregate_pieces,
     build_report,
@@ -212,7 +215,7 @@ def parse_step(raw: str | None, start: datetime, end: datetime) -> timedelta | N
 class AllocationSet:
     start: datetime
     end: datetime
-    allocations: dict[str, tuple[dict[str, Any], Figures]]
+    allocations: dict[str, tuple[dict[str, Any], Charge]]
 
 
 def set_bounds(start: datetime, end: datetime, step: timedelta | None) -> list[tuple]:
@@ -253,8 +256,13 @@ def build_sets(
     accumulate: bool,
     team_ids: set[int] | None,
 ) -> list[AllocationSet]:
+    """The allocation sets of ``[start, end)``, cut to the hours that have ended."""
+    span = covered_hours(start, end)
+    start, end = span.first, span.stop
     bounds = [(start, end)] if accumulate else set_bounds(start, end, step)
     sets = [AllocationSet(s, e, {}) for s, e in bounds]
+    if not span.count:
+        return sets
     base = base_step(start, bounds)
     if len(keys) == 1 and not keys[0].startswith("label:"):
         group_by, prop = SINGLE_KEYS[keys[0]]
@@ -275,10 +283,10 @@ def build_sets(
 
 
 def add_allocation(
-    target: dict[str, tuple[dict[str, Any], Figures]],
+    target: dict[str, tuple[dict[str, Any], Charge]],
     name: str,
     properties: dict[str, Any],
-    figures: Figures,
+    figures: Charge,
 ) -> None:
     if name in target:
         known, summed = target[name]
@@ -287,7 +295,7 @@ def add_allocation(
                 del known[prop]
         summed.add(figures)
     else:
-        merged = Figures()
+        merged = Charge()
         merged.add(figures)
         target[name] = (dict(properties), merged)
 
@@ -371,7 +379,7 @@ def workload_pieces(
 
 
 def allocation_dict(
-    name: str, properties: dict[str, Any], start: datetime, end: datetime, figures: Figures
+    name: str, properties: dict[str, Any], start: datetime, end: datetime, figures: Charge
 ) -> dict[str, Any]:
     hours = (end - start).total_seconds() / 3600
     money = figures.money()

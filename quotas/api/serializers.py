@@ -19,6 +19,7 @@ from quotas.models import (
     Workload,
     WorkloadTransition,
 )
+from quotas.now import queues_now
 
 
 class BriefTeamSerializer(serializers.ModelSerializer):
@@ -125,13 +126,28 @@ class ClusterQueueUsageSerializer(serializers.ModelSerializer):
         ]
 
 
+class QueueNowSerializer(serializers.Serializer):
+    """GPUs of the queue now, summed over its flavors: the queue page's "now" figures."""
+
+    sampled_at = serializers.DateTimeField(help_text="The newest of the samples summed.")
+    total = serializers.FloatField(help_text="GPUs in use (admitted).")
+    borrowed = serializers.FloatField(help_text="GPUs above nominal, from the cohort.")
+    lent = serializers.FloatField(help_text="Unused quota in use by other cohort members.")
+    nominal = serializers.FloatField()
+    pending = serializers.FloatField(help_text="GPUs requested by pending workloads.")
+
+
 class ClusterQueueSerializer(serializers.ModelSerializer):
+    """A ClusterQueue with its quotas and its usage now (``quotas.now``: the newest sample of
+    each flavor × resource no older than the freshness limit; none when the sync stopped)."""
+
     cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
         slug_field="name", read_only=True
     )
     team = BriefTeamSerializer(read_only=True, allow_null=True)
     quotas = ClusterQueueQuotaSerializer(many=True, read_only=True)
     usage = serializers.SerializerMethodField()
+    gpus_now = serializers.SerializerMethodField()
 
     class Meta:
         model = ClusterQueue
@@ -143,6 +159,7 @@ class ClusterQueueSerializer(serializers.ModelSerializer):
             "team",
             "quotas",
             "usage",
+            "gpus_now",
             "queueing_strategy",
             "stop_policy",
             "borrow_within_cohort",
@@ -164,6 +181,13 @@ class ClusterQueueSerializer(serializers.ModelSerializer):
         if samples is None:
             samples = []
         return ClusterQueueUsageSerializer(samples, many=True).data  # type: ignore[return-value]
+
+    @extend_schema_field(QueueNowSerializer(allow_null=True))
+    def get_gpus_now(self, obj: ClusterQueue) -> dict[str, Any] | None:
+        found = queues_now(getattr(obj, "latest_samples", None) or []).get(obj.pk)
+        if found is None:
+            return None
+        return QueueNowSerializer(found).data  # type: ignore[return-value]
 
 
 class LocalQueueSerializer(serializers.ModelSerializer):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import Prefetch, Q, QuerySet
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import viewsets
 
@@ -21,7 +22,6 @@ from quotas.access import visible_team_ids
 from quotas.api import filtersets, serializers
 from quotas.models import (
     ClusterQueue,
-    ClusterQueueSample,
     Cohort,
     LocalQueue,
     Team,
@@ -29,6 +29,7 @@ from quotas.models import (
     Workload,
     WorkloadTransition,
 )
+from quotas.now import newest_samples
 
 logger = logging.getLogger(__name__)
 
@@ -63,22 +64,6 @@ class CohortViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
         return Cohort.objects.select_related("cluster").prefetch_related("cluster_queues")
 
 
-def latest_samples() -> QuerySet[ClusterQueueSample]:
-    """The newest sample of each (queue, flavor, resource): the queue's current usage."""
-    newest = (
-        ClusterQueueSample.objects.filter(
-            cluster_queue=OuterRef("cluster_queue"),
-            flavor_name=OuterRef("flavor_name"),
-            resource=OuterRef("resource"),
-        )
-        .order_by("-sampled_at")
-        .values("sampled_at")[:1]
-    )
-    return ClusterQueueSample.objects.filter(sampled_at=Subquery(newest)).order_by(
-        "flavor_name", "resource"
-    )
-
-
 class ClusterQueueViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = serializers.ClusterQueueSerializer
     filterset_class = filtersets.ClusterQueueFilterSet
@@ -86,9 +71,11 @@ class ClusterQueueViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
     ordering = ["cluster__name", "name"]
 
     def get_queryset(self) -> QuerySet[ClusterQueue]:
+        # "Now" as the pages see it (quotas.now): the newest fresh sample of every resource.
+        newest = newest_samples(Q(), timezone.now(), resource=None)
         queryset = ClusterQueue.objects.select_related("cluster", "team").prefetch_related(
             "quotas",
-            Prefetch("samples", queryset=latest_samples(), to_attr="latest_samples"),
+            Prefetch("samples", queryset=newest, to_attr="latest_samples"),
         )
         allowed = visible_team_ids(self.request.user)
         return queryset if allowed is None else queryset.filter(team_id__in=allowed)

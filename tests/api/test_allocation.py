@@ -200,7 +200,9 @@ def test_bad_allocation_parameters_get_a_400(staff_client, scenario, params, par
 
 
 def test_relative_windows_are_relative_to_now(staff_client, scenario):
-    with time_machine.travel(datetime(2026, 2, 1, 1, 30, tzinfo=UTC), tick=False):
+    # At 02:00 sharp the scenario's last hour (01:00) has just ended, so it counts
+    # (tests/ledger/test_hour_coverage.py: the hour in progress does not).
+    with time_machine.travel(datetime(2026, 2, 1, 2, 0, tzinfo=UTC), tick=False):
         body = allocation(staff_client, window="4h", aggregate="namespace")
 
     item = body["data"][0]["alpha-ns"]

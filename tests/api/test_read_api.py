@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+import time_machine
 
 from fleet.models import Cluster, Gpu, IngestRun, Node
 from quotas.models import (
@@ -107,7 +108,10 @@ def test_list_endpoints_run_a_bounded_number_of_queries(
 
 
 def test_cluster_queues_carry_quotas_and_the_latest_usage_per_flavor(staff_client, fleet):
-    item = staff_client.get("/api/v1/cluster-queues/", {"name": "cq-0"}).json()["results"][0]
+    # Usage is "now" (quotas.now): asked a minute after the newest sample, which is fresh.
+    with time_machine.travel(T0 + timedelta(minutes=3), tick=False):
+        response = staff_client.get("/api/v1/cluster-queues/", {"name": "cq-0"})
+    item = response.json()["results"][0]
 
     assert item["team"]["name"] == "team-0"
     assert item["quotas"][0]["nominal"] == "8.000000"

@@ -24,3 +24,9 @@ def test_no_telemetry_hours_never_go_negative():
     assert figures.no_telemetry_gpu_hours(8.0, 6.0) == pytest.approx(2.0)
     # Float sums can leave telemetry a hair above allocated.
     assert figures.no_telemetry_gpu_hours(8.0, 8.0000001) == 0.0
+
+
+def test_allocation_rate_and_mean_gpus_are_ratios_of_gpu_hours():
+    assert figures.allocation_rate(19.0, 48.0) == pytest.approx(19 / 48)
+    assert figures.allocation_rate(3.0, 0.0) is None  # no capacity or quota: unknown
+    assert figures.mean_gpus(15.0, 3.0) == pytest.approx(5.0)

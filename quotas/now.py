@@ -1,0 +1,196 @@
+"""Queue figures "now": the one place pages and the API read them (STYLE rule 21).
+
+"Now" is the newest ``ClusterQueueSample`` of each (queue, flavor, resource) no older than
+``sample_freshness()``: a queue whose sync stopped shows no sample ("—"), not an old one. Also
+here: the GPU quotas per queue, the GPUs held by holding workloads, and the observed eviction
+pace. Each takes a ``queue_filter``, a ``Q`` on the ``cluster_queue`` relation
+(``Q(cluster_queue__team=team)``, ``Q(cluster_queue_id__in=ids)``; for the pace, on a
+transition's ``workload__cluster_queue``), so one function serves a team, a cohort, a page of
+queues or one queue, in one query (three for the pace).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connections
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import TruncHour
+
+from core.mig import GPU_RESOURCE
+from quotas.choices import TransitionKind
+from quotas.models import ClusterQueueQuota, ClusterQueueSample, Workload, WorkloadTransition
+from quotas.reclaim import median
+
+# How far back the eviction pace looks for preemptions.
+PACE_LOOKBACK = timedelta(days=30)
+# Preemptions read to measure that pace (the newest ones).
+PACE_SAMPLE = 500
+
+
+def sample_freshness() -> timedelta:
+    """How old the newest queue sample may be and still describe "now"."""
+    return timedelta(seconds=max(900, 5 * settings.GPULEDGER_COLLECT_SECONDS))
+
+
+def newest_samples(
+    queue_filter: Q, now: datetime, resource: str | None = GPU_RESOURCE
+) -> QuerySet[ClusterQueueSample]:
+    """The newest sample of each (queue, flavor, resource) within ``sample_freshness()``.
+
+    ``resource=None`` keeps every resource (the API lists them all). Ordered by queue, flavor
+    and resource. PostgreSQL keeps the newest row per group with DISTINCT ON, walking the
+    ``quotas_cqsample_window`` unique index; elsewhere a correlated subquery picks it.
+    """
+    samples = ClusterQueueSample.objects.filter(
+        queue_filter,
+        sampled_at__gt=now - sample_freshness(),
+        sampled_at__lte=now,
+    )
+    if resource is not None:
+        samples = samples.filter(resource=resource)
+    group = ("cluster_queue_id", "flavor_name", "resource")
+    if connections[samples.db].features.can_distinct_on_fields:
+        return samples.order_by(*group, "-sampled_at").distinct(*group)
+    newest = (
+        ClusterQueueSample.objects.filter(
+            cluster_queue=OuterRef("cluster_queue"),
+            flavor_name=OuterRef("flavor_name"),
+            resource=OuterRef("resource"),
+            sampled_at__lte=now,
+        )
+        .order_by("-sampled_at")
+        .values("sampled_at")[:1]
+    )
+    return samples.filter(sampled_at=Subquery(newest)).order_by(*group)
+
+
+@dataclass
+class QueueNow:
+    """A ClusterQueue's GPU usage now, per flavor, from its newest samples."""
+
+    total: float = 0.0
+    borrowed: float = 0.0
+    lent: float = 0.0
+    nominal: float = 0.0
+    pending: float = 0.0
+    sampled_at: datetime | None = None
+    flavors: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def add(self, sample: ClusterQueueSample) -> None:
+        values = {
+            "total": float(sample.total),
+            "borrowed": float(sample.borrowed),
+            "lent": float(sample.lent),
+            "nominal": float(sample.nominal),
+            "pending": float(sample.pending_demand),
+        }
+        self.flavors[sample.flavor_name] = values
+        self.total += values["total"]
+        self.borrowed += values["borrowed"]
+        self.lent += values["lent"]
+        self.nominal += values["nominal"]
+        self.pending += values["pending"]
+        if self.sampled_at is None or sample.sampled_at > self.sampled_at:
+            self.sampled_at = sample.sampled_at
+
+
+def queues_now(samples: Iterable[ClusterQueueSample]) -> dict[int, QueueNow]:
+    """``{queue id: QueueNow}`` from newest samples; only GPU samples count."""
+    result: dict[int, QueueNow] = {}
+    for sample in samples:
+        if sample.resource == GPU_RESOURCE:
+            result.setdefault(sample.cluster_queue_id, QueueNow()).add(sample)
+    return result
+
+
+def latest_samples(queue_filter: Q, now: datetime) -> dict[int, QueueNow]:
+    """Each queue's GPU usage now (``QueueNow``), from its newest fresh samples: one query."""
+    fields = ("cluster_queue_id", "flavor_name", "resource", "sampled_at", "total")
+    samples = newest_samples(queue_filter, now).only(
+        *fields, "borrowed", "lent", "nominal", "pending_demand"
+    )
+    return queues_now(samples)
+
+
+def gpu_quotas(queue_filter: Q) -> dict[int, list[ClusterQueueQuota]]:
+    """GPU quotas per queue, in flavor order: one query."""
+    result: dict[int, list[ClusterQueueQuota]] = defaultdict(list)
+    for quota in ClusterQueueQuota.objects.filter(queue_filter, resource=GPU_RESOURCE).order_by(
+        "cluster_queue_id", "position", "flavor_name"
+    ):
+        result[quota.cluster_queue_id].append(quota)
+    return result
+
+
+def holding_gpus(queue_filter: Q, group_by: str) -> dict[Any, float]:
+    """GPUs admitted to holding workloads, grouped by a ``cluster_queue…`` field: one query."""
+    rows = (
+        Workload.objects.holding()
+        .filter(queue_filter)
+        .order_by()
+        .values(group_by)
+        .annotate(gpus=Sum("admitted_gpus"))
+    )
+    return {row[group_by]: float(row["gpus"] or 0.0) for row in rows}
+
+
+def eviction_pace(queue_filter: Q, now: datetime) -> dict[str, Any]:
+    """Observed preemption pace in these queues over ``PACE_LOOKBACK``: three queries.
+
+    ``admission_seconds`` is the median time from a preemption to its preemptor's next admission;
+    ``per_hour`` the mean evictions (evicted + preempted rows) per hour among hours that had one.
+    """
+    since = now - PACE_LOOKBACK
+    preemptions = list(
+        WorkloadTransition.objects.filter(
+            queue_filter,
+            kind=TransitionKind.PREEMPTED,
+            at__gte=since,
+            preemptor__isnull=False,
+        )
+        .order_by("-at")
+        .values("at", "preemptor_id")[:PACE_SAMPLE]
+    )
+    admissions: dict[int, list[datetime]] = defaultdict(list)
+    if preemptions:
+        for row in (
+            WorkloadTransition.objects.filter(
+                workload_id__in={p["preemptor_id"] for p in preemptions},
+                kind=TransitionKind.ADMITTED,
+                at__gte=min(p["at"] for p in preemptions),
+            )
+            .order_by("at")
+            .values("workload_id", "at")
+        ):
+            admissions[row["workload_id"]].append(row["at"])
+    delays = []
+    for preemption in preemptions:
+        after = [at for at in admissions[preemption["preemptor_id"]] if at >= preemption["at"]]
+        if after:
+            delays.append((after[0] - preemption["at"]).total_seconds())
+    hourly = list(
+        WorkloadTransition.objects.filter(
+            queue_filter,
+            kind__in=[TransitionKind.EVICTED, TransitionKind.PREEMPTED],
+            at__gte=since,
+        )
+        .annotate(bucket=TruncHour("at"))
+        .order_by()
+        .values("bucket")
+        .annotate(count=Count("id"))
+    )
+    total = sum(row["count"] for row in hourly)
+    return {
+        "admission_seconds": median(delays),
+        "admission_samples": len(delays),
+        "per_hour": total / len(hourly) if hourly else None,
+        "evictions": total,
+        "active_hours": len(hourly),
+        "lookback_days": PACE_LOOKBACK.days,
+    }
