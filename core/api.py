@@ -29,6 +29,8 @@ from rest_framework.request import Request
 from rest_framework.settings import APISettings, api_settings
 from rest_framework.throttling import ScopedRateThrottle
 
+from core.params import InvalidParameter, check_all
+
 logger = logging.getLogger(__name__)
 
 
@@ -138,6 +140,15 @@ class ApiViewMixin:
     ]
     pagination_class: type[BasePagination] | None = BoundedLimitOffsetPagination
     chargeback_scope = False
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        """Refuse NUL characters and oversized text in any query or path parameter (400)."""
+        super().initial(request, *args, **kwargs)  # type: ignore[misc]
+        try:
+            check_all(request.query_params)
+            check_all(kwargs)
+        except InvalidParameter as exc:
+            raise ParameterError(exc.name, exc.reason) from None
 
 
 def parameter_error_response_schema() -> dict[str, Any]:

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.http import QueryDict
 from django.utils import timezone
 
+from core.params import InvalidParameter, check_moment, check_text
 from core.timewindows import floor_time
 
 PRESETS: dict[str, tuple[timedelta, str]] = {
@@ -120,24 +121,30 @@ class TimeRange:
 def _parse_moment(raw: str, name: str, *, is_end: bool) -> datetime:
     raw = raw.strip()
     try:
+        check_text(name, raw, max_length=64)
         if len(raw) == 10:
             day = date.fromisoformat(raw)
             moment = datetime.combine(day, time.min, tzinfo=UTC)
-            return moment + timedelta(days=1) if is_end else moment
-        moment = datetime.fromisoformat(raw)
+        else:
+            moment = datetime.fromisoformat(raw)
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+        moment = check_moment(name, moment)
+    except InvalidParameter as exc:
+        raise RangeError(f"{name}={raw[:64]!r} {exc.reason}") from None
     except ValueError as exc:
         raise RangeError(
-            f"{name}={raw!r} is not an ISO date or datetime (e.g. 2025-01-31 or 2025-01-31T12:00)"
+            f"{name}={raw[:64]!r} is not an ISO date or datetime "
+            "(e.g. 2025-01-31 or 2025-01-31T12:00)"
         ) from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+    # A date-only end includes that whole day (check_moment left room for it).
+    return moment + timedelta(days=1) if is_end and len(raw) == 10 else moment
 
 
 def parse_range(params: QueryDict | dict[str, str], now: datetime | None = None) -> TimeRange:
     """The range the query parameters ask for; 24 hours when they ask for none."""
     now = floor_time(now or timezone.now(), 60)
-    preset = (params.get("range") or "").strip()
+    preset = (params.get("range") or "").strip()[:64]
     raw_start = (params.get("start") or "").strip()
     raw_end = (params.get("end") or "").strip()
 

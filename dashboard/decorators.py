@@ -25,6 +25,7 @@ from django.shortcuts import render
 from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_safe
 
+from core.params import InvalidParameter, check_all, check_int
 from core.ranges import RangeError, parse_range
 from fleet.freshness import current_freshness
 
@@ -40,9 +41,11 @@ def int_param(request: HttpRequest, name: str, default: int | None = None) -> in
     if raw == "":
         return default
     try:
-        value = int(raw)
+        value = check_int(name, int(raw))
+    except InvalidParameter as exc:
+        raise BadParameter(f"{name} {exc.reason}") from exc
     except ValueError as exc:
-        raise BadParameter(f"{name}={raw!r} is not a whole number") from exc
+        raise BadParameter(f"{name}={raw[:64]!r} is not a whole number") from exc
     if value < 1:
         raise BadParameter(f"{name} must be 1 or more")
     return value
@@ -51,14 +54,23 @@ def int_param(request: HttpRequest, name: str, default: int | None = None) -> in
 def choice_param(request: HttpRequest, name: str, choices: tuple[str, ...], default: str) -> str:
     raw = request.GET.get(name, "").strip() or default
     if raw not in choices:
-        raise BadParameter(f"{name}={raw!r} is not one of {', '.join(choices)}")
+        raise BadParameter(f"{name}={raw[:64]!r} is not one of {', '.join(choices)}")
     return raw
 
 
 def _call(
     func: Callable[..., Any], request: HttpRequest, uses_range: bool, *args: Any, **kwargs: Any
 ) -> Any:
-    """Call the view, with the parsed time range as its second argument when it shows one."""
+    """Call the view, with the parsed time range as its second argument when it shows one.
+
+    Every query and path parameter is checked first (core.params): NUL characters or oversized
+    text are a 400 naming the parameter, never a database error.
+    """
+    try:
+        check_all(request.GET)
+        check_all(kwargs)
+    except InvalidParameter as exc:
+        raise BadParameter(str(exc)) from None
     if uses_range:
         return func(request, parse_range(request.GET), *args, **kwargs)
     return func(request, *args, **kwargs)

@@ -41,6 +41,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Case, Exists, F, IntegerField, OuterRef, Q, Value, When
 from django.db.models.functions import Concat, TruncDay, TruncMonth
 
+from core.params import InvalidParameter, check_moment, check_text
 from fleet.models import Cluster, Node
 from ledger.choices import RateKind, RollupScope
 from ledger.figures import Figures
@@ -530,9 +531,9 @@ def parse_instant(parameter: str, raw: str | None) -> datetime:
             parameter, f"{raw!r} is naive: give a UTC offset, e.g. 2026-01-01T00:00:00Z"
         )
     try:
-        return moment.astimezone(UTC)
-    except OverflowError:
-        raise ChargebackError(parameter, f"{raw!r} is out of range") from None
+        return check_moment(parameter, moment)
+    except InvalidParameter as exc:
+        raise ChargebackError(parameter, f"{raw!r} {exc.reason}") from None
 
 
 def check_window(start: datetime, end: datetime, *, start_name: str, end_name: str) -> None:
@@ -553,9 +554,10 @@ def check_window(start: datetime, end: datetime, *, start_name: str, end_name: s
 def resolve_cluster(name: str | None) -> Cluster | None:
     if not name:
         return None
-    if "\x00" in name:
-        # PostgreSQL rejects NUL in text; no cluster can have it in its name.
-        raise ChargebackError("cluster", "must not contain NUL characters")
+    try:
+        check_text("cluster", name)
+    except InvalidParameter as exc:
+        raise ChargebackError("cluster", exc.reason) from None
     cluster = Cluster.objects.filter(name=name).first()
     if cluster is None:
         raise ChargebackError("cluster", f"unknown cluster {name!r}")
