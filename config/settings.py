@@ -351,6 +351,11 @@ GPULEDGER_RELIST_SECONDS = env_int("GPULEDGER_RELIST_SECONDS", 300, minimum=5)
 GPULEDGER_CATCHUP_HOURS = env_int("GPULEDGER_CATCHUP_HOURS", 24, minimum=1)
 # The hour still being collected is re-rolled at most this often (complete hours always are).
 GPULEDGER_ROLLUP_SECONDS = env_int("GPULEDGER_ROLLUP_SECONDS", 300, minimum=0)
+# An hour rolled up sooner than this after its end is rolled up once more after it, for the queue
+# samples of its last minutes that the Kueue sync writes late (ledger.models.RollupHour).
+GPULEDGER_ROLLUP_SETTLE_SECONDS = env_int("GPULEDGER_ROLLUP_SETTLE_SECONDS", 300, minimum=0)
+# How often beat rolls up every hour whose rollup misses windows (failed, killed) or is unsettled.
+GPULEDGER_ROLLUP_SWEEP_SECONDS = env_int("GPULEDGER_ROLLUP_SWEEP_SECONDS", 300, minimum=10)
 # A collection or sync holds its cluster's lease this long, renewed every third of it by a
 # heartbeat while the worker lives (fleet/leases.py): a killed worker is taken over within it.
 GPULEDGER_LEASE_SECONDS = env_int("GPULEDGER_LEASE_SECONDS", 45, minimum=3)
@@ -386,6 +391,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "quotas.tasks.sync_clusters_all",
         "schedule": float(GPULEDGER_SYNC_SECONDS),
         "options": {"expires": float(GPULEDGER_SYNC_SECONDS)},
+    },
+    "roll-up-dirty-hours": {
+        "task": "ledger.tasks.roll_up_dirty_hours",
+        "schedule": float(GPULEDGER_ROLLUP_SWEEP_SECONDS),
+        "options": {"expires": float(GPULEDGER_ROLLUP_SWEEP_SECONDS)},
     },
     "prune-usage": {
         "task": "ledger.tasks.prune_usage",

@@ -18,8 +18,10 @@ One run (``Collector.run``), driven by Celery beat every ``GPULEDGER_COLLECT_SEC
    cursor advance and a success ``IngestRun`` in ONE transaction, so a window is in the database
    with its bookkeeping or not at all. A failure stops the run there: the cursor stays, a failed
    ``IngestRun`` says why, and the next run starts again at that window.
-5. Roll up every hour the run touched (``ledger.rollup.roll_up_hour``), plus the hour of the window
-   the cursor stood on, so the last window of an hour is never left un-rolled.
+5. Roll up each hour once a window of a later hour comes (a long catch-up shows its progress in
+   rollups), then every due hour of the cluster (``ledger.rollup.sweep``): each window bumps its
+   hour's change counter in its own transaction, so an hour whose rollup failed or was killed
+   stays dirty until one succeeds, in this run or a later one.
 
 ``Collector.backfill`` fills an explicit historical range the same way (``manage.py
 collect_metrics --start --end``). It is resumable: windows that already have a successful
@@ -41,6 +43,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.failpoints import failpoint
 from core.timewindows import Window, ensure_aware, last_complete_window, windows_between
 from fleet import constants as c
 from fleet.choices import IngestSource, IngestStatus, PodLabelStyle
@@ -48,9 +51,9 @@ from fleet.ingest import IngestStats, WindowInput, build_window, split_matrix
 from fleet.leases import Lease, holder_identity
 from fleet.models import Cluster, CollectionCursor, Gpu, IngestRun
 from fleet.prometheus import PrometheusClient, PrometheusError
-from ledger.choices import RollupScope
-from ledger.models import HourlyRollup
-from ledger.rollup import hours_touched, roll_up_hour
+from ledger.rollup import hours_touched
+from ledger.rollup.completeness import mark_changed
+from ledger.rollup.sweep import due_hours, roll_up_or_log
 from ledger.store import write_window
 
 logger = logging.getLogger(__name__)
@@ -202,8 +205,7 @@ class Collector:
         try:
             last_end = self._cursor().last_window_end
             windows = self._pending_windows(last_end, target)
-            extra_hours = hours_touched([last_end]) if last_end is not None else []
-            self._collect(windows, result, contiguous_only=False, extra_hours=extra_hours)
+            self._collect(windows, result, contiguous_only=False)
         finally:
             self.release()
         return result
@@ -231,6 +233,8 @@ class Collector:
         if progress is not None and result.windows_skipped:
             progress(result.windows_skipped)
         if not todo:
+            # Nothing to collect, but an earlier run may have died before rolling up.
+            self._roll_up_due_hours(result)
             return result
         if not self.claim(result):
             return result
@@ -278,10 +282,9 @@ class Collector:
         result: CollectResult,
         *,
         contiguous_only: bool,
-        extra_hours: Sequence[datetime] = (),
         progress: Callable[[int], None] | None = None,
     ) -> None:
-        pending_hours: set[datetime] = set(extra_hours)
+        pending_hours: set[datetime] = set()
         try:
             for chunk in self._chunks(windows):
                 started_at = timezone.now()
@@ -317,8 +320,7 @@ class Collector:
                     if progress is not None:
                         progress(1)
         finally:
-            for hour in sorted(pending_hours):
-                self._roll_up(hour, result, open_hour=self._is_open(hour, result))
+            self._roll_up_due_hours(result)
 
     def _chunks(self, windows: list[Window]) -> Iterator[list[Window]]:
         """Contiguous runs of windows, each small enough for one range query per metric."""
@@ -365,6 +367,7 @@ class Collector:
         with ThreadPoolExecutor(max_workers=c.QUERY_CONCURRENCY) as pool:
             futures = {name: pool.submit(fetch, promql) for name, promql in self.queries.items()}
             answers = {name: future.result() for name, future in futures.items()}
+        failpoint("collect.fetch")
 
         self._series_estimate = max(
             [self._series_estimate]
@@ -398,6 +401,9 @@ class Collector:
         )
         with transaction.atomic():
             written = write_window(self.cluster, batch)
+            failpoint("collect.write")
+            # With the rows, so the hour is dirty exactly when its rollup may lack this window.
+            mark_changed(self.cluster.pk, hours_touched([window.end])[0])
             self._advance(window, contiguous_only)
             IngestRun.objects.create(
                 cluster=self.cluster,
@@ -413,6 +419,8 @@ class Collector:
                 nonfinite_skipped=stats.nonfinite_skipped,
                 skip_reasons=dict(stats.skip_reasons),
             )
+            failpoint("collect.advance")
+        failpoint("collect.committed")
         return written.usage_rows
 
     def _advance(self, window: Window, contiguous_only: bool) -> None:
@@ -466,27 +474,23 @@ class Collector:
             .first()
         )
 
-    def _roll_up(self, hour: datetime, result: CollectResult, *, open_hour: bool = False) -> None:
-        """Roll up ``hour``. The open hour is re-rolled at most every GPULEDGER_ROLLUP_SECONDS:
-        at 50,000 GPUs a rollup costs seconds, and pages read the newest windows directly; a
-        complete hour is always rolled up."""
-        if open_hour and settings.GPULEDGER_ROLLUP_SECONDS > 0:
-            fresh_after = timezone.now() - timedelta(seconds=settings.GPULEDGER_ROLLUP_SECONDS)
-            if HourlyRollup.objects.filter(
-                cluster=self.cluster,
-                scope=RollupScope.FLEET,
-                hour=hour,
-                updated_at__gt=fresh_after,
-            ).exists():
-                return
+    def _roll_up_due_hours(self, result: CollectResult) -> None:
+        """Every due hour of the cluster, not only this run's: also one whose rollup failed or
+        was killed in an earlier run (``ledger.rollup.sweep``)."""
         try:
-            roll_up_hour(self.cluster.pk, hour)
+            hours = due_hours(self.cluster.pk)
         except Exception:
-            # The usage rows are committed; the next window of this hour (or a re-run of the
-            # rollup) rebuilds it. A failed rollup must not undo a successful collection.
-            logger.exception("cluster %s: rollup of %s failed", self.cluster, hour.isoformat())
+            # Reached from ``finally``: the error that stopped the run is the one to raise.
+            logger.exception("cluster %s: cannot list the hours to roll up", self.cluster)
             return
-        result.hours_rolled_up.append(hour)
+        for hour in hours:
+            self._roll_up(hour, result, open_hour=self._is_open(hour, result))
+
+    def _roll_up(self, hour: datetime, result: CollectResult, *, open_hour: bool = False) -> None:
+        """Roll up ``hour``; the open hour at most every GPULEDGER_ROLLUP_SECONDS, a complete
+        hour always. A failure is logged and leaves the hour due (``ledger.rollup.sweep``)."""
+        if roll_up_or_log(self.cluster.pk, hour, open_hour=open_hour):
+            result.hours_rolled_up.append(hour)
 
 
 def collect_cluster(cluster_id: int, now: datetime | None = None) -> CollectResult:

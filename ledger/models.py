@@ -9,7 +9,7 @@ The tables keep the names they had before this app existed (``db_table``), so th
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from operator import itemgetter
 from typing import Any
 
@@ -564,3 +564,115 @@ class RateCard(models.Model):
     def __str__(self) -> str:
         target = self.flavor or self.gpu_model or "default"
         return f"{self.kind} {target} {self.price_per_gpu_hour} {self.currency}"
+
+
+def _dirty() -> Q:
+    return Q(changes__gt=models.F("rolled_changes"))
+
+
+def _unsettled(now: datetime) -> Q:
+    wait = RollupHour.settle_delay()
+    settled_at = models.ExpressionWrapper(
+        models.F("hour") + wait, output_field=models.DateTimeField()
+    )
+    return Q(hour__lte=now - wait) & (Q(rolled_up_at__isnull=True) | Q(rolled_up_at__lt=settled_at))
+
+
+class RollupHourQuerySet(models.QuerySet["RollupHour"]):
+    def kept(self) -> RollupHourQuerySet:
+        """Hours whose usage rows are all still there (none pruned), so they can be re-rolled."""
+        return self.filter(usage_pruned=False)
+
+    def dirty(self) -> RollupHourQuerySet:
+        """Hours with a window written since (or while) their last successful rollup read them."""
+        return self.filter(_dirty())
+
+    def unsettled(self, now: datetime) -> RollupHourQuerySet:
+        """Hours past their settle time whose last rollup ran before it, or that never ran."""
+        return self.filter(_unsettled(now))
+
+    def due(self, now: datetime) -> RollupHourQuerySet:
+        """Hours to roll up now: kept, and dirty or unsettled (``RollupHour.is_due``)."""
+        return self.kept().filter(_dirty() | _unsettled(now))
+
+
+class RollupHour(models.Model):
+    """Whether one cluster-hour's rollup includes every window written to it (ledger.rollup).
+
+    The collector bumps ``changes`` in the transaction that writes a window of the hour;
+    ``roll_up_hour`` reads ``changes`` before it computes and stores what it read in
+    ``rolled_changes`` in the transaction that replaces the rollup rows. So a rollup that failed,
+    was killed, or raced a later window leaves ``changes > rolled_changes``: the hour is dirty
+    until a rollup that saw every window commits. Queue samples are written by the Kueue sync,
+    which cannot bump the counter: an hour last rolled up before ``GPULEDGER_ROLLUP_SETTLE_SECONDS``
+    after its end is rolled up once more after that.
+    """
+
+    cluster = models.ForeignKey(
+        Cluster,
+        related_name="rollup_hours",
+        on_delete=models.CASCADE,
+    )
+    hour = models.DateTimeField(help_text="Start of the hour (UTC).")
+    changes = models.PositiveBigIntegerField(
+        default=0,
+        help_text="Bumped with every window written to this hour.",
+    )
+    rolled_changes = models.PositiveBigIntegerField(
+        default=0,
+        help_text="The change count the last successful rollup read before computing.",
+    )
+    rolled_up_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the last successful rollup started reading the hour.",
+    )
+    usage_pruned = models.BooleanField(
+        default=False,
+        help_text="Retention deleted usage rows of this hour: its rollup is kept, never rebuilt.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = RollupHourQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-hour", "cluster_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "hour"],
+                name="ledger_rolluphour_cluster_hour",
+            ),
+        ]
+        indexes = [
+            # The sweep (ledger.rollup.completeness.due_hours): only hours whose usage is kept,
+            # a couple of weeks per cluster out of the 400 days of rollups.
+            models.Index(
+                fields=["cluster", "hour"],
+                condition=Q(usage_pruned=False),
+                name="ledger_rolluphour_kept",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        done = f"{self.rolled_changes}/{self.changes} changes rolled up"
+        return f"cluster {self.cluster_id} {self.hour:%Y-%m-%d %H:00} ({done})"
+
+    @staticmethod
+    def settle_delay() -> timedelta:
+        """From an hour's start until its late queue samples are in: the hour, then the settle."""
+        return timedelta(hours=1, seconds=settings.GPULEDGER_ROLLUP_SETTLE_SECONDS)
+
+    @property
+    def is_dirty(self) -> bool:
+        return self.changes > self.rolled_changes
+
+    def is_unsettled(self, now: datetime) -> bool:
+        settled_at = self.hour + self.settle_delay()
+        if now < settled_at:
+            return False
+        return self.rolled_up_at is None or self.rolled_up_at < settled_at
+
+    def is_due(self, now: datetime) -> bool:
+        """Whether the hour wants a rollup now; the Python twin of ``RollupHourQuerySet.due``."""
+        return not self.usage_pruned and (self.is_dirty or self.is_unsettled(now))

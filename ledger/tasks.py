@@ -18,6 +18,7 @@ from fleet.models import Cluster, IngestRun
 from fleet.prometheus import PrometheusError
 from ledger import rollup
 from ledger.collector import collect_cluster
+from ledger.rollup import sweep
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,32 @@ def collect_metrics(cluster_id: int) -> dict[str, Any]:
             return {"cluster_id": cluster_id, "error": str(exc), "permanent": True}
         raise TransientPrometheusError(str(exc)) from exc
     return result.as_dict()
+
+
+@shared_task(name="ledger.tasks.roll_up_dirty_hours")
+def roll_up_dirty_hours() -> dict[str, Any]:
+    """Roll up every due hour of every cluster (``ledger.rollup.sweep``).
+
+    The safety net behind the collector, which rolls up its own cluster's due hours after each
+    run: hours whose rollup failed or was killed, and hours to roll up once more after they
+    settled, also while collection is off or failing. A doubled tick rolls some hour up twice,
+    one after the other (the cluster lock), with the same result.
+    """
+    now = timezone.now()
+    rolled: dict[str, list[str]] = {}
+    failed = 0
+    for cluster_id in sweep.clusters_with_due_hours(now):
+        swept = sweep.roll_up_due_hours(cluster_id, now)
+        failed += len(swept.failed)
+        if swept.rolled_up:
+            rolled[str(cluster_id)] = [hour.isoformat() for hour in swept.rolled_up]
+    if rolled or failed:
+        logger.info(
+            "roll_up_dirty_hours: %d hours rolled up, %d failed",
+            sum(len(hours) for hours in rolled.values()),
+            failed,
+        )
+    return {"rolled_up": rolled, "failed": failed}
 
 
 @shared_task(name="ledger.tasks.prune_usage")

@@ -17,6 +17,11 @@ By concept:
 - ``postgres``: the usage figures from one read of the hour (PostgreSQL), and COPY;
 - ``quota``: the quota figures of the hour's ClusterQueue samples;
 - ``hour``: one cluster-hour end to end (``roll_up_hour``, ``roll_up_range``, ``hours_touched``);
+- ``completeness``: which hours' rollups include every window written to them (``RollupHour``);
+- ``sweep``: rolling up every hour that is due (dirty or unsettled), after each collection and
+  from beat;
+- ``verify``: rollups checked against sums taken straight from the usage rows, and rebuilds
+  (``manage.py rollup``);
 - ``prune``: retention of usage, samples and rollups.
 """
 

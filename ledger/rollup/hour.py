@@ -3,8 +3,9 @@
 ``roll_up_hour`` locks the cluster, computes the usage figures of every scope (``postgres`` on
 PostgreSQL, else ``portable``), names the groups, adds the quota figures of the hour's
 ClusterQueue samples (``quota``), then deletes the cluster-hour's rows and inserts the new ones
-in the same transaction. ``roll_up_range`` does that hour by hour; ``hours_touched`` says which
-hours newly written windows belong to.
+in the same transaction, which also records which windows they include (``completeness``).
+``roll_up_range`` does that hour by hour; ``hours_touched`` says which hours newly written windows
+belong to.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
+from core.failpoints import failpoint
 from core.mig import GPU_RESOURCE
 from core.timewindows import ensure_aware, hour_floor
 from fleet.models import Cluster
 from ledger.choices import RollupScope
 from ledger.models import GpuUsage, HourlyRollup
+from ledger.rollup.completeness import changes_of, record_rollup
 from ledger.rollup.figures import QUOTA_FIGURES, USAGE_FIGURES
 from ledger.rollup.groups import FOREIGN_KEYS, name_rows, quota_groups, usage_groups
 from ledger.rollup.portable import usage_rows
@@ -121,16 +125,25 @@ def roll_up_hour(cluster_id: int, hour: datetime) -> int:
 
     ``hour`` is floored to the start of its hour. The cluster row is locked (FOR NO KEY UPDATE,
     which does not block usage inserts) so two rollups of one cluster run one after the other and
-    the later one sees the later data.
+    the later one sees the later data. The hour's ``RollupHour`` learns, in the same transaction,
+    which of its windows the new rows include: a rollup that fails or dies leaves it dirty.
     """
     hour = hour_floor(hour)
     with transaction.atomic():
         cluster = (
             Cluster.objects.select_for_update(no_key=True).only("pk", "name").get(pk=cluster_id)
         )
+        # Read before computing: a window committed from here on may be missing from the rows,
+        # so it must leave the hour dirty (completeness.record_rollup keeps what was read).
+        started_at = timezone.now()
+        seen = changes_of(cluster_id, hour)
         new_rows = _compute_rows(cluster, hour)
+        failpoint("rollup.compute")
         deleted, _ = HourlyRollup.objects.filter(cluster_id=cluster_id, hour=hour).delete()
         _insert_rows(new_rows)
+        failpoint("rollup.insert")
+        record_rollup(cluster_id, hour, seen, started_at)
+    failpoint("rollup.committed")
     logger.info(
         "Rolled up cluster %s hour %s: %d rows written, %d replaced",
         cluster.name,

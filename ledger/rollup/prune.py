@@ -10,12 +10,13 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet, Subquery
+from django.db.models import Min, QuerySet, Subquery
 
 from core.timewindows import ensure_aware
 from fleet.models import Cluster
 from ledger.choices import RollupScope
-from ledger.models import GpuUsage, HourlyRollup
+from ledger.models import GpuUsage, HourlyRollup, RollupHour
+from ledger.rollup.completeness import mark_pruned
 from quotas.models import ClusterQueueSample
 
 logger = logging.getLogger(__name__)
@@ -42,14 +43,18 @@ def prune_usage(before: datetime) -> int:
     """Delete per-window usage and ClusterQueue samples older than ``before``; returns rows deleted.
 
     Usage is deleted cluster by cluster so each batch walks the (cluster, window_end) index.
-    Rollups are kept: they are what outlives the usage retention.
+    Rollups are kept: they are what outlives the usage retention. The hours this cuts into are
+    flagged (``RollupHour.usage_pruned``), so nothing rebuilds them from the rows left.
     """
     before = ensure_aware(before)
     usage = 0
     for cluster_id in Cluster.objects.order_by("pk").values_list("pk", flat=True):
-        usage += _delete_in_batches(
-            GpuUsage.objects.filter(cluster_id=cluster_id, window_end__lt=before)
-        )
+        old = GpuUsage.objects.filter(cluster_id=cluster_id, window_end__lt=before)
+        first = old.aggregate(first=Min("window_end"))["first"]
+        if first is None:
+            continue
+        usage += _delete_in_batches(old)
+        mark_pruned(cluster_id, first, before)
     samples = _delete_in_batches(ClusterQueueSample.objects.filter(sampled_at__lt=before))
     logger.info(
         "Pruned usage before %s: %d usage rows, %d queue samples",
@@ -69,5 +74,6 @@ def prune_rollups(before: datetime) -> int:
     deleted = 0
     for scope in RollupScope.values:
         deleted += _delete_in_batches(HourlyRollup.objects.filter(scope=scope, hour__lt=before))
+    RollupHour.objects.filter(hour__lt=before).delete()
     logger.info("Pruned rollups before %s: %d rows", before.isoformat(), deleted)
     return deleted

@@ -10,6 +10,9 @@ tensor 2.5 of 10, GPU_UTIL 7.5 of 10, busy 1.5, nominal 20, borrowed 2, lent 2, 
 
 Blue has no row at 11:00: a gap ("no data"), not a zero. Fleet scope: capacity 16 GPU-hours
 every hour; allocated 6, 9, 4 and (in progress) 3.
+
+The generated fleets in a real Prometheus (tests/fleet/conftest.py) are imported for the
+collection tests here.
 """
 
 from __future__ import annotations
@@ -24,6 +27,12 @@ from fleet.models import Cluster
 from ledger.choices import RollupScope
 from ledger.models import HourlyRollup
 from quotas.models import Team
+from tests.fleet.conftest import (  # noqa: F401  (the collection tests' fixtures)
+    alpha_fleet,
+    alpha_prometheus,
+    beta_fleet,
+    beta_prometheus,
+)
 
 H10 = datetime(2026, 3, 2, 10, tzinfo=UTC)
 H11 = datetime(2026, 3, 2, 11, tzinfo=UTC)

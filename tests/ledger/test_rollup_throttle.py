@@ -7,7 +7,7 @@ from django.db.models import Sum
 
 from ledger.choices import RollupScope
 from ledger.collector import Collector, CollectResult
-from ledger.models import GpuUsage, HourlyRollup
+from ledger.models import GpuUsage, HourlyRollup, RollupHour
 
 HOUR = datetime(2026, 6, 15, 10, tzinfo=UTC)
 
@@ -59,8 +59,8 @@ def test_an_open_hour_is_re_rolled_once_the_interval_passed(cluster, settings):
     collector = Collector(cluster, window_seconds=60)
     _usage(cluster, 1, "a")
     collector._roll_up(HOUR, CollectResult(cluster=cluster.name), open_hour=True)
-    HourlyRollup.objects.filter(cluster=cluster).update(
-        updated_at=datetime.now(UTC) - timedelta(seconds=301)
+    RollupHour.objects.filter(cluster=cluster, hour=HOUR).update(
+        rolled_up_at=datetime.now(UTC) - timedelta(seconds=301)
     )
 
     _usage(cluster, 2, "b")

@@ -27,7 +27,7 @@ from fleet.prometheus import PrometheusError
 from ledger.collector import Collector, CollectResult
 
 
-def _parse_moment(value: str, option: str) -> datetime:
+def parse_moment(value: str, option: str) -> datetime:
     moment = parse_datetime(value)
     if moment is None:
         raise CommandError(f"{option} {value!r} is not an ISO 8601 date-time")
@@ -56,8 +56,8 @@ class Command(BaseCommand):
         start_raw, end_raw = options.get("start"), options.get("end")
         if bool(start_raw) != bool(end_raw):
             raise CommandError("--start and --end go together")
-        start = _parse_moment(str(start_raw), "--start") if start_raw else None
-        end = _parse_moment(str(end_raw), "--end") if end_raw else None
+        start = parse_moment(str(start_raw), "--start") if start_raw else None
+        end = parse_moment(str(end_raw), "--end") if end_raw else None
         if start and end and start >= end:
             raise CommandError("--start must be before --end")
         cluster = self._cluster(name, options.get("prometheus_url"))
