@@ -4,7 +4,6 @@ from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import (
     SpectacularAPIView,
-    SpectacularRedocView,
     SpectacularSwaggerSplitView,
 )
 
@@ -25,11 +24,6 @@ urlpatterns = [
         "api/docs/",
         login_required(SpectacularSwaggerSplitView.as_view(url_name="api-schema")),
         name="api-docs",
-    ),
-    path(
-        "api/redoc/",
-        login_required(SpectacularRedocView.as_view(url_name="api-schema")),
-        name="api-redoc",
     ),
     path("", include("core.urls")),
     path("", include("dashboard.urls.quotas")),
