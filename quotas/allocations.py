@@ -65,9 +65,8 @@ PodKey = tuple[str, str]
 AllocationKey = tuple[str, str, str]
 KEY_FIELDS = ("namespace", "pod", "pod_uid")
 
-# What read_pod_allocations returns per row: the lifecycle fields and the workload's queues.
-STORED_FIELDS = (
-    "id",
+# An allocation's own columns, as the window writer sends them and the readers read them.
+LIFECYCLE_FIELDS = (
     "namespace",
     "pod",
     "pod_uid",
@@ -79,6 +78,11 @@ STORED_FIELDS = (
     "started_at",
     "ended_at",
     "last_seen_at",
+)
+# What read_pod_allocations returns per row: the lifecycle fields and the workload's queues.
+STORED_FIELDS = (
+    "id",
+    *LIFECYCLE_FIELDS,
     "workload__local_queue_id",
     "workload__cluster_queue_id",
     "workload__cluster_queue__team_id",
@@ -117,20 +121,7 @@ def _end(ids: Sequence[int], at: datetime) -> int:
 
 # --- kube-state-metrics windows ------------------------------------------------------------------
 
-_WINDOW_COLUMNS = (
-    "cluster_id",
-    "namespace",
-    "pod",
-    "pod_uid",
-    "node_id",
-    "node_name",
-    "resource",
-    "gpus",
-    "workload_id",
-    "started_at",
-    "ended_at",
-    "last_seen_at",
-)
+_WINDOW_COLUMNS = ("cluster_id", *LIFECYCLE_FIELDS)
 
 
 def write_window_allocations(
