@@ -17,7 +17,7 @@ from dashboard.access import allowed_team_ids, get_cohort_for_user, sees_team
 from dashboard.decorators import dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat
 from dashboard.queries import cohorts as queries
-from dashboard.templatetags.formatting import figure, percent
+from dashboard.templatetags.formatting import figure
 from ledger.figures import Figures
 from quotas.models import ClusterQueue, Workload
 from quotas.now import QueueNow, eviction_pace, gpu_quotas, holding_gpus, latest_samples
@@ -184,7 +184,6 @@ def cohort_detail(
                 "allocated_hours": figure(used.allocated_gpu_hours),
                 "active_hours": figure(used.active_gpu_hours),
                 "idle_hours": figure(used.idle_gpu_hours),
-                "utilization": percent(used.utilization),
                 "nominal": figure(sum(float(q.nominal) for q in quotas.get(queue.pk, []))),
                 "usage": figure(holding.get(queue.pk, 0.0)),
                 "borrowed": figure(found.borrowed) if found else "—",

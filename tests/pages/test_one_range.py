@@ -236,8 +236,8 @@ def test_every_page_and_the_chargeback_give_each_team_the_same_gpu_hours(staff_c
         assert team_page.by_testid["range-active"] == active, name
         assert team_page.stats["stat-idle"] == idle, name
         # Cohort members (one ClusterQueue per team): ClusterQueue, Team, Allocated, Real use,
-        # Utilization, Idle, ...
-        assert (members[label][2], members[label][3], members[label][5]) == (
+        # Idle, ...
+        assert (members[label][2], members[label][3], members[label][4]) == (
             allocated,
             active,
             idle,
@@ -274,8 +274,8 @@ def test_the_queue_team_and_cohort_pages_and_the_api_agree_on_borrowed_now(staff
     assert queue.stats["stat-borrowed"] == shown
     assert team.stats["stat-borrowed"] == shown  # alpha has one queue
     assert cohort.stats["stat-borrowed"] == shown  # beta borrows none
-    # Members: ClusterQueue, Team, 4 range columns, Nominal, In use now, Borrowed now, …
-    assert members["cq-alpha"][8] == shown
+    # Members: ClusterQueue, Team, 3 range columns, Nominal, In use now, Borrowed now, …
+    assert members["cq-alpha"][7] == shown
 
 
 def test_the_charts_plot_exactly_the_hours_the_tables_count(staff_client, scenario):
