@@ -18,6 +18,7 @@ from django.core.paginator import Page
 from django.db.models import Avg, Exists, F, FloatField, OuterRef, Q, QuerySet, Sum
 from django.http import HttpRequest
 
+from core import figures as formulas
 from core import plotting
 from core.ranges import TimeRange
 from dashboard.decorators import choice_param, int_param
@@ -196,7 +197,7 @@ def node_summaries(nodes: list[Node], windows: dict[int, datetime]) -> dict[tupl
     return {
         (row["cluster_id"], row["node_name"]): {
             "allocated": row["held"] or 0.0,
-            "utilization": plotting.ratio(row["active"] or 0.0, row["telemetry"] or 0.0),
+            "utilization": formulas.utilization(row["active"] or 0.0, row["telemetry"] or 0.0),
             "no_data": row["no_data"] or 0.0,
         }
         for row in rows

@@ -8,21 +8,22 @@ from django.http import HttpRequest
 
 from core import plotting
 from core.ranges import TimeRange
-from dashboard.charts.parts import RANKING_SIZE, at_hours, team_ranking, x_axis
+from dashboard.charts.parts import RANKING_SIZE, per_hour, team_ranking, x_axis
 from dashboard.decorators import chart_view
-from dashboard.queries.busy import busy_by_team
-from dashboard.queries.rollups import fleet_hours
+from dashboard.queries.busy import BUSY, busy_by_team
+from ledger.choices import RollupScope
+from ledger.models import HourlyRollup
 
 
 @chart_view
 def busy_teams_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
-    teams = busy_by_team(time_range)[:RANKING_SIZE]
+    teams = busy_by_team(time_range.covered_hours(), request.user)[:RANKING_SIZE]
     teams.reverse()
     return team_ranking(
         "Busy-but-not-working GPU-hours by team",
         "Busy but not working",
-        [team["name"] for team in teams],
-        [team["busy"] for team in teams],
+        [team.name for team in teams],
+        [team.figures.busy_not_working_gpu_hours for team in teams],
         color=plotting.COLORS["busy"],
         empty_message="No busy-but-not-working GPU-hours.",
     )
@@ -30,14 +31,14 @@ def busy_teams_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, A
 
 @chart_view
 def busy_time_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
-    rows = fleet_hours(time_range)
-    hours = time_range.complete_hours()
-    x = x_axis(hours)
+    span = time_range.covered_hours()
+    hourly = HourlyRollup.objects.for_scope(RollupScope.FLEET).hourly(span)
+    x = x_axis(span.starts())
     data = [
         plotting.line(
             "Busy but not working",
             x,
-            at_hours(rows, hours, "busy", digits=2),
+            per_hour(hourly, BUSY, digits=2),
             color=plotting.COLORS["busy"],
             unit="GPUs",
             fill="tozeroy",
@@ -45,7 +46,7 @@ def busy_time_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, An
         plotting.line(
             "Idle",
             x,
-            at_hours(rows, hours, "idle", digits=2),
+            per_hour(hourly, "idle_gpu_hours", digits=2),
             color=plotting.COLORS["idle"],
             unit="GPUs",
             dash="dot",

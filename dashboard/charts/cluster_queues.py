@@ -13,10 +13,11 @@ from core.ranges import TimeRange
 from dashboard.access import get_cluster_queue_for_user
 from dashboard.charts.parts import (
     GPUS_AXIS,
-    at_hours,
+    added_up,
     borrowing_shapes,
     legend_room,
     legend_swatch,
+    per_hour,
     range_layout,
     real_use,
     rounded,
@@ -34,13 +35,13 @@ def cluster_queue_usage_chart(
 ) -> dict[str, Any]:
     """Allocated per flavor (stacked), nominal, borrowed, lent, real use and pending demand."""
     queue = get_cluster_queue_for_user(request, cluster, name)
-    hours = time_range.complete_hours()
-    rows = queue_hours(queue, time_range)
-    names, allocated = stacked(rows, lambda row: row["flavor"] or "no flavor", "allocated", hours)
-    totals: dict[datetime, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for row in rows:
-        for key in ("nominal", "borrowed", "lent", "active", "telemetry", "pending"):
-            totals[row["hour"]][key] += float(row[key] or 0.0)
+    span = time_range.covered_hours()
+    hours = span.starts()
+    by_flavor = queue_hours(queue, span)
+    names, allocated = stacked(
+        by_flavor, lambda flavor: flavor or "no flavor", "allocated_gpu_hours"
+    )
+    totals = added_up(by_flavor, len(hours))
     x = x_axis(hours)
     data = [
         plotting.line(
@@ -53,31 +54,35 @@ def cluster_queue_usage_chart(
         )
         for i, series in enumerate(names)
     ]
-    borrowed = at_hours(totals, hours, "borrowed")
+    borrowed = per_hour(totals, "borrowed_gpu_hours")
     data += [
         plotting.line(
             "Nominal quota",
             x,
-            at_hours(totals, hours, "nominal"),
+            per_hour(totals, "nominal_gpu_hours"),
             color=plotting.COLORS["nominal"],
             unit="GPUs",
             dash="dash",
         ),
         plotting.line("Borrowed", x, borrowed, color=plotting.COLORS["borrowed"], unit="GPUs"),
         plotting.line(
-            "Lent", x, at_hours(totals, hours, "lent"), color=plotting.COLORS["lent"], unit="GPUs"
+            "Lent",
+            x,
+            per_hour(totals, "lent_gpu_hours"),
+            color=plotting.COLORS["lent"],
+            unit="GPUs",
         ),
         plotting.line(
             "Real use (SM_ACTIVE-weighted)",
             x,
-            real_use(totals, hours),
+            real_use(totals),
             color=plotting.COLORS["active"],
             unit="GPUs",
         ),
         plotting.line(
             "Pending demand",
             x,
-            at_hours(totals, hours, "pending"),
+            per_hour(totals, "pending_gpu_hours"),
             color=plotting.COLORS["pending"],
             unit="GPUs",
             dash="dot",

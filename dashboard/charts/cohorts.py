@@ -3,8 +3,6 @@ who lends over time."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest
@@ -14,7 +12,9 @@ from core.ranges import TimeRange
 from dashboard.access import get_cohort_for_user
 from dashboard.charts.parts import (
     GPUS_AXIS,
+    added_up,
     legend_room,
+    per_hour,
     range_layout,
     rounded,
     stacked,
@@ -24,22 +24,16 @@ from dashboard.decorators import chart_view
 from dashboard.queries.cohorts import member_hours
 
 
-def _queue(row: Any) -> str:
-    return row["queue"]
-
-
 @chart_view
 def cohort_usage_chart(
     request: HttpRequest, time_range: TimeRange, cluster: str, name: str
 ) -> dict[str, Any]:
     """Allocated GPUs per member ClusterQueue, stacked, against the members' nominal sum."""
     cohort = get_cohort_for_user(request, cluster, name)
-    hours = time_range.complete_hours()
-    rows = member_hours(cohort.pk, time_range)
-    names, allocated = stacked(rows, _queue, "allocated", hours)
-    nominal_by_hour: dict[datetime, float] = defaultdict(float)
-    for row in rows:
-        nominal_by_hour[row["hour"]] += float(row["nominal"] or 0.0)
+    span = time_range.covered_hours()
+    hours = span.starts()
+    members = member_hours(cohort.pk, span)
+    names, allocated = stacked(members, str, "allocated_gpu_hours")
     x = x_axis(hours)
     data = [
         plotting.line(
@@ -56,7 +50,7 @@ def cohort_usage_chart(
         plotting.line(
             "Nominal quota (members)",
             x,
-            [rounded(nominal_by_hour[h]) if h in nominal_by_hour else None for h in hours],
+            per_hour(added_up(members, len(hours)), "nominal_gpu_hours"),
             color=plotting.COLORS["nominal"],
             unit="GPUs",
             dash="dash",
@@ -73,15 +67,15 @@ def cohort_borrowing_chart(
 ) -> dict[str, Any]:
     """Borrowed (above zero) and lent (below zero) GPUs per member ClusterQueue, stacked."""
     cohort = get_cohort_for_user(request, cluster, name)
-    hours = time_range.complete_hours()
-    rows = member_hours(cohort.pk, time_range)
-    borrowed_names, borrowed = stacked(rows, _queue, "borrowed", hours)
-    lent_names, lent = stacked(rows, _queue, "lent", hours)
+    span = time_range.covered_hours()
+    members = member_hours(cohort.pk, span)
+    borrowed_names, borrowed = stacked(members, str, "borrowed_gpu_hours")
+    lent_names, lent = stacked(members, str, "lent_gpu_hours")
     colors = {
         name: plotting.SERIES[i % len(plotting.SERIES)]
         for i, name in enumerate(sorted(set(borrowed_names) | set(lent_names)))
     }
-    x = x_axis(hours)
+    x = x_axis(span.starts())
     data = []
     for series in borrowed_names:
         values = borrowed[series]

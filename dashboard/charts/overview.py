@@ -8,27 +8,28 @@ from django.http import HttpRequest
 
 from core import plotting
 from core.ranges import TimeRange
-from dashboard.charts.parts import RANKING_SIZE, at_hours, team_ranking, x_axis
+from dashboard.charts.parts import RANKING_SIZE, per_hour, team_ranking, x_axis
 from dashboard.decorators import chart_view
-from dashboard.queries.overview import team_figures
-from dashboard.queries.rollups import fleet_hours
+from dashboard.queries.ranking import ranked_teams
+from ledger.choices import RollupScope
+from ledger.models import HourlyRollup
 
 
 @chart_view
 def capacity_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
     """Capacity vs allocated vs active GPUs per hour (fleet-scope rollups; GPU-hours/h = GPUs)."""
-    rows = fleet_hours(time_range)
-    hours = time_range.complete_hours()
-    x = x_axis(hours)
+    span = time_range.covered_hours()
+    hourly = HourlyRollup.objects.for_scope(RollupScope.FLEET).hourly(span)
+    x = x_axis(span.starts())
 
     def series(name: str) -> list[float | None]:
-        return at_hours(rows, hours, name, digits=2)
+        return per_hour(hourly, name, digits=2)
 
     data = [
         plotting.line(
             "Capacity",
             x,
-            series("capacity"),
+            series("capacity_gpu_hours"),
             color=plotting.COLORS["capacity"],
             unit="GPUs",
             dash="dot",
@@ -36,7 +37,7 @@ def capacity_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any
         plotting.line(
             "Allocated",
             x,
-            series("allocated"),
+            series("allocated_gpu_hours"),
             color=plotting.COLORS["allocated"],
             unit="GPUs",
             fill="tozeroy",
@@ -44,7 +45,7 @@ def capacity_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any
         plotting.line(
             "Active (SM_ACTIVE-weighted)",
             x,
-            series("active"),
+            series("active_gpu_hours"),
             color=plotting.COLORS["active"],
             unit="GPUs",
             fill="tozeroy",
@@ -52,7 +53,7 @@ def capacity_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any
         plotting.line(
             "Idle (allocated, SM_ACTIVE < threshold)",
             x,
-            series("idle"),
+            series("idle_gpu_hours"),
             color=plotting.COLORS["idle"],
             unit="GPUs",
         ),
@@ -66,19 +67,17 @@ def capacity_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any
 
 
 def _ranking(
-    request: HttpRequest, time_range: TimeRange, field_name: str, title: str, color: str
+    request: HttpRequest, time_range: TimeRange, name: str, title: str, color: str
 ) -> dict[str, Any]:
-    teams = team_figures(time_range, request.user)
-    ranked = sorted(
-        (team for team in teams if getattr(team, field_name) > 0),
-        key=lambda team: (-getattr(team, field_name), team.key),
+    ranked = ranked_teams(
+        time_range.covered_hours(), request.user, by=name, names=(name,), only_positive=True
     )[:RANKING_SIZE]
     ranked.reverse()  # horizontal bars: biggest on top
     return team_ranking(
         title,
         title.split(" by ")[0],
         [team.name for team in ranked],
-        [getattr(team, field_name) for team in ranked],
+        [getattr(team.figures, name) for team in ranked],
         color=color,
         empty_message="No team rollups in this range yet.",
         links=[team.url or "" for team in ranked],
@@ -87,7 +86,9 @@ def _ranking(
 
 @chart_view
 def team_idle_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
-    return _ranking(request, time_range, "idle", "Idle GPU-hours by team", plotting.COLORS["idle"])
+    return _ranking(
+        request, time_range, "idle_gpu_hours", "Idle GPU-hours by team", plotting.COLORS["idle"]
+    )
 
 
 @chart_view
@@ -95,7 +96,7 @@ def team_active_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, 
     return _ranking(
         request,
         time_range,
-        "active",
+        "active_gpu_hours",
         "Effective (active) GPU-hours by team",
         plotting.COLORS["active"],
     )

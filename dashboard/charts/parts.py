@@ -1,7 +1,9 @@
 """The pieces the dashboard's Plotly figures share: hourly axes, layouts, legends, stacking, bars.
 
-Time series are hourly: an hour's GPU-hours are that hour's mean GPUs (DESIGN "Figures"). Only
-complete hours are plotted; an hour without a rollup row is a gap (None), never 0.
+Time series are hourly: an hour's GPU-hours are that hour's mean GPUs (DESIGN "Figures"). The
+hours plotted are those the range counts (``TimeRange.covered_hours``, the hour in progress
+never); the read layer gives one ``Figures`` per hour (``hourly`` / ``series``), and an hour
+without a rollup row is a gap (None), never 0.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from typing import Any
 
 from core import plotting
 from core.ranges import TimeRange
+from ledger.figures import Figures
+
+Hourly = Sequence[Figures | None]
 
 HOUR = timedelta(hours=1)
 GPUS_AXIS = "GPUs (hourly mean)"
@@ -32,23 +37,33 @@ def rounded(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def at_hours(
-    by_hour: Mapping[datetime, Mapping[str, Any]], hours: list[datetime], key: str, digits: int = 3
-) -> list[float | None]:
-    """``key`` of each hour's row, one value per hour of the axis; no row is a gap."""
-    return [rounded(by_hour[hour][key], digits) if hour in by_hour else None for hour in hours]
+def per_hour(hourly: Hourly, name: str, digits: int = 3) -> list[float | None]:
+    """The figure ``name`` of each hour (GPU-hours in one hour: mean GPUs); no row is a gap."""
+    return [None if hour is None else rounded(getattr(hour, name), digits) for hour in hourly]
 
 
-def real_use(
-    by_hour: Mapping[datetime, Mapping[str, Any]], hours: list[datetime]
-) -> list[float | None]:
+def real_use(hourly: Hourly) -> list[float | None]:
     """SM_ACTIVE-weighted GPUs per hour; an hour without telemetry is a gap, never idle."""
     return [
-        rounded(by_hour[hour]["active"])
-        if hour in by_hour and (by_hour[hour]["telemetry"] or 0) > 0
+        rounded(hour.active_gpu_hours)
+        if hour is not None and hour.telemetry_gpu_hours > 0
         else None
-        for hour in hours
+        for hour in hourly
     ]
+
+
+def added_up(series: Mapping[Any, Hourly], hours: int) -> list[Figures | None]:
+    """Per hour, the figures of every group of a ``series`` added up; None where none has a row."""
+    total: list[Figures | None] = [None] * hours
+    for hourly in series.values():
+        for position, hour in enumerate(hourly):
+            if hour is None:
+                continue
+            current = total[position]
+            if current is None:
+                current = total[position] = Figures()
+            current.add(hour)
+    return total
 
 
 def range_layout(time_range: TimeRange, title: str, y_title: str, **extra: Any) -> dict:
@@ -138,30 +153,33 @@ def _top_series(totals: dict[str, float], limit: int = MAX_SERIES) -> tuple[list
 
 
 def stacked(
-    rows: Sequence[Mapping[str, Any]],
-    series_of: Callable[[Mapping[str, Any]], str],
-    value: str,
-    hours: list[datetime],
+    series: Mapping[Any, Hourly],
+    label_of: Callable[[Any], str],
+    name: str,
 ) -> tuple[list[str], dict[str, list[float | None]]]:
-    """Per-series hourly values (top series plus "Other"); hours without rows are gaps."""
-    index = {hour: i for i, hour in enumerate(hours)}
-    per_series: dict[str, list[float | None]] = {}
+    """Per-label hourly values of the figure ``name`` from the read layer's ``series`` (group →
+    one ``Figures`` or None per hour): the top labels plus "Other"; hours without rows are gaps.
+    """
+    lines: dict[str, list[float | None]] = {}
     totals: dict[str, float] = defaultdict(float)
-    for row in rows:
-        totals[series_of(row)] += float(row[value] or 0.0)
+    for group, hourly in series.items():
+        label = label_of(group)
+        line = lines.setdefault(label, [None] * len(hourly))
+        for position, hour in enumerate(hourly):
+            if hour is not None:
+                value = getattr(hour, name)
+                line[position] = (line[position] or 0.0) + value
+                totals[label] += value
     kept, rest = _top_series(totals)
-    names = kept + (["Other"] if rest else [])
-    for name in names:
-        per_series[name] = [None] * len(hours)
-    for row in rows:
-        position = index.get(row["hour"])
-        if position is None:
-            continue
-        name = series_of(row)
-        target = "Other" if name in rest else name
-        current = per_series[target][position] or 0.0
-        per_series[target][position] = current + float(row[value] or 0.0)
-    return names, per_series
+    per_series = {label: lines[label] for label in kept}
+    if rest:
+        other: list[float | None] = [None] * len(next(iter(lines.values())))
+        for label in rest:
+            for position, value in enumerate(lines[label]):
+                if value is not None:
+                    other[position] = (other[position] or 0.0) + value
+        per_series["Other"] = other
+    return list(per_series), per_series
 
 
 def team_ranking(

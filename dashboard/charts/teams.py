@@ -11,10 +11,10 @@ from core.ranges import TimeRange
 from dashboard.access import get_team_for_user
 from dashboard.charts.parts import (
     GPUS_AXIS,
-    at_hours,
     borrowing_shapes,
     legend_room,
     legend_swatch,
+    per_hour,
     range_layout,
     real_use,
     rounded,
@@ -29,22 +29,23 @@ from dashboard.queries.teams import team_hours, team_queue_hours
 def team_allocation_chart(request: HttpRequest, time_range: TimeRange, name: str) -> dict[str, Any]:
     """Allocated vs nominal quota vs SM_ACTIVE-weighted use, borrowing periods shaded."""
     team = get_team_for_user(request, name)
-    hours = time_range.complete_hours()
-    rows = team_hours(team, time_range)
-    borrowed = at_hours(rows, hours, "borrowed")
+    span = time_range.covered_hours()
+    hours = span.starts()
+    hourly = team_hours(team, span)
+    borrowed = per_hour(hourly, "borrowed_gpu_hours")
     x = x_axis(hours)
     data = [
         plotting.line(
             "Allocated",
             x,
-            at_hours(rows, hours, "allocated"),
+            per_hour(hourly, "allocated_gpu_hours"),
             color=plotting.COLORS["allocated"],
             unit="GPUs",
         ),
         plotting.line(
             "Nominal quota",
             x,
-            at_hours(rows, hours, "nominal"),
+            per_hour(hourly, "nominal_gpu_hours"),
             color=plotting.COLORS["nominal"],
             unit="GPUs",
             dash="dash",
@@ -52,7 +53,7 @@ def team_allocation_chart(request: HttpRequest, time_range: TimeRange, name: str
         plotting.line(
             "Real use (SM_ACTIVE-weighted)",
             x,
-            real_use(rows, hours),
+            real_use(hourly),
             color=plotting.COLORS["active"],
             unit="GPUs",
             fill="tozeroy",
@@ -81,15 +82,16 @@ def team_allocation_chart(request: HttpRequest, time_range: TimeRange, name: str
 def team_queues_chart(request: HttpRequest, time_range: TimeRange, name: str) -> dict[str, Any]:
     """Allocated GPUs per ClusterQueue and flavor (stacked) with each one's nominal quota."""
     team = get_team_for_user(request, name)
-    hours = time_range.complete_hours()
-    rows = team_queue_hours(team, time_range)
+    span = time_range.covered_hours()
+    series_by_queue = team_queue_hours(team, span)
 
-    def label(row: Any) -> str:
-        return f"{row['queue']} · {row['flavor'] or 'no flavor'}"
+    def label(group: tuple[str, str]) -> str:
+        queue, flavor = group
+        return f"{queue} · {flavor or 'no flavor'}"
 
-    names, allocated = stacked(rows, label, "allocated", hours)
-    _, nominal = stacked(rows, label, "nominal", hours)
-    x = x_axis(hours)
+    names, allocated = stacked(series_by_queue, label, "allocated_gpu_hours")
+    _, nominal = stacked(series_by_queue, label, "nominal_gpu_hours")
+    x = x_axis(span.starts())
     data = []
     for position, series in enumerate(names):
         color = plotting.SERIES[position % len(plotting.SERIES)]

@@ -254,16 +254,13 @@ def workload_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int
         ]
     # Hours before the first stored window: the workload mean from hourly rollups.
     older_than = hour_floor(summary["first"]) if summary["first"] else time_range.end
-    rollups = queries.rollup_activity(workload, time_range, older_than, metric)
+    rollups = queries.rollup_activity(workload, time_range.covered_hours(), older_than, metric)
     if rollups:
         data.append(
             plotting.line(
                 "Workload mean (hourly rollup)",
-                x_axis(row["hour"] + HOUR / 2 for row in rollups),
-                [
-                    plotting.percent(row["part"] / row["whole"]) if row["whole"] else None
-                    for row in rollups
-                ],
+                x_axis(hour + HOUR / 2 for hour, _ in rollups),
+                [plotting.percent(value) for _, value in rollups],
                 color=plotting.COLORS["nominal"],
                 unit="%",
                 dash="dot",

@@ -1,135 +1,111 @@
 """The busy-but-not-working page's reads: GPUs now, teams and workloads over the range.
 
 "Busy but not working" is GPU_UTIL at or above a threshold while SM_ACTIVE stays below another
-(``busy_thresholds``): a kernel is resident but the GPU mostly waits.
+(``busy_thresholds``): a kernel is resident but the GPU mostly waits. Figures over the range come
+from the read layer, over the hours the range counts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Max, Sum
+from django.db.models import Sum
 
 from core import plotting
-from core.ranges import TimeRange
+from core.ranges import HourSpan
 from dashboard.frame import quota_url
 from dashboard.queries.holders import HOLDER_FIELDS, holder_from_row, holder_urls
 from dashboard.queries.now import busy_thresholds, latest_usage
-from dashboard.queries.rollups import complete_hours
+from dashboard.queries.ranking import TeamFigures, ranked_teams
 from ledger.choices import RollupScope
+from ledger.figures import Figures
 from ledger.models import HourlyRollup
 from quotas.access import visible_team_ids
 from quotas.models import Team, Workload
 
 BUSY_WORKLOADS_LIMIT = 50
 BUSY_GPUS_LIMIT = 100
+BUSY = "busy_not_working_gpu_hours"
+# The partial index of workload-hours with busy-not-working GPU-hours carries these figures:
+# summing only them per workload is an index-only scan on PostgreSQL (bench/RESULTS.md).
+BUSY_INDEX = "fleet_rollup_busy_hour"
+BUSY_FIGURES = HourlyRollup.figures_in_index(BUSY_INDEX)
 
 
-def busy_by_team(time_range: TimeRange) -> list[dict[str, Any]]:
-    start, stop = complete_hours(time_range)
-    rows = (
-        HourlyRollup.objects.for_scope(RollupScope.TEAM)
-        .between(start, stop)
-        .values("team_id")
-        .annotate(
-            team_key=Max("key"),
-            team_display=Max("team__display_name"),
-            busy=Sum("busy_not_working_gpu_hours"),
-            allocated=Sum("allocated_gpu_hours"),
-            util=Sum("gpu_util_gpu_hours"),
-            util_covered=Sum("gpu_util_covered_gpu_hours"),
-            active=Sum("active_gpu_hours"),
-            telemetry=Sum("telemetry_gpu_hours"),
-        )
-        .filter(busy__gt=0)
-        .order_by("-busy", "team_key")
-    )
-    return [
-        {
-            **row,
-            "key": row["team_key"],
-            "name": row["team_display"] or row["team_key"],
-            "busy_share_pct": plotting.percent(
-                plotting.ratio(row["busy"], row["allocated"] or 0.0)
-            ),
-            # GPU_UTIL is already 0-100; the rollup keeps Σ GPU_UTIL/100 × GPU-hours.
-            "mean_gpu_util_pct": plotting.percent(
-                plotting.ratio(row["util"] or 0.0, row["util_covered"] or 0.0)
-            ),
-            "utilization_pct": plotting.percent(
-                plotting.ratio(row["active"] or 0.0, row["telemetry"] or 0.0)
-            ),
-        }
-        for row in rows
-    ]
+def busy_by_team(span: HourSpan, user: Any) -> list[TeamFigures]:
+    """Teams with busy-but-not-working GPU-hours in the span, most first."""
+    return ranked_teams(span, user, by=BUSY, only_positive=True)
 
 
-def busy_by_workload(time_range: TimeRange, user: Any) -> tuple[list[dict[str, Any]], float]:
-    """Workloads the user may see, most busy-not-working GPU-hours first; plus the hidden rest."""
-    start, stop = complete_hours(time_range)
+def fleet_figures(span: HourSpan) -> Figures:
+    """The fleet's figures over the span: one aggregate."""
+    return HourlyRollup.objects.for_scope(RollupScope.FLEET).covering(span).total()
+
+
+@dataclass
+class BusyWorkload:
+    """A workload's busy-but-not-working figures over the range, with its name and links."""
+
+    workload_id: int | None
+    key: str
+    team_id: int | None
+    team: str
+    figures: Figures
+    url: str | None
+    team_url: str | None
+
+
+def busy_by_workload(span: HourSpan, user: Any) -> tuple[list[BusyWorkload], float]:
+    """Workloads the user may see, most busy-not-working GPU-hours first (at most
+    ``BUSY_WORKLOADS_LIMIT``); and the busy GPU-hours of the workloads hidden from the user."""
     allowed = visible_team_ids(user)
+    # Only workload-hours that had any (the index's condition), per workload and team id: the
+    # scan reads integers and the figures the index carries, and no text.
     rows = (
         HourlyRollup.objects.for_scope(RollupScope.WORKLOAD)
-        .between(start, stop)
+        .covering(span)
         .filter(busy_not_working_gpu_hours__gt=0)
     )
     hidden = 0.0
     if allowed is not None:
-        hidden = (
-            rows.exclude(team_id__in=allowed).aggregate(busy=Sum("busy_not_working_gpu_hours"))[
-                "busy"
-            ]
-            or 0.0
-        )
+        hidden_rows = rows.exclude(team_id__in=allowed)
+        hidden = hidden_rows.total(names=BUSY_FIGURES).busy_not_working_gpu_hours
         rows = rows.filter(team_id__in=allowed)
-    # Sums per workload id only (an index-only scan of fleet_rollup_busy_hour on PostgreSQL);
-    # names for the top rows come from one more query, so the scan carries no text.
-    grouped = list(
-        rows.values("workload_id")
-        .annotate(
-            workload_team=Max("team_id"),
-            busy=Sum("busy_not_working_gpu_hours"),
-            allocated=Sum("allocated_gpu_hours"),
-            util=Sum("gpu_util_gpu_hours"),
-            util_covered=Sum("gpu_util_covered_gpu_hours"),
-            active=Sum("active_gpu_hours"),
-            telemetry=Sum("telemetry_gpu_hours"),
-            peak=Max("peak_allocated_gpus"),
-        )
-        .order_by("-busy", "workload_id")[:BUSY_WORKLOADS_LIMIT]
+    top: dict[tuple[int | None, int | None], Figures] = rows.figures(
+        group_by=("workload_id", "team_id"),
+        names=BUSY_FIGURES,
+        order_by=(f"-{BUSY}", "workload_id", "team_id"),
+        limit=BUSY_WORKLOADS_LIMIT,
     )
-    names = {
+    names: dict[int | None, Mapping[str, Any]] = {
         row["pk"]: row
         for row in Workload.objects.filter(
-            pk__in=[row["workload_id"] for row in grouped if row["workload_id"]]
+            pk__in=[workload_id for workload_id, _ in top if workload_id]
         ).values("pk", "namespace", "name")
     }
-    teams = {
+    teams: dict[int | None, Team] = {
         team.pk: team
-        for team in Team.objects.filter(
-            pk__in={row["workload_team"] for row in grouped if row["workload_team"]}
-        ).only("pk", "name", "display_name")
+        for team in Team.objects.filter(pk__in={team_id for _, team_id in top if team_id}).only(
+            "pk", "name", "display_name"
+        )
     }
     result = []
-    for row in grouped:
-        workload = names.get(row["workload_id"])
-        team = teams.get(row["workload_team"])
+    for (workload_id, team_id), figures in top.items():
+        workload = names.get(workload_id)
+        team = teams.get(team_id)
         result.append(
-            {
-                **row,
-                "key": f"{workload['namespace']}/{workload['name']}" if workload else "(deleted)",
-                "team_id": row["workload_team"],
-                "team": str(team) if team else "",
-                "url": quota_url("quotas:workload-detail", row["workload_id"]),
-                "team_url": quota_url("quotas:team-detail", team.name if team else None),
-                "mean_gpu_util_pct": plotting.percent(
-                    plotting.ratio(row["util"] or 0.0, row["util_covered"] or 0.0)
-                ),
-                "utilization_pct": plotting.percent(
-                    plotting.ratio(row["active"] or 0.0, row["telemetry"] or 0.0)
-                ),
-            }
+            BusyWorkload(
+                workload_id=workload_id,
+                key=f"{workload['namespace']}/{workload['name']}" if workload else "(deleted)",
+                team_id=team_id,
+                team=str(team) if team else "",
+                figures=figures,
+                url=quota_url("quotas:workload-detail", workload_id),
+                team_url=quota_url("quotas:team-detail", team.name if team else None),
+            )
         )
     return result, hidden
 

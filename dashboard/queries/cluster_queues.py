@@ -1,5 +1,6 @@
 """The ClusterQueue pages' reads: queues with their GPU quota, one queue's holding and pending
-workloads, its evictions, and its hours for the charts.
+workloads, its evictions, and its hours for the charts (the read layer, over the hours the range
+counts). Its figures now (samples, quotas, holdings) are ``quotas.now``'s.
 """
 
 from __future__ import annotations
@@ -11,15 +12,11 @@ from typing import Any
 from django.db.models import Case, Count, IntegerField, Max, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import TruncHour
 
-from core.ranges import TimeRange
+from core.ranges import HourSpan, TimeRange
 from dashboard.frame import bounded
-from dashboard.queries.rollups import (
-    ROLLUP_SUMS,
-    RangeFigures,
-    in_complete_hours,
-    rollups_in_range,
-)
 from ledger.choices import RollupScope
+from ledger.figures import Figures
+from ledger.models import HourlyRollup, HourlyRollupQuerySet
 from quotas.choices import TransitionKind
 from quotas.models import ClusterQueue, Workload, WorkloadTransition
 
@@ -34,12 +31,13 @@ def cluster_queues(search: str) -> QuerySet[ClusterQueue]:
     return queues.order_by("cluster__name", "name")
 
 
-def queue_range_figures(queue: ClusterQueue, time_range: TimeRange) -> RangeFigures:
-    return RangeFigures.from_row(
-        rollups_in_range(RollupScope.CLUSTER_QUEUE, time_range)
-        .filter(cluster_queue=queue)
-        .aggregate(**ROLLUP_SUMS)
-    )
+def _queue_rollups(queue: ClusterQueue) -> HourlyRollupQuerySet:
+    return HourlyRollup.objects.for_scope(RollupScope.CLUSTER_QUEUE).filter(cluster_queue=queue)
+
+
+def queue_total(queue: ClusterQueue, span: HourSpan) -> Figures:
+    """The queue's figures over the span: one aggregate."""
+    return _queue_rollups(queue).covering(span).total()
 
 
 def holding_workloads(queue: ClusterQueue) -> tuple[list[Workload], bool, dict[str, Any]]:
@@ -117,23 +115,9 @@ def eviction_counts(queue: ClusterQueue, time_range: TimeRange) -> dict[str, int
 # --- Charts -------------------------------------------------------------------------------------
 
 
-def queue_hours(queue: ClusterQueue, time_range: TimeRange) -> list[Mapping[str, Any]]:
-    """The queue's GPU-hours per hour and flavor: allocated, quota, borrowing, use, demand."""
-    return list(
-        rollups_in_range(RollupScope.CLUSTER_QUEUE, time_range)
-        .filter(in_complete_hours(time_range), cluster_queue=queue)
-        .order_by()
-        .values("hour", "flavor")
-        .annotate(
-            allocated=Sum("allocated_gpu_hours"),
-            nominal=Sum("nominal_gpu_hours"),
-            borrowed=Sum("borrowed_gpu_hours"),
-            lent=Sum("lent_gpu_hours"),
-            active=Sum("active_gpu_hours"),
-            telemetry=Sum("telemetry_gpu_hours"),
-            pending=Sum("pending_gpu_hours"),
-        )
-    )
+def queue_hours(queue: ClusterQueue, span: HourSpan) -> dict[str, list[Figures | None]]:
+    """The queue's figures per flavor, one ``Figures`` (or None) per hour of the span."""
+    return _queue_rollups(queue).series(span, ("flavor",))
 
 
 def evictions_per_hour(queue: ClusterQueue, time_range: TimeRange) -> list[Mapping[str, Any]]:

@@ -1,37 +1,31 @@
-"""The cohort pages' reads: cohorts with their members' quota and usage now, who borrows, how fast
-preemption has been reclaiming quota, and the members' hours for the charts.
+"""The cohort pages' reads: cohorts with their members' quota and usage now, who borrows, the
+members' figures over the range and their hours for the charts.
 
 A cohort has no usage of its own in Kueue: its figures are its member ClusterQueues' summed
 (DESIGN "Upstream facts"), plus the cohort's own shared pool from ``spec.resourceGroups``.
+Figures now (samples, quotas, holdings, the eviction pace) are ``quotas.now``'s; figures over a
+range the read layer's (ClusterQueue-scope rollups of the hours the range counts).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, F, Max, Q, QuerySet, Sum
-from django.db.models.functions import TruncHour
+from django.db.models import Count, Max, Q, QuerySet, Sum
 
 from core.mig import GPU_RESOURCE
 from core.quantity import parse_quantity
-from core.ranges import TimeRange
+from core.ranges import HourSpan
 from dashboard.frame import bounded
-from dashboard.queries.now import QueueNow
-from dashboard.queries.rollups import in_complete_hours, rollups_in_range
 from ledger.choices import RollupScope
-from quotas.choices import TransitionKind
-from quotas.models import ClusterQueue, ClusterQueueQuota, Cohort, Workload, WorkloadTransition
-from quotas.reclaim import median
+from ledger.figures import Figures
+from ledger.models import HourlyRollup
+from quotas.models import ClusterQueue, ClusterQueueQuota, Cohort, Workload
+from quotas.now import QueueNow
 
 logger = logging.getLogger(__name__)
-
-# How far back the cohort page looks for preemptions to measure the eviction pace.
-PACE_LOOKBACK = timedelta(days=30)
-# Preemptions read to measure that pace (the newest ones).
-PACE_SAMPLE = 500
 
 
 def cohort_pool(cohort: Cohort) -> dict[str, float]:
@@ -105,6 +99,16 @@ def cohort_members(cohort: Cohort) -> list[ClusterQueue]:
     )
 
 
+def member_figures(members: list[ClusterQueue], span: HourSpan) -> dict[int, Figures]:
+    """queue id → the member's figures over the span: one grouped query."""
+    return (
+        HourlyRollup.objects.for_scope(RollupScope.CLUSTER_QUEUE)
+        .covering(span)
+        .filter(cluster_queue_id__in=[queue.pk for queue in members])
+        .figures(group_by=("cluster_queue_id",))
+    )
+
+
 def pending_by_queue(queue_filter: Q) -> dict[int, dict[str, Any]]:
     """queue id → ``count``, ``gpus`` and ``top`` priority of its pending workloads."""
     rows = (
@@ -139,80 +143,13 @@ def borrowing_workloads(queue_filter: Q) -> tuple[list[Workload], bool]:
     )
 
 
-def eviction_pace(queue_filter: Q, now: datetime) -> dict[str, Any]:
-    """Observed preemption pace in these queues over ``PACE_LOOKBACK``: three queries.
-
-    ``admission_seconds`` is the median time from a preemption to its preemptor's next admission;
-    ``per_hour`` the mean evictions (evicted + preempted rows) per hour among hours that had one.
-    """
-    since = now - PACE_LOOKBACK
-    preemptions = list(
-        WorkloadTransition.objects.filter(
-            queue_filter,
-            kind=TransitionKind.PREEMPTED,
-            at__gte=since,
-            preemptor__isnull=False,
-        )
-        .order_by("-at")
-        .values("at", "preemptor_id")[:PACE_SAMPLE]
-    )
-    admissions: dict[int, list[datetime]] = defaultdict(list)
-    if preemptions:
-        for row in (
-            WorkloadTransition.objects.filter(
-                workload_id__in={p["preemptor_id"] for p in preemptions},
-                kind=TransitionKind.ADMITTED,
-                at__gte=min(p["at"] for p in preemptions),
-            )
-            .order_by("at")
-            .values("workload_id", "at")
-        ):
-            admissions[row["workload_id"]].append(row["at"])
-    delays = []
-    for preemption in preemptions:
-        after = [at for at in admissions[preemption["preemptor_id"]] if at >= preemption["at"]]
-        if after:
-            delays.append((after[0] - preemption["at"]).total_seconds())
-    hourly = list(
-        WorkloadTransition.objects.filter(
-            queue_filter,
-            kind__in=[TransitionKind.EVICTED, TransitionKind.PREEMPTED],
-            at__gte=since,
-        )
-        .annotate(bucket=TruncHour("at"))
-        .order_by()
-        .values("bucket")
-        .annotate(count=Count("id"))
-    )
-    total = sum(row["count"] for row in hourly)
-    return {
-        "admission_seconds": median(delays),
-        "admission_samples": len(delays),
-        "per_hour": total / len(hourly) if hourly else None,
-        "evictions": total,
-        "active_hours": len(hourly),
-        "lookback_days": PACE_LOOKBACK.days,
-    }
-
-
 # --- Charts -------------------------------------------------------------------------------------
 
 
-def member_hours(cohort_id: int, time_range: TimeRange) -> list[dict[str, Any]]:
-    """Allocated, nominal, borrowed and lent GPU-hours per hour and member (``queue``)."""
-    return [
-        dict(row)
-        for row in rollups_in_range(RollupScope.CLUSTER_QUEUE, time_range)
-        .filter(
-            in_complete_hours(time_range),
-            cluster_queue__cohort_id=cohort_id,
-        )
-        .order_by()
-        .values("hour", queue=F("cluster_queue__name"))
-        .annotate(
-            allocated=Sum("allocated_gpu_hours"),
-            nominal=Sum("nominal_gpu_hours"),
-            borrowed=Sum("borrowed_gpu_hours"),
-            lent=Sum("lent_gpu_hours"),
-        )
-    ]
+def member_hours(cohort_id: int, span: HourSpan) -> dict[str, list[Figures | None]]:
+    """Per member ClusterQueue (by name), one ``Figures`` (or None) per hour of the span."""
+    return (
+        HourlyRollup.objects.for_scope(RollupScope.CLUSTER_QUEUE)
+        .filter(cluster_queue__cohort_id=cohort_id)
+        .series(span, ("cluster_queue__name",))
+    )

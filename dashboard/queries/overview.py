@@ -1,28 +1,25 @@
-"""The fleet overview's reads: the fleet now (newest windows), and teams and flavors over the range.
+"""The fleet overview's reads: the fleet now (newest windows), and flavors over the range.
 
 "Now" is one aggregate over the newest window of each cluster plus one over pending workloads;
-the per-team and per-flavor GPU-hours come from team- and flavor-scope rollups of the range's
-complete hours.
+the per-flavor GPU-hours come from the read layer (flavor-scope rollups of the hours the range
+counts); the team table is ``dashboard.queries.ranking``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, F, FloatField, Max, Q, Sum
+from django.db.models import Count, F, FloatField, Q, Sum
 
-from core import plotting
-from core.ranges import TimeRange
-from dashboard.frame import quota_url
+from core import figures as formulas
+from core.ranges import HourSpan
 from dashboard.queries.now import busy_thresholds, latest_usage
-from dashboard.queries.rollups import complete_hours
 from fleet.choices import ActivitySource
 from ledger.choices import RollupScope
+from ledger.figures import Figures
 from ledger.models import HourlyRollup
-from quotas.access import visible_team_ids
 from quotas.models import Workload
 
 
@@ -41,17 +38,19 @@ class FleetNow:
     pending_gpus: float = 0.0
     pending_workloads: int = 0
 
+    # GPUs now, not GPU-hours; the ratios are DESIGN "Figures"' formulas all the same.
+
     @property
     def allocation_rate(self) -> float | None:
-        return plotting.ratio(self.allocated, self.capacity)
+        return formulas.allocation_rate(self.allocated, self.capacity)
 
     @property
     def utilization(self) -> float | None:
-        return plotting.ratio(self.active, self.telemetry)
+        return formulas.utilization(self.active, self.telemetry)
 
     @property
     def coverage(self) -> float | None:
-        return plotting.ratio(self.telemetry, self.allocated)
+        return formulas.telemetry_coverage(self.telemetry, self.allocated)
 
     @property
     def no_telemetry(self) -> float:
@@ -95,117 +94,28 @@ def fleet_now(windows: dict[int, datetime]) -> FleetNow:
 
 
 @dataclass
-class TeamFigures:
-    team_id: int | None
+class FlavorFigures:
+    """One ResourceFlavor over a range: its figures and its mean GPUs over the counted hours."""
+
     key: str
-    name: str
-    allocated: float
-    active: float
-    telemetry: float
-    idle: float
-    busy: float
-    url: str | None = None
-
-    @property
-    def utilization(self) -> float | None:
-        return plotting.ratio(self.active, self.telemetry)
-
-    @property
-    def idle_share(self) -> float | None:
-        return plotting.ratio(self.idle, self.allocated)
-
-    @property
-    def coverage(self) -> float | None:
-        return plotting.ratio(self.telemetry, self.allocated)
-
-    @property
-    def utilization_pct(self) -> float | None:
-        return plotting.percent(self.utilization)
-
-    @property
-    def idle_share_pct(self) -> float | None:
-        return plotting.percent(self.idle_share)
-
-    @property
-    def coverage_pct(self) -> float | None:
-        return plotting.percent(self.coverage)
+    figures: Figures
+    mean_capacity: float | None
+    mean_allocated: float | None
 
 
-def team_figures(time_range: TimeRange, user: Any) -> list[TeamFigures]:
-    """Every team's GPU-hours over the range (team-scope rollups), most allocated first.
-
-    Names are fleet-level facts every signed-in user may see; links go only to teams the user
-    may open (quotas.access).
-    """
-    start, stop = complete_hours(time_range)
-    # Grouped by the integer team id (a hash aggregate over ~100 groups); names ride along as
-    # Max() of a value that is constant per team. Grouping by the text key sorted on disk.
-    rows = (
-        HourlyRollup.objects.for_scope(RollupScope.TEAM)
-        .between(start, stop)
-        .values("team_id")
-        .annotate(
-            team_key=Max("key"),
-            team_name=Max("team__name"),
-            team_display=Max("team__display_name"),
-            allocated=Sum("allocated_gpu_hours"),
-            active=Sum("active_gpu_hours"),
-            telemetry=Sum("telemetry_gpu_hours"),
-            idle=Sum("idle_gpu_hours"),
-            busy=Sum("busy_not_working_gpu_hours"),
-        )
-        .order_by("-allocated", "team_key")
-    )
-    allowed = visible_team_ids(user)
-    result = []
-    for row in rows:
-        team_id = row["team_id"]
-        visible = team_id is not None and (allowed is None or team_id in allowed)
-        result.append(
-            TeamFigures(
-                team_id=team_id,
-                key=row["team_key"],
-                name=row["team_display"] or row["team_key"],
-                allocated=row["allocated"] or 0.0,
-                active=row["active"] or 0.0,
-                telemetry=row["telemetry"] or 0.0,
-                idle=row["idle"] or 0.0,
-                busy=row["busy"] or 0.0,
-                url=quota_url("quotas:team-detail", row["team_name"]) if visible else None,
-            )
-        )
-    return result
-
-
-def flavor_figures(time_range: TimeRange) -> list[dict[str, Any]]:
-    start, stop = complete_hours(time_range)
-    hours = max((stop - start).total_seconds() / 3600.0, 0.0)
-    rows = (
+def flavor_figures(span: HourSpan) -> list[FlavorFigures]:
+    """Every flavor's figures over the hours ``span`` counts, most capacity first: one query."""
+    found: dict[str, Figures] = (
         HourlyRollup.objects.for_scope(RollupScope.FLAVOR)
-        .between(start, stop)
-        .values("key")
-        .annotate(
-            capacity=Sum("capacity_gpu_hours"),
-            allocated=Sum("allocated_gpu_hours"),
-            active=Sum("active_gpu_hours"),
-            telemetry=Sum("telemetry_gpu_hours"),
-            idle=Sum("idle_gpu_hours"),
-        )
-        .order_by("-capacity", "key")
+        .covering(span)
+        .figures(group_by=("key",), order_by=("-capacity_gpu_hours", "key"))
     )
-    result = []
-    for row in rows:
-        allocation_rate = plotting.ratio(row["allocated"] or 0.0, row["capacity"] or 0.0)
-        utilization = plotting.ratio(row["active"] or 0.0, row["telemetry"] or 0.0)
-        result.append(
-            {
-                **row,
-                "avg_capacity": row["capacity"] / hours if hours else None,
-                "avg_allocated": row["allocated"] / hours if hours else None,
-                "allocation_rate": allocation_rate,
-                "allocation_rate_pct": plotting.percent(allocation_rate),
-                "utilization": utilization,
-                "utilization_pct": plotting.percent(utilization),
-            }
+    return [
+        FlavorFigures(
+            key=key,
+            figures=figures,
+            mean_capacity=figures.mean_gpus("capacity_gpu_hours", span.count),
+            mean_allocated=figures.mean_gpus("allocated_gpu_hours", span.count),
         )
-    return result
+        for key, figures in found.items()
+    ]

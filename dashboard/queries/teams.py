@@ -1,25 +1,20 @@
 """The team pages' reads: teams over the range, one team's queues and workloads, its charts' hours.
 
-Figures over the range come from team-scope rollups (ClusterQueue-scope for the per-queue chart);
-figures now from the synced Kueue objects (``dashboard.queries.now``).
+Figures over the range come from the read layer (``HourlyRollup.objects…figures``, over the hours
+the range counts): team-scope rollups, workload-scope for the workload table, ClusterQueue-scope
+for the per-queue chart; figures now from the synced Kueue objects (``quotas.now``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
-from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Value, When
+from django.db.models import Case, Count, IntegerField, Q, QuerySet, Sum, Value, When
 
-from core.ranges import TimeRange
-from dashboard.queries.rollups import (
-    ROLLUP_SUMS,
-    RangeFigures,
-    in_complete_hours,
-    rollups_in_range,
-)
+from core.ranges import HourSpan, TimeRange
 from ledger.choices import RollupScope
+from ledger.figures import Figures
+from ledger.models import HourlyRollup
 from quotas.choices import HOLDING_STATES, WorkloadState
 from quotas.models import ClusterQueue, Team, Workload
 
@@ -35,33 +30,43 @@ WORKLOAD_FILTERS = ("all", "holding", "pending", "finished")
 # --- Team list ----------------------------------------------------------------------------------
 
 
-def range_figures_by_team(ids: list[int], time_range: TimeRange) -> dict[int, RangeFigures]:
-    """Range figures of the given teams: one grouped query."""
-    rows = (
-        rollups_in_range(RollupScope.TEAM, time_range)
+def figures_by_team(ids: list[int], span: HourSpan) -> dict[int, Figures]:
+    """The given teams' figures over the span: one grouped query."""
+    return (
+        HourlyRollup.objects.for_scope(RollupScope.TEAM)
+        .covering(span)
         .filter(team_id__in=ids)
-        .order_by()
-        .values("team_id")
-        .annotate(**ROLLUP_SUMS)
+        .figures(group_by=("team_id",))
     )
-    return {row["team_id"]: RangeFigures.from_row(row) for row in rows}
 
 
-def range_figures_all_teams(time_range: TimeRange) -> RangeFigures:
-    """Range figures summed over every team: one aggregate."""
-    return RangeFigures.from_row(
-        rollups_in_range(RollupScope.TEAM, time_range)
+def all_teams_figures(span: HourSpan) -> Figures:
+    """Every team's figures over the span together: one aggregate."""
+    return (
+        HourlyRollup.objects.for_scope(RollupScope.TEAM)
+        .covering(span)
         .filter(team__isnull=False)
-        .aggregate(**ROLLUP_SUMS)
+        .total()
     )
 
 
 # --- One team -----------------------------------------------------------------------------------
 
 
-def team_range_figures(team: Team, time_range: TimeRange) -> RangeFigures:
-    return RangeFigures.from_row(
-        rollups_in_range(RollupScope.TEAM, time_range).filter(team=team).aggregate(**ROLLUP_SUMS)
+def team_total(team: Team, span: HourSpan) -> Figures:
+    """One team's figures over the span: one aggregate."""
+    return HourlyRollup.objects.for_scope(RollupScope.TEAM).filter(team=team).covering(span).total()
+
+
+def workload_figures(ids: list[int], span: HourSpan) -> dict[int, Figures]:
+    """The given workloads' figures over the span (workload-scope rollups): one query."""
+    if not ids:
+        return {}
+    return (
+        HourlyRollup.objects.for_scope(RollupScope.WORKLOAD)
+        .covering(span)
+        .filter(workload_id__in=ids)
+        .figures(group_by=("workload_id",))
     )
 
 
@@ -118,30 +123,15 @@ def team_workloads(team: Team, time_range: TimeRange, state: str) -> QuerySet[Wo
 # --- Charts -------------------------------------------------------------------------------------
 
 
-def team_hours(team: Team, time_range: TimeRange) -> dict[datetime, dict[str, Any]]:
-    """The team's allocated, nominal, active, telemetry and borrowed GPU-hours per hour."""
-    return {
-        row["hour"]: dict(row)
-        for row in rollups_in_range(RollupScope.TEAM, time_range)
-        .filter(in_complete_hours(time_range), team=team)
-        .order_by()
-        .values("hour")
-        .annotate(
-            allocated=Sum("allocated_gpu_hours"),
-            nominal=Sum("nominal_gpu_hours"),
-            active=Sum("active_gpu_hours"),
-            telemetry=Sum("telemetry_gpu_hours"),
-            borrowed=Sum("borrowed_gpu_hours"),
-        )
-    }
+def team_hours(team: Team, span: HourSpan) -> list[Figures | None]:
+    """The team's figures per hour the span counts (None: no rollup that hour)."""
+    return HourlyRollup.objects.for_scope(RollupScope.TEAM).filter(team=team).hourly(span)
 
 
-def team_queue_hours(team: Team, time_range: TimeRange) -> list[Mapping[str, Any]]:
-    """Allocated and nominal GPU-hours per hour, ClusterQueue (``queue``) and flavor."""
-    return list(
-        rollups_in_range(RollupScope.CLUSTER_QUEUE, time_range)
-        .filter(in_complete_hours(time_range), cluster_queue__team=team)
-        .order_by()
-        .values("hour", "flavor", queue=F("cluster_queue__name"))
-        .annotate(allocated=Sum("allocated_gpu_hours"), nominal=Sum("nominal_gpu_hours"))
+def team_queue_hours(team: Team, span: HourSpan) -> dict[tuple[str, str], list[Figures | None]]:
+    """Per (ClusterQueue name, flavor) of the team: a ``Figures`` or None per hour of the span."""
+    return (
+        HourlyRollup.objects.for_scope(RollupScope.CLUSTER_QUEUE)
+        .filter(cluster_queue__team=team)
+        .series(span, ("cluster_queue__name", "flavor"))
     )

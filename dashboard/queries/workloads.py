@@ -1,7 +1,9 @@
-"""The workload page's reads: its transitions, pods and GPUs, and its activity for the charts.
+"""The workload page's reads: its figures over the range, transitions, pods and GPUs, and its
+activity for the charts.
 
 Per-GPU activity comes from the stored collection windows (kept
-``GPULEDGER_USAGE_RETENTION_DAYS``); hours before them from the workload's hourly rollups.
+``GPULEDGER_USAGE_RETENTION_DAYS``); figures over the range and hours before the stored windows
+from the read layer (the workload's hourly rollups, over the hours the range counts).
 """
 
 from __future__ import annotations
@@ -11,21 +13,27 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Avg, Count, Max, Min, QuerySet, Sum
+from django.db.models import Avg, Count, Max, Min, QuerySet
 from django.db.models.expressions import Combinable
 
-from core.ranges import TimeRange
+from core.ranges import HourSpan, TimeRange
 from dashboard.frame import LIST_LIMIT
-from dashboard.queries.rollups import rollups_in_range
 from ledger.choices import RollupScope
-from ledger.models import GpuUsage
+from ledger.figures import Figures
+from ledger.models import GpuUsage, HourlyRollup, HourlyRollupQuerySet
 from quotas.models import Allocation, Workload, WorkloadTransition
 
-# The stored fraction and its covered GPU-hours behind each activity metric.
-ROLLUP_ACTIVITY = {
-    "sm_active": ("active_gpu_hours", "telemetry_gpu_hours"),
-    "tensor": ("tensor_active_gpu_hours", "tensor_covered_gpu_hours"),
-}
+# The ratio of the read layer's ``Figures`` behind each activity metric of the chart.
+ROLLUP_ACTIVITY = {"sm_active": "utilization", "tensor": "tensor_activity"}
+
+
+def _rollups(workload: Workload) -> HourlyRollupQuerySet:
+    return HourlyRollup.objects.for_scope(RollupScope.WORKLOAD).filter(workload=workload)
+
+
+def workload_total(workload: Workload, span: HourSpan) -> Figures:
+    """The workload's figures over the span: one aggregate."""
+    return _rollups(workload).covering(span).total()
 
 
 def recent_transitions(workload: Workload) -> list[WorkloadTransition]:
@@ -114,15 +122,13 @@ def gang_spread(
 
 
 def rollup_activity(
-    workload: Workload, time_range: TimeRange, older_than: datetime, metric: str
-) -> list[Mapping[str, Any]]:
-    """Per hour before ``older_than``: the workload's ``part`` (active) and ``whole`` (covered)."""
-    numerator, denominator = ROLLUP_ACTIVITY[metric]
-    return list(
-        rollups_in_range(RollupScope.WORKLOAD, time_range)
-        .filter(workload=workload, hour__lt=older_than)
-        .order_by()
-        .values("hour")
-        .annotate(part=Sum(numerator), whole=Sum(denominator))
-        .order_by("hour")
-    )
+    workload: Workload, span: HourSpan, older_than: datetime, metric: str
+) -> list[tuple[datetime, float | None]]:
+    """Per hour of the span before ``older_than`` that has a rollup: (hour, the workload's mean
+    ``metric``, 0-1; None without telemetry)."""
+    hourly = _rollups(workload).filter(hour__lt=older_than).hourly(span)
+    return [
+        (hour, getattr(found, ROLLUP_ACTIVITY[metric]))
+        for hour, found in zip(span.starts(), hourly, strict=True)
+        if found is not None
+    ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from core import plotting
 from core.ranges import TimeRange
 from dashboard.decorators import dashboard_page
 from dashboard.frame import chart_url, stat
@@ -15,9 +14,9 @@ from dashboard.queries.busy import (
     busy_by_team,
     busy_by_workload,
     busy_gpus_now,
+    fleet_figures,
 )
 from dashboard.queries.now import busy_thresholds, latest_windows
-from dashboard.queries.rollups import fleet_hours
 from dashboard.templatetags.formatting import gpus, percent
 
 
@@ -26,12 +25,11 @@ def busy(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     util_min, sm_max = busy_thresholds()
     windows = latest_windows()
     gpus_now, busy_now = busy_gpus_now(windows, request.user)
-    teams = busy_by_team(time_range)
-    workloads, hidden = busy_by_workload(time_range, request.user)
-    hours = fleet_hours(time_range)
-    busy_hours = sum(row["busy"] or 0.0 for row in hours.values())
-    allocated_hours = sum(row["allocated"] or 0.0 for row in hours.values())
-    share = plotting.ratio(busy_hours, allocated_hours)
+    span = time_range.covered_hours()
+    teams = busy_by_team(span, request.user)
+    workloads, hidden = busy_by_workload(span, request.user)
+    fleet = fleet_figures(span)
+    share = fleet.busy_share
     cards = [
         stat(
             "Busy but not working now",
@@ -43,7 +41,7 @@ def busy(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         ),
         stat(
             "In this range",
-            f"{busy_hours:,.1f}",
+            f"{fleet.busy_not_working_gpu_hours:,.1f}",
             unit="GPU-hours",
             note="complete hours, from hourly rollups",
             tone="warn",
@@ -53,7 +51,7 @@ def busy(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
             "Share of allocated",
             percent(share),
             unit="%" if share is not None else "",
-            note=f"of {allocated_hours:,.1f} allocated GPU-hours",
+            note=f"of {fleet.allocated_gpu_hours:,.1f} allocated GPU-hours",
             tone="neutral",
             testid="busy-share",
         ),
@@ -70,7 +68,7 @@ def busy(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "workloads": workloads,
         "workloads_limit": BUSY_WORKLOADS_LIMIT,
         "hidden_busy": hidden,
-        "has_data": bool(windows or hours),
+        "has_data": bool(windows) or fleet.capacity_gpu_hours > 0,
         "teams_chart_url": chart_url("fleet:chart-busy-teams", request),
         "time_chart_url": chart_url("fleet:chart-busy-time", request),
         "time_range": time_range,

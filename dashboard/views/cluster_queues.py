@@ -7,16 +7,16 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from core.figures import ratio
+from core.figures import allocation_rate
 from core.mig import GPU_RESOURCE
 from core.ranges import TimeRange
 from dashboard.access import allowed_team_ids, get_cluster_queue_for_user, sees_team
 from dashboard.decorators import dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
 from dashboard.queries import cluster_queues as queries
-from dashboard.queries.now import gpu_quotas, holding_gpus, latest_samples
 from dashboard.templatetags.formatting import duration, figure, percent, quantity
 from quotas.choices import TransitionKind
+from quotas.now import gpu_quotas, holding_gpus, latest_samples
 
 
 @dashboard_page(uses_range=False)
@@ -49,7 +49,7 @@ def cluster_queue_list(request: HttpRequest) -> HttpResponse:
                 ],
                 "nominal": figure(nominal),
                 "usage": figure(used),
-                "usage_share": round(100 * min(1.0, ratio(used, nominal) or 0.0), 1),
+                "usage_share": round(100 * min(1.0, allocation_rate(used, nominal) or 0.0), 1),
                 "borrowed": figure(found.borrowed) if found else "—",
                 "borrowing": bool(found and found.borrowed > 0),
             }
@@ -86,7 +86,7 @@ def cluster_queue_detail(
         for q in quotas
     ]
     found = latest_samples(queue_filter, now).get(queue.pk)
-    figures = queries.queue_range_figures(queue, time_range)
+    figures = queries.queue_total(queue, time_range.covered_hours())
     holding, holding_more, holding_total = queries.holding_workloads(queue)
     pending_total = queries.pending_totals(queue)
     page, page_query = paginate(request, queries.pending_workloads(queue))

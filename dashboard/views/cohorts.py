@@ -10,16 +10,17 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from core.figures import ratio
+from core.figures import allocation_rate
 from core.mig import GPU_RESOURCE
 from core.ranges import TimeRange
 from dashboard.access import allowed_team_ids, get_cohort_for_user, sees_team
 from dashboard.decorators import dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat
 from dashboard.queries import cohorts as queries
-from dashboard.queries.now import QueueNow, gpu_quotas, holding_gpus, latest_samples
 from dashboard.templatetags.formatting import figure
+from ledger.figures import Figures
 from quotas.models import ClusterQueue, Workload
+from quotas.now import QueueNow, eviction_pace, gpu_quotas, holding_gpus, latest_samples
 from quotas.reclaim import (
     Borrower,
     ReclaimEstimate,
@@ -51,7 +52,7 @@ def cohort_list(request: HttpRequest) -> HttpResponse:
                 "nominal": figure(total),
                 "pool": figure(pool) if pool else "",
                 "usage": figure(used),
-                "usage_share": round(100 * min(1.0, ratio(used, total) or 0.0), 1),
+                "usage_share": round(100 * min(1.0, allocation_rate(used, total) or 0.0), 1),
                 "borrowed": figure(borrowed.get(cohort.pk)) if samples else "—",
                 "lent": figure(lent.get(cohort.pk)) if samples else "—",
             }
@@ -168,16 +169,21 @@ def cohort_detail(
     pending = queries.pending_by_queue(queue_filter)
     top_holding = queries.top_holding_priority(queue_filter)
     borrowing, borrowing_more = queries.borrowing_workloads(queue_filter)
-    pace = queries.eviction_pace(Q(workload__cluster_queue__cohort=cohort), now)
+    pace = eviction_pace(Q(workload__cluster_queue__cohort=cohort), now)
+    over_range = queries.member_figures(members, time_range.covered_hours())
 
     member_rows = []
     for queue in members:
         found = samples.get(queue.pk)
         queue_pending = pending.get(queue.pk, {})
+        used = over_range.get(queue.pk, Figures())
         member_rows.append(
             {
                 "queue": queue,
                 "visible": sees_team(allowed, queue.team_id),
+                "allocated_hours": figure(used.allocated_gpu_hours),
+                "active_hours": figure(used.active_gpu_hours),
+                "idle_hours": figure(used.idle_gpu_hours),
                 "nominal": figure(sum(float(q.nominal) for q in quotas.get(queue.pk, []))),
                 "usage": figure(holding.get(queue.pk, 0.0)),
                 "borrowed": figure(found.borrowed) if found else "—",

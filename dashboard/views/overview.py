@@ -10,7 +10,8 @@ from core.ranges import TimeRange
 from dashboard.decorators import dashboard_page
 from dashboard.frame import chart_url, stat
 from dashboard.queries.now import latest_windows
-from dashboard.queries.overview import flavor_figures, fleet_now, team_figures
+from dashboard.queries.overview import flavor_figures, fleet_now
+from dashboard.queries.ranking import ranked_teams
 from dashboard.templatetags.formatting import gpus, percent
 
 
@@ -18,8 +19,9 @@ from dashboard.templatetags.formatting import gpus, percent
 def overview(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     windows = latest_windows()
     now = fleet_now(windows)
-    teams = team_figures(time_range, request.user)
-    flavors = flavor_figures(time_range)
+    span = time_range.covered_hours()
+    teams = ranked_teams(span, request.user)
+    flavors = flavor_figures(span)
     utilization = now.utilization
     cards = [
         stat(

@@ -10,18 +10,17 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from core.figures import ratio
 from core.mig import GPU_RESOURCE
 from core.ranges import TimeRange, hidden_params
 from dashboard.access import allowed_team_ids, get_team_for_user, sees_team
 from dashboard.decorators import choice_param, dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
 from dashboard.queries import teams as queries
-from dashboard.queries.now import gpu_quotas, holding_gpus, latest_samples
-from dashboard.queries.rollups import RangeFigures, workload_figures
 from dashboard.templatetags.formatting import duration, figure, percent
+from ledger.figures import Figures
 from quotas.choices import HOLDING_STATES
 from quotas.models import Team, Workload
+from quotas.now import gpu_quotas, holding_gpus, latest_samples
 
 
 @dashboard_page
@@ -29,38 +28,43 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     allowed = allowed_team_ids(request)
     page, page_query = paginate(request, Team.objects.order_by("name"))
     ids = [team.pk for team in page.object_list]
-    figures = queries.range_figures_by_team(ids, time_range)
-    totals = queries.range_figures_all_teams(time_range)
+    span = time_range.covered_hours()
+    figures = queries.figures_by_team(ids, span)
+    totals = queries.all_teams_figures(span)
     now_gpus = holding_gpus(Q(cluster_queue__team_id__in=ids), "cluster_queue__team_id")
     table = []
     for team in page.object_list:
-        found = figures.get(team.pk, RangeFigures())
+        found = figures.get(team.pk, Figures())
         table.append(
             {
                 "team": team,
                 "visible": sees_team(allowed, team.pk),
                 "led": allowed is not None and team.pk in allowed,
-                "allocated": figure(found.allocated),
-                "nominal": figure(found.nominal),
-                "active": figure(found.active),
+                "allocated": figure(found.allocated_gpu_hours),
+                "nominal": figure(found.nominal_gpu_hours),
+                "active": figure(found.active_gpu_hours),
                 "utilization": percent(found.utilization),
-                "idle": figure(found.idle),
-                "borrowed": figure(found.borrowed),
+                "idle": figure(found.idle_gpu_hours),
+                "borrowed": figure(found.borrowed_gpu_hours),
                 "now": figure(now_gpus.get(team.pk, 0.0)),
-                "idle_share": round(100 * (ratio(found.idle, found.allocated) or 0), 1),
+                "idle_share": round(100 * (found.idle_share or 0), 1),
             }
         )
     stats = [
         stat(
             "Allocated",
-            figure(totals.allocated),
+            figure(totals.allocated_gpu_hours),
             "GPU-h",
             time_range.label,
             testid="stat-allocated",
         ),
-        stat("Nominal quota", figure(totals.nominal), "GPU-h", "Kueue nominal, summed"),
+        stat("Nominal quota", figure(totals.nominal_gpu_hours), "GPU-h", "Kueue nominal, summed"),
         stat(
-            "Real use", figure(totals.active), "GPU-h", "SM_ACTIVE-weighted", testid="stat-active"
+            "Real use",
+            figure(totals.active_gpu_hours),
+            "GPU-h",
+            "SM_ACTIVE-weighted",
+            testid="stat-active",
         ),
         stat(
             "Utilization",
@@ -71,10 +75,10 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         ),
         stat(
             "Idle",
-            figure(totals.idle),
+            figure(totals.idle_gpu_hours),
             "GPU-h",
             "allocated, SM_ACTIVE < idle threshold",
-            tone="warn" if totals.idle > 0 else None,
+            tone="warn" if totals.idle_gpu_hours > 0 else None,
             testid="stat-idle",
         ),
     ]
@@ -93,15 +97,15 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
 
 def _workload_row(
     workload: Workload,
-    figures: dict[int, RangeFigures],
+    figures: dict[int, Figures],
     allowed: set[int] | None,
     now: datetime,
 ) -> dict[str, Any]:
     """A row of a workload table (``quotas/partials/workload_table.html``)."""
-    found = figures.get(workload.pk, RangeFigures())
+    found = figures.get(workload.pk, Figures())
     gpus = workload.admitted_gpus or workload.requested_gpus
     cluster_queue = workload.cluster_queue
-    idle_hours = found.idle / gpus if gpus else None
+    idle_hours = found.idle_gpu_hours / gpus if gpus else None
     return {
         "workload": workload,
         "visible": sees_team(allowed, cluster_queue.team_id if cluster_queue else None),
@@ -109,7 +113,7 @@ def _workload_row(
         "flavor": (workload.flavors or {}).get(GPU_RESOURCE, ""),
         "sm_active": percent(found.utilization),
         "tensor": percent(found.tensor_activity),
-        "idle_hours": figure(idle_hours) if found.allocated else "—",
+        "idle_hours": figure(idle_hours) if found.allocated_gpu_hours else "—",
         "age": duration((now - workload.observed_at).total_seconds())
         if workload.observed_at
         else "—",
@@ -124,7 +128,8 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
     now = timezone.now()
     state = choice_param(request, "state", queries.WORKLOAD_FILTERS, "all")
 
-    figures = queries.team_range_figures(team, time_range)
+    span = time_range.covered_hours()
+    figures = queries.team_total(team, span)
     queues = queries.team_queues(team)
     queue_filter = Q(cluster_queue__team=team, cluster_queue__deleted_at__isnull=True)
     quotas = gpu_quotas(queue_filter)
@@ -150,7 +155,7 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         )
 
     page, page_query = paginate(request, queries.team_workloads(team, time_range, state))
-    per_workload = workload_figures([w.pk for w in page.object_list], time_range)
+    per_workload = queries.workload_figures([w.pk for w in page.object_list], span)
     workload_rows = [_workload_row(w, per_workload, allowed, now) for w in page.object_list]
 
     stats = [
@@ -178,10 +183,10 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         ),
         stat(
             "Idle",
-            figure(figures.idle),
+            figure(figures.idle_gpu_hours),
             "GPU-h",
             "allocated but SM_ACTIVE below threshold",
-            tone="warn" if figures.idle > 0 else "good",
+            tone="warn" if figures.idle_gpu_hours > 0 else "good",
             testid="stat-idle",
         ),
         stat(

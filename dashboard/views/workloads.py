@@ -18,7 +18,6 @@ from dashboard.decorators import dashboard_page
 from dashboard.frame import range_query, stat, utilization_tone
 from dashboard.live import WORKLOAD_LIVE_SPAN
 from dashboard.queries import workloads as queries
-from dashboard.queries.rollups import RangeFigures, workload_figures
 from dashboard.templatetags.formatting import duration, figure, percent
 from quotas.choices import WorkloadState
 from quotas.models import Workload
@@ -45,7 +44,7 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
     workload = get_workload_for_user(request, pk)
     allowed = allowed_team_ids(request)
     now = timezone.now()
-    figures = workload_figures([workload.pk], time_range).get(workload.pk, RangeFigures())
+    figures = queries.workload_total(workload, time_range.covered_hours())
     transition_rows = []
     for transition in queries.recent_transitions(workload):
         preemptor = transition.preemptor
@@ -103,10 +102,10 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
         ),
         stat(
             "Idle",
-            figure(figures.idle / gpus) if gpus and figures.allocated else "—",
+            figure(figures.idle_gpu_hours / gpus) if gpus and figures.allocated_gpu_hours else "—",
             "h",
-            f"{figure(figures.idle)} idle GPU-hours",
-            tone="warn" if figures.idle else None,
+            f"{figure(figures.idle_gpu_hours)} idle GPU-hours",
+            tone="warn" if figures.idle_gpu_hours else None,
             testid="stat-idle",
         ),
         stat(

@@ -142,9 +142,10 @@ def test_overview_team_table_sums_team_rollups_over_the_range(staff_client, flee
     teams = {team.key: team for team in response.context["teams"]}
     for name in ("alpha", "beta"):
         mine = [r for r in team_rows if r.key == name]
-        assert teams[name].allocated == pytest.approx(sum(r.allocated_gpu_hours for r in mine))
-        assert teams[name].idle == pytest.approx(sum(r.idle_gpu_hours for r in mine))
-        assert teams[name].active == pytest.approx(sum(r.active_gpu_hours for r in mine))
+        found = teams[name].figures
+        assert found.allocated_gpu_hours == pytest.approx(sum(r.allocated_gpu_hours for r in mine))
+        assert found.idle_gpu_hours == pytest.approx(sum(r.idle_gpu_hours for r in mine))
+        assert found.active_gpu_hours == pytest.approx(sum(r.active_gpu_hours for r in mine))
 
 
 def test_team_lead_sees_other_team_names_without_links(lead_client, staff_client, fleet_data):
@@ -517,7 +518,7 @@ def test_busy_page_counts_gpus_now_and_gpu_hours_from_rollups(staff_client, flee
         fleet_data.gpus["a1"].pk,
         fleet_data.gpus["b2"].pk,
     }
-    teams = {t["key"]: t["busy"] for t in response.context["teams"]}
+    teams = {t.key: t.figures.busy_not_working_gpu_hours for t in response.context["teams"]}
     assert teams["beta"] == pytest.approx(
         sum(
             r.busy_not_working_gpu_hours
@@ -530,7 +531,7 @@ def test_busy_page_counts_gpus_now_and_gpu_hours_from_rollups(staff_client, flee
 def test_busy_page_shows_a_lead_only_their_workloads_and_a_hidden_total(lead_client, fleet_data):
     response = lead_client.get(reverse("fleet:busy"), {"range": "24h"})
 
-    keys = [w["key"] for w in response.context["workloads"]]
+    keys = [w.key for w in response.context["workloads"]]
     assert keys == ["ns-alpha/train-a"]
     time_range = response.context["time_range"]
     hidden = sum(
