@@ -514,26 +514,33 @@ def known_groups(
 # --- The report ---------------------------------------------------------------------------------
 
 
-def parse_instant(parameter: str, raw: str | None) -> datetime:
-    if raw is None or raw.strip() == "":
-        raise ChargebackError(parameter, "required: an ISO 8601 datetime with a UTC offset")
+def parse_iso(parameter: str, raw: str, *, invalid: str, naive: str) -> datetime:
+    """An ISO 8601 / RFC 3339 datetime with a UTC offset (``Z`` allowed), in UTC and within the
+    calendar bounds of ``core.params``; ``invalid`` and ``naive`` say what was wrong."""
     text = raw.strip()
     if text.endswith(("z", "Z")):
         text = text[:-1] + "+00:00"
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise ChargebackError(
-            parameter, f"{raw!r} is not an ISO 8601 datetime (e.g. 2026-01-01T00:00:00Z)"
-        ) from None
+        raise ChargebackError(parameter, f"{raw!r} {invalid}") from None
     if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ChargebackError(
-            parameter, f"{raw!r} is naive: give a UTC offset, e.g. 2026-01-01T00:00:00Z"
-        )
+        raise ChargebackError(parameter, f"{raw!r} {naive}")
     try:
         return check_moment(parameter, moment)
     except InvalidParameter as exc:
         raise ChargebackError(parameter, f"{raw!r} {exc.reason}") from None
+
+
+def parse_instant(parameter: str, raw: str | None) -> datetime:
+    if raw is None or raw.strip() == "":
+        raise ChargebackError(parameter, "required: an ISO 8601 datetime with a UTC offset")
+    return parse_iso(
+        parameter,
+        raw,
+        invalid="is not an ISO 8601 datetime (e.g. 2026-01-01T00:00:00Z)",
+        naive="is naive: give a UTC offset, e.g. 2026-01-01T00:00:00Z",
+    )
 
 
 def check_window(start: datetime, end: datetime, *, start_name: str, end_name: str) -> None:

@@ -33,6 +33,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 
+from core.params import InvalidParameter, check_moment
 from core.ranges import covered_hours
 from fleet.models import Cluster
 from ledger.chargeback import (
@@ -45,6 +46,7 @@ from ledger.chargeback import (
     ceil_hour,
     chargeback_model,
     check_window,
+    parse_iso,
     restriction,
     utc_text,
 )
@@ -97,23 +99,18 @@ def parse_point(parameter: str, raw: str) -> datetime:
     text = raw.strip()
     if re.fullmatch(r"-?\d+(\.\d+)?", text):
         try:
-            return datetime.fromtimestamp(float(text), tz=UTC)
+            moment = datetime.fromtimestamp(float(text), tz=UTC)
+            return check_moment(parameter, moment)
+        except InvalidParameter as exc:
+            raise ChargebackError(parameter, f"{raw!r} {exc.reason}") from None
         except (OverflowError, OSError, ValueError):
             raise ChargebackError(parameter, f"{raw!r} is not a valid Unix time") from None
-    if text.endswith(("z", "Z")):
-        text = text[:-1] + "+00:00"
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ChargebackError(
-            parameter, f"{raw!r} is neither RFC 3339 (2026-01-01T00:00:00Z) nor Unix seconds"
-        ) from None
-    if moment.utcoffset() is None:
-        raise ChargebackError(parameter, f"{raw!r} is naive: give a UTC offset (Z or ±hh:mm)")
-    try:
-        return moment.astimezone(UTC)
-    except OverflowError:
-        raise ChargebackError(parameter, f"{raw!r} is out of range") from None
+    return parse_iso(
+        parameter,
+        raw,
+        invalid="is neither RFC 3339 (2026-01-01T00:00:00Z) nor Unix seconds",
+        naive="is naive: give a UTC offset (Z or ±hh:mm)",
+    )
 
 
 def parse_window(raw: str | None, now: datetime) -> tuple[datetime, datetime]:

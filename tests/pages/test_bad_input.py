@@ -169,3 +169,13 @@ def test_no_generated_input_makes_a_page_or_chart_fail(staff_client, fleet_data,
         assert response.status_code in (200, 400, 403, 404), (path, query)
 
     request()
+
+
+@pytest.mark.parametrize(
+    "window", ["9999-12-30T00:00:00Z,9999-12-31T00:00:00Z", "1,2", "253402300000,253402300800"]
+)
+def test_opencost_windows_outside_the_calendar_bounds_are_a_400(staff_client, window):
+    response = staff_client.get("/api/v1/allocation", {"window": window})
+
+    assert response.status_code == 400
+    assert list(response.json()) == ["window"]
