@@ -7,7 +7,10 @@ events that honour ``timeoutSeconds`` (``410 Gone`` for compacted resource versi
 JSON merge-PATCH, ``Status`` bodies for errors, bearer-token auth, and Kueue's visibility API.
 
 Tests change the served state with ``add`` / ``modify`` / ``delete`` (each bumps the resource
-version and queues a watch event) and inject failures with ``fail``. Objects are kept as encoded
+version and queues a watch event) and inject failures with ``fail`` (an error status or a dropped
+connection) and ``misbehave`` (the upstream lies and hangs seen in the field: a 200 whose body is
+not the list, a response cut half-way, a server that never answers, one that drips its answer a
+byte at a time). Objects are kept as encoded
 JSON too, so a 50,000-object LIST is assembled from pre-serialized bytes and the server never
 dominates a benchmark. It binds to 127.0.0.1 on a free port.
 """
@@ -17,6 +20,8 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -100,7 +105,13 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 @dataclass
 class Failure:
-    """An injected failure: the ``times`` matching requests after ``after`` matching ones fail."""
+    """An injected failure: the ``times`` matching requests after ``after`` matching ones fail.
+
+    By default the request is answered with ``status`` and a ``Status`` body (0 drops the
+    connection). ``body`` answers ``status`` with that document instead; ``hang`` sends nothing
+    until the client gives up; ``drip_seconds`` sends the real answer one byte every that many
+    seconds; ``truncate`` sends the real answer's headers and half its body, then hangs up.
+    """
 
     match: Callable[[str, str, dict[str, str]], bool]
     status: int  # 0 = drop the connection without an answer
@@ -108,6 +119,10 @@ class Failure:
     after: int = 0
     message: str = ""
     reason: str | None = None
+    body: Any = None
+    hang: bool = False
+    drip_seconds: float = 0.0
+    truncate: bool = False
     seen: int = 0
     fired: int = 0
 
@@ -316,6 +331,14 @@ class FakeKubeAPI:
             obj = copy.deepcopy(store.objects[(namespace, name)])
             self._record(store, "DELETED", obj, (namespace, name))
 
+    def send_event(self, kind: str, event_type: str, obj: Any) -> None:
+        """Send a raw event on ``kind``'s watch streams without changing what is stored: what a
+        confused proxy or aggregation layer might pass on (another kind, no metadata...)."""
+        store = self._stores[KIND_TO_PLURAL[kind]]
+        with self._lock:
+            store.events.append((self._next_rv(), event_type, _dumps(obj)))
+            self._lock.notify_all()
+
     def compact(self, kind: str | None = None) -> None:
         """Forget watch history: watches from any resourceVersion before now get 410 Gone."""
         with self._lock:
@@ -349,6 +372,26 @@ class FakeKubeAPI:
         failure = Failure(predicate, status, times, after, message, reason)
         with self._lock:
             self._failures.append(failure)
+        return failure
+
+    def misbehave(
+        self,
+        match: str | Callable[[str, str, dict[str, str]], bool],
+        *,
+        body: Any = None,
+        status: int = 200,
+        hang: bool = False,
+        drip_seconds: float = 0.0,
+        truncate: bool = False,
+        times: int = 1,
+        after: int = 0,
+        method: str | None = None,
+    ) -> Failure:
+        """Answer matching requests wrongly: ``body`` with ``status`` (a lie), or not at all
+        (``hang``), or slowly (``drip_seconds`` per byte), or half (``truncate``)."""
+        failure = self.fail(match, status, times=times, after=after, method=method)
+        failure.body, failure.hang = body, hang
+        failure.drip_seconds, failure.truncate = drip_seconds, truncate
         return failure
 
     def clear_failures(self) -> None:
@@ -676,6 +719,34 @@ class _Server(ThreadingHTTPServer):
         return
 
 
+class _DripWriter:
+    """Writes what it is given one byte every ``seconds`` (the whole response: status line,
+    headers and body), until the client goes away or the server stops."""
+
+    def __init__(self, raw: Any, seconds: float, api: FakeKubeAPI) -> None:
+        self.raw = raw
+        self.seconds = seconds
+        self.api = api
+
+    def write(self, data: bytes) -> int:
+        for index in range(len(data)):
+            self.raw.write(data[index : index + 1])
+            self.raw.flush()
+            until = time.monotonic() + self.seconds
+            with self.api._lock:
+                while not self.api._closing and time.monotonic() < until:
+                    self.api._lock.wait(until - time.monotonic())
+                if self.api._closing:
+                    raise BrokenPipeError("server stopping")
+        return len(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
 class _Handler(BaseHTTPRequestHandler):
     api: FakeKubeAPI
     protocol_version = "HTTP/1.1"
@@ -688,7 +759,36 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        if self._truncate:
+            # Headers promise the whole body; half of it comes, then the connection goes.
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
         self.wfile.write(body)
+
+    _truncate = False
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its end (a readable socket with nothing left to read)."""
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def _hang(self) -> None:
+        """Send nothing until the client gives up or the server stops."""
+        api = self.api
+        while not self._client_gone():
+            with api._lock:
+                if api._closing:
+                    break
+                api._lock.wait(0.05)
+        self.close_connection = True
 
     def _status(self, code: int, message: str, reason: str | None = None) -> None:
         self._send(code, _dumps(status_body(code, message, reason)))
@@ -724,6 +824,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._status(401, "Unauthorized", "Unauthorized")
             return
         failure = api._take_failure(method, path, query)
+        if failure is not None and failure.hang:
+            self._hang()
+            return
+        if failure is not None and failure.drip_seconds:
+            self.wfile = _DripWriter(self.wfile, failure.drip_seconds, api)  # type: ignore[assignment]
+            self.close_connection = True  # the next request on it would drip too
+            failure = None
+        if failure is not None and failure.truncate:
+            self._truncate = True
+            failure = None
+        if failure is not None and failure.body is not None:
+            body = failure.body if isinstance(failure.body, bytes) else _dumps(failure.body)
+            self._send(failure.status, body)
+            return
         if failure is not None:
             if failure.status == 0:
                 # A dropped connection: the client sees no answer at all.
