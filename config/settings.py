@@ -353,6 +353,11 @@ GPULEDGER_RELIST_SECONDS = env_int("GPULEDGER_RELIST_SECONDS", 300, minimum=5)
 GPULEDGER_SYNC_DEADLINE_SECONDS = env_int("GPULEDGER_SYNC_DEADLINE_SECONDS", 120, minimum=1)
 # How far back the collector catches up after an outage.
 GPULEDGER_CATCHUP_HOURS = env_int("GPULEDGER_CATCHUP_HOURS", 24, minimum=1)
+# A collection run ends by this, before the next beat tick: no window is started too close to it
+# (a catch-up goes on at the next run), and a Prometheus call still open at it is cut and fails.
+GPULEDGER_COLLECT_DEADLINE_SECONDS = env_int(
+    "GPULEDGER_COLLECT_DEADLINE_SECONDS", max(1, GPULEDGER_COLLECT_SECONDS - 10), minimum=1
+)
 # The hour still being collected is re-rolled at most this often (complete hours always are).
 GPULEDGER_ROLLUP_SECONDS = env_int("GPULEDGER_ROLLUP_SECONDS", 300, minimum=0)
 # A collection or sync holds its cluster's lease this long, renewed every third of it by a
