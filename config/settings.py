@@ -347,8 +347,17 @@ GPULEDGER_COLLECT_SECONDS = env_int("GPULEDGER_COLLECT_SECONDS", 60, minimum=10)
 GPULEDGER_SYNC_SECONDS = env_int("GPULEDGER_SYNC_SECONDS", 30, minimum=5)
 # A full LIST this often; the WATCH streams changes in between (quotas/tasks.py).
 GPULEDGER_RELIST_SECONDS = env_int("GPULEDGER_RELIST_SECONDS", 300, minimum=5)
+# A sync's LIST phase (discovery, every LIST, the window's visibility calls) ends by this however
+# the API server behaves; past it the run fails and writes nothing. A relist of 50,000 Workloads
+# took about 60 s (bench/RESULTS.md). The WATCH after it ends at the next relist tick.
+GPULEDGER_SYNC_DEADLINE_SECONDS = env_int("GPULEDGER_SYNC_DEADLINE_SECONDS", 120, minimum=1)
 # How far back the collector catches up after an outage.
 GPULEDGER_CATCHUP_HOURS = env_int("GPULEDGER_CATCHUP_HOURS", 24, minimum=1)
+# A collection run ends by this, before the next beat tick: no window is started too close to it
+# (a catch-up goes on at the next run), and a Prometheus call still open at it is cut and fails.
+GPULEDGER_COLLECT_DEADLINE_SECONDS = env_int(
+    "GPULEDGER_COLLECT_DEADLINE_SECONDS", max(1, GPULEDGER_COLLECT_SECONDS - 10), minimum=1
+)
 # The hour still being collected is re-rolled at most this often (complete hours always are).
 GPULEDGER_ROLLUP_SECONDS = env_int("GPULEDGER_ROLLUP_SECONDS", 300, minimum=0)
 # An hour rolled up sooner than this after its end is rolled up once more after it, for the queue

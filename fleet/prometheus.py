@@ -8,18 +8,26 @@ a wrong URL (404) or an answer that is not a Prometheus answer are permanent.
 prometheus-api-client's ``PrometheusConnect`` sets up the session (headers, auth, TLS); the query
 calls go through that same session directly, because the library's ``custom_query`` hides the
 HTTP status code we need to tell transient from permanent failures, and retries on its own.
+
+``timeout`` bounds each call as a whole, not each socket read: a Prometheus (or a proxy) that
+drips its answer a byte at a time is cut off at it (``core.deadlines``). ``deadline``, when a
+caller sets it (the collector: its run's deadline), ends every call by then too.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import requests
 from prometheus_api_client import PrometheusConnect
+from requests.adapters import HTTPAdapter
+from urllib3 import PoolManager
 from urllib3.util.retry import Retry
 
+from core.deadlines import Deadline, cut_at, guard_pool_manager
 from core.timewindows import ensure_aware
 from fleet import secrets
 from fleet.choices import PrometheusAuth
@@ -34,6 +42,8 @@ logger = logging.getLogger(__name__)
 # query that timed out or was cancelled, 422 for one that cannot run (too many samples,
 # many-to-many matching), 400 for one that does not parse.
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+# Metric names in a PromQL expression: a name right before its label matchers or range.
+SELECTOR = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*(?=\s*[{\[])")
 
 
 class PrometheusError(Exception):
@@ -52,6 +62,17 @@ def read_secret(env_name: str) -> str:
         return secrets.read_secret(env_name)
     except secrets.SecretError as exc:
         raise PrometheusError(str(exc), permanent=True) from exc
+
+
+class _CutAdapter(HTTPAdapter):
+    """An adapter whose connections can be cut at a call's deadline (``core.deadlines``)."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        guard_pool_manager(self.poolmanager)
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> PoolManager:
+        return guard_pool_manager(super().proxy_manager_for(proxy, **proxy_kwargs))
 
 
 class PrometheusClient:
@@ -76,6 +97,8 @@ class PrometheusClient:
             raise PrometheusError("no Prometheus URL configured", permanent=True)
         self.url = url.rstrip("/")
         self.timeout = timeout
+        # Set by a caller whose whole run must end on time: no call outlasts it.
+        self.deadline: Deadline | None = None
         all_headers = {"Accept": "application/json"}
         all_headers.update(headers or {})
         if bearer_token:
@@ -92,6 +115,10 @@ class PrometheusClient:
             retry=Retry(total=0, raise_on_status=False),
             method="POST",
         )
+        # In place of the adapter PrometheusConnect mounts for the URL (same: no retries).
+        no_retries = Retry(total=0, raise_on_status=False)
+        for prefix in ("http://", "https://", self.url):
+            session.mount(prefix, _CutAdapter(max_retries=no_retries))
         self._session = session
         self._headers = all_headers
         self._auth = basic_auth
@@ -165,7 +192,27 @@ class PrometheusClient:
             ) from exc
 
     def _post(self, path: str, params: dict[str, str]) -> requests.Response:
-        # POST form-encodes the query: long PromQL never meets a URL length limit.
+        what = f"{path} ({_query_names(params.get('query', ''))})"
+        deadline = Deadline(
+            self.timeout, "the request timeout", "the cluster's Prometheus timeout"
+        ).sooner(self.deadline)
+        if deadline.expired():
+            raise PrometheusError(f"{what}: not sent, {deadline} had passed", permanent=False)
+        with cut_at(deadline) as cut:
+            try:
+                with cut.attaching():
+                    return self._send(path, params)
+            except Exception as exc:
+                if cut.fired:
+                    raise PrometheusError(
+                        f"{what}: timed out, no complete answer within {deadline}",
+                        permanent=False,
+                    ) from exc
+                raise
+
+    def _send(self, path: str, params: dict[str, str]) -> requests.Response:
+        # POST form-encodes the query: long PromQL never meets a URL length limit. The answer is
+        # read whole (no stream) inside the caller's cut, so a dripping server is cut off too.
         try:
             response = self._session.post(
                 f"{self.url}{path}",
@@ -201,6 +248,14 @@ def _status_error(path: str, response: requests.Response) -> PrometheusError:
     return PrometheusError(
         f"{path}: HTTP {status} {detail}".strip(), permanent=permanent, status=status
     )
+
+
+def _query_names(promql: str) -> str:
+    """The metrics a query reads, for messages (the PromQL itself runs to hundreds of bytes)."""
+    names = list(dict.fromkeys(SELECTOR.findall(promql)))
+    if names:
+        return ", ".join(names)
+    return promql if len(promql) <= 80 else promql[:77] + "..."
 
 
 def _timestamp(moment: datetime) -> str:

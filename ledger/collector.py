@@ -32,6 +32,7 @@ it contiguously, so live collection carries on from where it was.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.deadlines import Deadline
 from core.failpoints import failpoint
 from core.timewindows import Window, ensure_aware, last_complete_window, windows_between
 from fleet import constants as c
@@ -168,6 +170,8 @@ class Collector:
         self.worker = worker or holder_identity("collect")
         self.lease = Lease(cluster, IngestSource.DCGM, self.worker)
         self._client = client
+        # A run ends by GPULEDGER_COLLECT_DEADLINE_SECONDS (set in ``run``; a backfill has none).
+        self.deadline: Deadline | None = None
         self._series_estimate = 0
         self.label_style = str(cluster.pod_label_style or PodLabelStyle.AUTO)
         self.queries = window_queries(self.label_style, self.window_seconds)
@@ -202,6 +206,11 @@ class Collector:
         if not self.claim(result):
             logger.info("%s; skipping", result.busy)
             return result
+        self.deadline = Deadline(
+            settings.GPULEDGER_COLLECT_DEADLINE_SECONDS,
+            "the collection deadline",
+            "GPULEDGER_COLLECT_DEADLINE_SECONDS",
+        )
         try:
             last_end = self._cursor().last_window_end
             windows = self._pending_windows(last_end, target)
@@ -286,7 +295,19 @@ class Collector:
     ) -> None:
         pending_hours: set[datetime] = set()
         try:
+            chunk_seconds = 0.0
             for chunk in self._chunks(windows):
+                # Start a window only while twice the last one's time is left before the
+                # deadline: a catch-up stops between windows, and the next run goes on.
+                if self.deadline is not None and self.deadline.remaining() <= 2 * chunk_seconds:
+                    logger.warning(
+                        "cluster %s: %s is near; windows from %s on are left to the next run",
+                        self.cluster,
+                        self.deadline,
+                        chunk[0].end.isoformat(),
+                    )
+                    return
+                chunk_started = time.monotonic()
                 started_at = timezone.now()
                 try:
                     inputs = self._fetch(chunk)
@@ -319,6 +340,7 @@ class Collector:
                     result.last_window_end = window.end
                     if progress is not None:
                         progress(1)
+                chunk_seconds = time.monotonic() - chunk_started
         finally:
             self._roll_up_due_hours(result)
 
@@ -350,6 +372,7 @@ class Collector:
     def _client_for_run(self) -> PrometheusClient:
         if self._client is None:
             self._client = PrometheusClient.for_cluster(self.cluster)
+        self._client.deadline = self.deadline
         return self._client
 
     def _fetch(self, chunk: list[Window]) -> dict[datetime, WindowInput]:

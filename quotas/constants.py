@@ -93,3 +93,6 @@ EVENT_BATCH_MAX = 5000
 # A watch that failed transiently is reopened after this long (doubling, capped).
 WATCH_RETRY_SECONDS = 1.0
 WATCH_RETRY_MAX_SECONDS = 8.0
+# A watch stream asks the server to end it with the watch (timeoutSeconds, rounded up to a whole
+# second); one still open this long after the watch's end is cut, and its kind recorded as failed.
+WATCH_END_GRACE_SECONDS = 5.0

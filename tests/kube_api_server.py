@@ -7,9 +7,12 @@ events that honour ``timeoutSeconds`` (``410 Gone`` for compacted resource versi
 JSON merge-PATCH, ``Status`` bodies for errors, bearer-token auth, and Kueue's visibility API.
 
 Tests change the served state with ``add`` / ``modify`` / ``delete`` (each bumps the resource
-version and queues a watch event) and inject failures with ``fail``. Objects are kept as encoded
-JSON too, so a 50,000-object LIST is assembled from pre-serialized bytes and the server never
-dominates a benchmark. It binds to 127.0.0.1 on a free port.
+version and queues a watch event) and inject failures with ``fail`` (an error status or a dropped
+connection) and ``misbehave`` (the upstream lies and hangs seen in the field: a 200 whose body is
+not the list, a response cut half-way, a server that never answers, one that drips its answer a
+byte at a time). Objects are kept as encoded JSON too, so a 50,000-object LIST is assembled from
+pre-serialized bytes and the server never dominates a benchmark. It binds to 127.0.0.1 on a free
+port; ``tests.kube_api_http`` holds its request handler.
 """
 
 from __future__ import annotations
@@ -21,10 +24,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
@@ -100,7 +102,13 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 @dataclass
 class Failure:
-    """An injected failure: the ``times`` matching requests after ``after`` matching ones fail."""
+    """An injected failure: the ``times`` matching requests after ``after`` matching ones fail.
+
+    By default the request is answered with ``status`` and a ``Status`` body (0 drops the
+    connection). ``body`` answers ``status`` with that document instead; ``hang`` sends nothing
+    until the client gives up; ``drip_seconds`` sends the real answer one byte every that many
+    seconds; ``truncate`` sends the real answer's headers and half its body, then hangs up.
+    """
 
     match: Callable[[str, str, dict[str, str]], bool]
     status: int  # 0 = drop the connection without an answer
@@ -108,6 +116,10 @@ class Failure:
     after: int = 0
     message: str = ""
     reason: str | None = None
+    body: Any = None
+    hang: bool = False
+    drip_seconds: float = 0.0
+    truncate: bool = False
     seen: int = 0
     fired: int = 0
 
@@ -153,13 +165,15 @@ class FakeKubeAPI:
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self._closing = False
         self._watch_generation = 0
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: Any = None
         self._thread: threading.Thread | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> FakeKubeAPI:
-        handler = type("Handler", (_Handler,), {"api": self})
-        self._httpd = _Server(("127.0.0.1", 0), handler)
+        from tests.kube_api_http import Handler, Server  # it reads this module's helpers
+
+        handler = type("Handler", (Handler,), {"api": self})
+        self._httpd = Server(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
@@ -316,6 +330,14 @@ class FakeKubeAPI:
             obj = copy.deepcopy(store.objects[(namespace, name)])
             self._record(store, "DELETED", obj, (namespace, name))
 
+    def send_event(self, kind: str, event_type: str, obj: Any) -> None:
+        """Send a raw event on ``kind``'s watch streams without changing what is stored: what a
+        confused proxy or aggregation layer might pass on (another kind, no metadata...)."""
+        store = self._stores[KIND_TO_PLURAL[kind]]
+        with self._lock:
+            store.events.append((self._next_rv(), event_type, dumps(obj)))
+            self._lock.notify_all()
+
     def compact(self, kind: str | None = None) -> None:
         """Forget watch history: watches from any resourceVersion before now get 410 Gone."""
         with self._lock:
@@ -349,6 +371,26 @@ class FakeKubeAPI:
         failure = Failure(predicate, status, times, after, message, reason)
         with self._lock:
             self._failures.append(failure)
+        return failure
+
+    def misbehave(
+        self,
+        match: str | Callable[[str, str, dict[str, str]], bool],
+        *,
+        body: Any = None,
+        status: int = 200,
+        hang: bool = False,
+        drip_seconds: float = 0.0,
+        truncate: bool = False,
+        times: int = 1,
+        after: int = 0,
+        method: str | None = None,
+    ) -> Failure:
+        """Answer matching requests wrongly: ``body`` with ``status`` (a lie), or not at all
+        (``hang``), or slowly (``drip_seconds`` per byte), or half (``truncate``)."""
+        failure = self.fail(match, status, times=times, after=after, method=method)
+        failure.body, failure.hang = body, hang
+        failure.drip_seconds, failure.truncate = drip_seconds, truncate
         return failure
 
     def clear_failures(self) -> None:
@@ -501,7 +543,7 @@ class FakeKubeAPI:
                     snapshot_id, offset = decoded["s"], int(decoded["o"])
                     list_rv, items = self._snapshots[snapshot_id]
                 except (ValueError, KeyError, TypeError):
-                    return 410, _dumps(
+                    return 410, dumps(
                         status_body(410, "The provided continue parameter is too old", "Expired")
                     )
             else:
@@ -528,7 +570,7 @@ class FakeKubeAPI:
             "kind": f"{resource.kind}List",
             "metadata": meta,
         }
-        prefix = _dumps(head)[:-1] + b',"items":['
+        prefix = dumps(head)[:-1] + b',"items":['
         return 200, prefix + b",".join(page) + b"]}"
 
     def watch_events(
@@ -561,7 +603,7 @@ class FakeKubeAPI:
                 if cursor < store.compacted_rv:
                     message = f"too old resource version: {since} ({store.compacted_rv})"
                     error = status_body(410, message, "Expired")
-                    yield _dumps({"type": "ERROR", "object": error})
+                    yield dumps({"type": "ERROR", "object": error})
                     return
         yield from initial
         while True:
@@ -637,11 +679,11 @@ class FakeKubeAPI:
         with self._lock:
             current = store.objects.get((namespace, name))
             if current is None:
-                return 404, _dumps(
+                return 404, dumps(
                     status_body(404, f'{resource.plural} "{name}" not found', "NotFound")
                 )
             if not isinstance(body, dict):
-                return 422, _dumps(status_body(422, "merge patch body must be an object"))
+                return 422, dumps(status_body(422, "merge patch body must be an object"))
             patched = merge_patch(current, body)
             patched.setdefault("metadata", {})["name"] = name
             if namespace:
@@ -664,168 +706,8 @@ def write_kubeconfig(path: Path, url: str, token: str, context: str = "fake") ->
     return path
 
 
-def _dumps(obj: Any) -> bytes:
+def dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that hangs up mid-stream (a watch it stopped reading) is normal here.
-        return
-
-
-class _Handler(BaseHTTPRequestHandler):
-    api: FakeKubeAPI
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        return
-
-    def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _status(self, code: int, message: str, reason: str | None = None) -> None:
-        self._send(code, _dumps(status_body(code, message, reason)))
-
-    def do_GET(self) -> None:  # noqa: N802
-        self._dispatch("GET")
-
-    def do_PATCH(self) -> None:  # noqa: N802
-        self._dispatch("PATCH")
-
-    def do_PUT(self) -> None:  # noqa: N802
-        self._dispatch("PUT")
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._dispatch("POST")
-
-    def do_DELETE(self) -> None:  # noqa: N802
-        self._dispatch("DELETE")
-
-    def _dispatch(self, method: str) -> None:
-        api = self.api
-        split = urlsplit(self.path)
-        path = split.path.rstrip("/") or "/"
-        query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
-        body = b""
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            body = self.rfile.read(length)
-        with api._lock:
-            api.requests.append((method, path, query))
-
-        if self.headers.get("Authorization") != f"Bearer {api.token}":
-            self._status(401, "Unauthorized", "Unauthorized")
-            return
-        failure = api._take_failure(method, path, query)
-        if failure is not None:
-            if failure.status == 0:
-                # A dropped connection: the client sees no answer at all.
-                self.close_connection = True
-                self.wfile.flush()
-                self.connection.shutdown(2)
-                return
-            self._status(failure.status, failure.message or "injected failure", failure.reason)
-            return
-
-        if method == "GET":
-            doc = api.discovery(path)
-            if doc is not None:
-                self._send(200, _dumps(doc))
-                return
-            if path == "/version":
-                self._send(200, _dumps({"major": "1", "minor": "34", "gitVersion": "v1.34.0"}))
-                return
-            if self._visibility(path, query):
-                return
-        routed = api.route(path)
-        if routed is None:
-            self._status(404, "the server could not find the requested resource", "NotFound")
-            return
-        resource, api_version, namespace, name, sub = routed
-        if method == "GET" and not name:
-            if query.get("watch") in ("true", "1"):
-                self._watch(resource, namespace, query)
-                return
-            code, payload = api.list_page(resource, api_version, namespace, query)
-            self._send(code, payload)
-            return
-        if method == "GET" and name and not sub:
-            with api._lock:
-                encoded = api._stores[resource.plural].encoded.get((namespace, name))
-            if encoded is None:
-                self._status(404, f'{resource.plural} "{name}" not found', "NotFound")
-            else:
-                self._send(200, encoded)
-            return
-        if method == "PATCH" and name and not sub:
-            content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
-            if content_type != "application/merge-patch+json":
-                self._status(415, f"unsupported patch type {content_type!r}")
-                return
-            try:
-                patch_doc = json.loads(body or b"null")
-            except ValueError:
-                self._status(400, "invalid JSON in patch body")
-                return
-            code, payload = api.patch(resource, namespace, name, patch_doc)
-            self._send(code, payload)
-            return
-        self._status(405, f"{method} is not supported here", "MethodNotAllowed")
-
-    def _visibility(self, path: str, query: dict[str, str]) -> bool:
-        parts = path.strip("/").split("/")
-        if len(parts) != 6 or parts[:2] != ["apis", VISIBILITY_GROUP]:
-            return False
-        if parts[2] not in self.api.visibility_versions:
-            return False
-        if parts[3] != "clusterqueues" or parts[5] != "pendingworkloads":
-            return False
-        self._send(200, _dumps(self.api.pending_workloads(unquote(parts[4]), query)))
-        return True
-
-    def _watch(self, resource: Resource, namespace: str, query: dict[str, str]) -> None:
-        timeout = float(query.get("timeoutSeconds") or 1800)
-        deadline = time.monotonic() + timeout
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        try:
-            dropped = False
-            for event in self.api.watch_events(
-                resource, namespace, query.get("resourceVersion", ""), deadline
-            ):
-                if event is None:
-                    dropped = True
-                    break
-                self._chunk(event + b"\n")
-            if not dropped and query.get("allowWatchBookmarks") in ("true", "1"):
-                bookmark = {
-                    "type": "BOOKMARK",
-                    "object": {
-                        "kind": resource.kind,
-                        "apiVersion": "v1"
-                        if not resource.group
-                        else f"{resource.group}/{self.api.kueue_versions[0]}",
-                        "metadata": {"resourceVersion": str(self.api.resource_version)},
-                    },
-                }
-                self._chunk(_dumps(bookmark) + b"\n")
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-
-    def _chunk(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.flush()
 
 
 # --- fixtures --------------------------------------------------------------------------------

@@ -11,11 +11,14 @@
   counts from the newest block, and backfilled data is old); callers query with an explicit time.
 - ``MetricsExporter`` serves a text exposition (e.g. ``tests/fixtures/dcgm/exporter-metrics.txt``)
   on loopback for Prometheus to scrape.
+- ``StuckPrometheus`` answers the query API with empty results on loopback, and can be told to
+  answer some queries late, never, or one byte at a time (the upstreams deadlines are for).
 """
 
 from __future__ import annotations
 
 import http.server
+import json
 import math
 import os
 import shutil
@@ -26,6 +29,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import pytest
 import requests
@@ -281,3 +285,80 @@ class MetricsExporter:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class StuckPrometheus:
+    """A loopback stand-in for the Prometheus query API that can be slow in every way.
+
+    Every instant or range query gets an empty success answer of the right type, after
+    ``delay`` seconds. ``stick(text, hang=True)`` never answers queries whose PromQL contains
+    ``text`` (until the client hangs up); ``stick(text, drip_seconds=s)`` sends their answer one
+    byte every ``s`` seconds, headers included.
+    """
+
+    def __init__(self) -> None:
+        self.delay = 0.0
+        self.queries: list[str] = []
+        self._stuck: list[tuple[str, bool, float]] = []
+        self._closing = threading.Event()
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server API)
+                length = int(self.headers.get("Content-Length") or 0)
+                form = parse_qs(self.rfile.read(length).decode())
+                query = (form.get("query") or [""])[0]
+                fake.queries.append(query)
+                kind = "matrix" if self.path.endswith("/query_range") else "vector"
+                body = json.dumps(
+                    {"status": "success", "data": {"resultType": kind, "result": []}}
+                ).encode()
+                hang, drip = fake._behaviour(query)
+                if hang:
+                    fake._closing.wait()  # the client hangs up, or the server stops
+                    return
+                if fake._closing.wait(fake.delay):
+                    return
+                head = (
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n"
+                ).encode()
+                if not drip:
+                    self.wfile.write(head + body)
+                    return
+                self.close_connection = True
+                for index in range(len(head + body)):
+                    self.wfile.write((head + body)[index : index + 1])
+                    self.wfile.flush()
+                    if fake._closing.wait(drip):
+                        return
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: object, client_address: object) -> None:
+                return  # a client that hung up on a dripping answer
+
+        self.server = Server((LOOPBACK, 0), Handler)
+        self.url = f"http://{LOOPBACK}:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stick(self, text: str, *, hang: bool = False, drip_seconds: float = 0.0) -> None:
+        self._stuck.append((text, hang, drip_seconds))
+
+    def _behaviour(self, query: str) -> tuple[bool, float]:
+        for text, hang, drip in self._stuck:
+            if text in query:
+                return hang, drip
+        return False, 0.0
+
+    def close(self) -> None:
+        self._closing.set()
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,7 +1,9 @@
 """``ClusterSync``: the in-memory state of one sync and the steps that write it.
 
 * ``relist``: LIST every kind, ``build_snapshot`` on the lists, ``write_snapshot`` with
-  ``complete`` = the kinds whose LIST finished, then sample the window.
+  ``complete`` = the kinds the client returned a complete LIST of (``quotas.kueue`` returns
+  nothing else: a lie, a failed page or a timeout leaves the kind out), then sample the window.
+  It ends by the sync's deadline: past it, the run fails and nothing is written.
 * ``apply_event`` / ``relist_kind``: keep the in-memory lists up to date from WATCH events (and
   from a relist after ``410 Gone``), recording what changed.
 * ``flush``: build rows for what changed, with the context they need, and write only those.
@@ -20,9 +22,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from core.deadlines import Deadline
 from fleet.models import Cluster, IngestRun
 from quotas.ingest import KueueBatch, KueueSnapshot, build_snapshot
-from quotas.kueue import KubeError, KueueClient, ResourceExpired, WatchEvent
+from quotas.kueue import KubeError, KubeTimeout, KueueClient, ResourceExpired, WatchEvent
 from quotas.store import mark_deleted, write_snapshot
 from quotas.sync.objects import (
     KIND_NAMES,
@@ -30,6 +33,7 @@ from quotas.sync.objects import (
     SNAPSHOT_FIELD,
     Changes,
     Key,
+    held_back,
     may_hold,
     object_key,
     object_uid,
@@ -46,16 +50,26 @@ logger = logging.getLogger(__name__)
 class ClusterSync:
     """The in-memory state of one sync: the last full lists, their resourceVersions, counters."""
 
-    def __init__(self, cluster: Cluster, client: KueueClient, run: IngestRun) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        client: KueueClient,
+        run: IngestRun,
+        deadline: Deadline | None = None,
+    ) -> None:
         self.cluster = cluster
         self.client = client
         self.run = run
+        # Every upstream call ends by this; the watch replaces it with its own end.
+        self.deadline = deadline or Deadline.never()
         self.objects: dict[str, dict[Key, dict[str, Any]]] = {k: {} for k in KIND_NAMES}
         # Objects without a readable identity: ingest counts and skips them on every full build.
         self.unkeyed: dict[str, list[Any]] = {k: [] for k in KIND_NAMES}
         self.versions: dict[str, str] = {}
         # Kinds whose in-memory list is complete: listed in full and kept up to date by WATCH.
         self.complete: set[str] = set()
+        # Kinds the API server does not serve (Cohort on older Kueue): known to be empty.
+        self.unserved: set[str] = set()
         self.unidentified: frozenset[str] = frozenset()
         # Keyed objects ingest skipped as malformed: left out of incremental builds (they would
         # be logged again on every write) until an event changes them.
@@ -76,10 +90,11 @@ class ClusterSync:
 
     # --- LIST --------------------------------------------------------------------------------
     def list_kind(self, kind: str) -> tuple[list[dict[str, Any]], str] | None:
-        """The full list of one kind, or None when it failed or is not served (recorded)."""
+        """The complete list of one kind, or None when it failed, lied, timed out or is not
+        served (recorded): only the client's complete answer makes a kind complete."""
         for attempt in (1, 2):
             try:
-                result = self.client.list_objects(kind)
+                result = self.client.list_objects(kind, deadline=self.deadline)
             except ResourceExpired as exc:
                 # The continue token expired mid-list: start that LIST over, once.
                 if attempt == 1:
@@ -93,9 +108,17 @@ class ClusterSync:
                     # Cohorts (and the whole group) are absent on older Kueue: not an error.
                     logger.info("cluster %s: %s is not served", self.cluster.name, kind)
                     self.notes[f"{kind}: not served"] = 1
+                    self.unserved.add(kind)
                     return None
-                logger.warning("cluster %s: LIST %s failed: %s", self.cluster.name, kind, exc)
-                self.errors.append(f"{kind}: {exc.message}")
+                logger.warning(
+                    "cluster %s: LIST %s failed, nothing of it is marked deleted: %s",
+                    self.cluster.name,
+                    kind,
+                    exc,
+                )
+                self.errors.append(
+                    f"{kind} not listed (nothing of it marked deleted): {exc.message}"
+                )
                 self.failures.append(exc)
                 return None
             return result.items, result.resource_version
@@ -104,16 +127,20 @@ class ClusterSync:
     def relist(self) -> KueueBatch:
         """LIST every kind, write the snapshot, sample the window; KubeError if nothing listed."""
         started = time.perf_counter()
-        self.client.discover(refresh=True)
-        for kind in KIND_NAMES:
+        self.client.discover(refresh=True, deadline=self.deadline)
+        for index, kind in enumerate(KIND_NAMES):
+            self._check_deadline(KIND_NAMES[index:])
             listed = self.list_kind(kind)
             if listed is None:
                 self.complete.discard(kind)
+                # A LIST cut off by the run's deadline ends the run: nothing is written.
+                self._check_deadline(KIND_NAMES[index + 1 :])
                 continue
             items, version = listed
             self._replace(kind, items)
             self.versions[kind] = version
             self.complete.add(kind)
+        self._hold_back()
         if not self.complete:
             # Retrying helps only when some failure was transient.
             permanent = all(exc.permanent for exc in self.failures)
@@ -154,6 +181,31 @@ class ClusterSync:
             self.timings["samples"],
         )
         return batch
+
+    def _hold_back(self) -> None:
+        """Leave out of this run the kinds ingest would read wrong without a failed LIST."""
+        for kind, missing in held_back(self.complete | self.unserved).items():
+            if kind not in self.complete:
+                continue
+            self.complete.discard(kind)
+            self.objects[kind], self.unkeyed[kind] = {}, []
+            self.versions.pop(kind, None)
+            self.errors.append(
+                f"{kind} not written: its rows need the {missing} list, which is not complete"
+            )
+
+    def _check_deadline(self, unlisted: Iterable[str]) -> None:
+        """Raise ``KubeTimeout`` once the run's deadline has passed."""
+        if not self.deadline.expired():
+            return
+        left = ", ".join(unlisted)
+        raise KubeTimeout(
+            f"{self.deadline} reached"
+            + (f"; not listed: {left}" if left else "")
+            + "; nothing was written",
+            deadline=self.deadline,
+            run_deadline=True,
+        )
 
     def _replace(self, kind: str, items: list[dict[str, Any]]) -> None:
         objects: dict[Key, dict[str, Any]] = {}
@@ -200,6 +252,11 @@ class ClusterSync:
 
     def apply_event(self, kind: str, event: WatchEvent, changes: Changes) -> None:
         """Apply one WATCH event to the in-memory lists and record what it changed."""
+        if event.type == "INVALID":
+            # Another kind, or no identity: the client logged it; never read as a change.
+            self.skipped += 1
+            self.skip_reasons[f"{kind}: watch event {event.problem}"] += 1
+            return
         if event.resource_version:
             self.versions[kind] = event.resource_version
         if event.type == "BOOKMARK":

@@ -22,7 +22,36 @@ SNAPSHOT_FIELD = {kind: keyword for keyword, kind in LIST_KINDS.items()}
 # writer only writes the rows that changed). Workloads, Pods and Nodes are read selectively.
 SMALL_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass")
 
+# Kinds whose rows ingest reads together with other kinds' objects: a Node's flavor from the
+# ResourceFlavors, a flavor's GPU model from its Nodes, a Workload's borrowing from the
+# ClusterQueues, its queue from the LocalQueues and its priority from the classes, a Pod's
+# Workload from the Workloads. Without those lists they would be written wrong (a node without
+# its flavor, workloads borrowing nothing), so a sync whose LIST of one of them failed writes
+# neither (DESIGN "Never read a failed or partial LIST as everything was deleted").
+NEEDS: dict[str, tuple[str, ...]] = {
+    "Node": ("ResourceFlavor",),
+    "ResourceFlavor": ("Node",),
+    "Workload": ("ClusterQueue", "LocalQueue", "WorkloadPriorityClass"),
+    "Pod": ("Workload",),
+}
+
 Key = tuple[str, str]
+
+
+def held_back(available: set[str]) -> dict[str, str]:
+    """Kinds that cannot be written without a kind outside ``available`` -> the missing kind."""
+    held: dict[str, str] = {}
+    changed = True
+    while changed:
+        changed = False
+        for kind, needs in NEEDS.items():
+            if kind in held:
+                continue
+            missing = [need for need in needs if need not in available or need in held]
+            if missing:
+                held[kind] = missing[0]
+                changed = True
+    return held
 
 
 @dataclass

@@ -3,6 +3,10 @@
 Every run leaves an ``IngestRun`` (source ``kueue``). Two syncs of one cluster never overlap: a
 sync holds the cluster's lease (fleet.leases: a conditional UPDATE, STYLE rule 11, renewed by a
 heartbeat while the worker lives) and releases it, with the last sampled window, when it ends.
+
+A run ends on time whatever the API server does: its LIST phase (discovery, every LIST and the
+window's visibility calls) by ``GPULEDGER_SYNC_DEADLINE_SECONDS``, its WATCH by the watch's end
+plus a short grace. A run past its deadline fails and says which call timed out.
 """
 
 from __future__ import annotations
@@ -10,8 +14,10 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from django.conf import settings
 from django.utils import timezone
 
+from core.deadlines import Deadline
 from fleet.choices import IngestSource, IngestStatus
 from fleet.leases import Lease, holder_identity
 from fleet.models import Cluster, IngestRun
@@ -36,10 +42,11 @@ def sync_cluster(
 ) -> IngestRun:
     """LIST the cluster's Kueue objects, GPU pods and nodes, write them, then WATCH a while.
 
-    The watch lasts ``watch_seconds`` after the LIST, and ends at ``watch_until`` at the latest
-    (the task's next beat tick). Returns the run's ``IngestRun``: ``success``, ``partial`` (some
-    LIST failed or some objects were skipped; the rest is written and nothing is deleted for the
-    failed kinds) or ``failed``.
+    The LIST phase ends by ``GPULEDGER_SYNC_DEADLINE_SECONDS`` (past it the run fails and writes
+    nothing); the watch lasts ``watch_seconds`` after the LIST, and ends at ``watch_until`` at the
+    latest (the task's next beat tick). Returns the run's ``IngestRun``: ``success``,
+    ``partial`` (some LIST failed or some objects were skipped; the rest is written and nothing
+    is deleted for the failed kinds) or ``failed``.
     A failed run re-raises its ``KubeError`` (``permanent`` tells the caller whether to retry).
     Raises ``SyncBusy`` when another sync of the cluster is running.
     """
@@ -53,12 +60,17 @@ def sync_cluster(
         status=IngestStatus.RUNNING,
         started_at=timezone.now(),
     )
+    deadline = Deadline(
+        settings.GPULEDGER_SYNC_DEADLINE_SECONDS,
+        "the sync deadline",
+        "GPULEDGER_SYNC_DEADLINE_SECONDS",
+    )
     sync: ClusterSync | None = None
     own_client = client is None
     try:
         if client is None:
             client = KueueClient.for_cluster(cluster, kubeconfig=kubeconfig, context=context)
-        sync = ClusterSync(cluster, client, run)
+        sync = ClusterSync(cluster, client, run, deadline)
         sync.relist()
         if watch_until is not None:
             watch_seconds = min(watch_seconds, (watch_until - timezone.now()).total_seconds())

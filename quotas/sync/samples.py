@@ -3,6 +3,8 @@ API when it is served.
 
 One sample per queue and flavor at the aligned window end (``floor_time(now,
 GPULEDGER_COLLECT_SECONDS)``), so syncs every 30 s still leave exactly one sample per window.
+A sample needs complete ClusterQueue and Workload lists (pending demand is summed over the
+Workloads): without either, the window has no sample rather than a wrong one.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from core.timewindows import floor_time
 from fleet.models import Cluster
 from quotas.constants import LOOKUP_BATCH_SIZE, WRITE_BATCH_SIZE
 from quotas.ingest import PENDING_STATES, KueueBatch, build_queue_samples, build_snapshot
-from quotas.kueue import KubeError
+from quotas.kueue import KubeError, KubeTimeout
 from quotas.models import Workload
 from quotas.store import write_queue_samples
 from quotas.sync.objects import SMALL_KINDS, Key
@@ -38,7 +40,7 @@ def sample_window(
     window_end = floor_time(timezone.now(), seconds)
     if not force and sync.sampled_until is not None and window_end <= sync.sampled_until:
         return
-    if "ClusterQueue" not in sync.complete:
+    if not {"ClusterQueue", "Workload"} <= sync.complete:
         return
     if batch is None:
         # Samples need every workload (pending demand) but no pods or nodes.
@@ -53,7 +55,7 @@ def sample_window(
 
 def _pending_positions(sync: ClusterSync) -> None:
     """Read every queue's pending positions from the visibility API and store them."""
-    if sync.client.discover().visibility_version is None:
+    if sync.client.discover(deadline=sync.deadline).visibility_version is None:
         sync.notes["visibility API: not served"] = 1
         return
     positions: dict[Key, int] = {}
@@ -62,8 +64,10 @@ def _pending_positions(sync: ClusterSync) -> None:
         if not isinstance(status, dict) or not status.get("pendingWorkloads"):
             continue
         try:
-            items = sync.client.pending_workloads(key[1])
+            items = sync.client.pending_workloads(key[1], deadline=sync.deadline)
         except KubeError as exc:
+            if isinstance(exc, KubeTimeout) and exc.run_deadline:
+                raise  # the run is out of time: the other queues would not be asked either
             logger.warning(
                 "cluster %s: pending workloads of %s: %s", sync.cluster.name, key[1], exc
             )

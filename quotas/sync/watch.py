@@ -1,7 +1,10 @@
 """The WATCH of one sync: one thread per kind doing HTTP only, while the calling thread applies
 the events in batches to the sync's in-memory lists, writes what changed and samples each window.
 
-``410 Gone`` relists that kind and turns the difference into events.
+``410 Gone`` relists that kind and turns the difference into events. The watch ends on time
+whatever the server does: every stream (and every call the main thread makes meanwhile) is cut
+``WATCH_END_GRACE_SECONDS`` after the watch's end, and a kind whose stream had to be cut is
+recorded as an error and is no longer complete (its deletions wait for the next LIST).
 """
 
 from __future__ import annotations
@@ -14,13 +17,15 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from core.deadlines import Deadline
 from quotas.constants import (
     EVENT_BATCH_MAX,
     EVENT_BATCH_SECONDS,
+    WATCH_END_GRACE_SECONDS,
     WATCH_RETRY_MAX_SECONDS,
     WATCH_RETRY_SECONDS,
 )
-from quotas.kueue import KubeError, ResourceExpired
+from quotas.kueue import KubeError, KubeTimeout, ResourceExpired
 from quotas.sync.objects import KIND_NAMES, Changes
 from quotas.sync.samples import sample_window, seconds_to_next_window
 
@@ -38,6 +43,14 @@ def watch_events(
     ``stop_after_events`` ends the watch early, once that many object events are written.
     """
     deadline = time.monotonic() + seconds
+    # Streams end by the watch's end on their own (timeoutSeconds); past this they are cut.
+    sync.deadline = Deadline(
+        seconds + WATCH_END_GRACE_SECONDS,
+        "the watch deadline",
+        f"the watch's {seconds:g} s and {WATCH_END_GRACE_SECONDS:g} s for its streams to end",
+    )
+    # Threads still running past this are abandoned (they are daemons, and their streams cut).
+    hard_end = deadline + WATCH_END_GRACE_SECONDS + 1.0
     applied_before = sync.events_applied
     events: queue.Queue[tuple[str, str, Any]] = queue.Queue()
     stop = threading.Event()
@@ -64,7 +77,13 @@ def watch_events(
     try:
         while running:
             now = time.monotonic()
-            wait = deadline - now + 1.0
+            if now >= hard_end:
+                for kind in sorted(running):
+                    sync.complete.discard(kind)
+                    sync.errors.append(f"{kind} watch: still running after {sync.deadline}")
+                running.clear()
+                break
+            wait = min(deadline - now + 1.0, hard_end - now)
             if changes.since is not None:
                 wait = min(wait, changes.since + EVENT_BATCH_SECONDS - now)
             wait = min(wait, seconds_to_next_window(sync))
@@ -127,10 +146,17 @@ def _watch_kind(
             if remaining < 0.1:
                 break
             try:
-                for event in sync.client.watch(kind, version, math.ceil(remaining), stop=stop):
+                for event in sync.client.watch(
+                    kind, version, math.ceil(remaining), stop=stop, deadline=sync.deadline
+                ):
                     version = event.resource_version or version
                     events.put((kind, "event", event))
                     retry = WATCH_RETRY_SECONDS
+            except KubeTimeout as exc:
+                # The stream did not end with the watch: the server (or a proxy) holds it open.
+                logger.warning("cluster %s: %s", sync.cluster.name, exc)
+                events.put((kind, "failed", exc.message))
+                return
             except ResourceExpired as exc:
                 logger.info("cluster %s: %s; relisting", sync.cluster.name, exc.message)
                 events.put((kind, "relist", None))

@@ -1,17 +1,8 @@
-"""Thin client for one cluster's Kubernetes API server: Kueue objects, GPU pods and nodes.
+"""``KueueClient``: one cluster's Kubernetes API server, through the official client.
 
-It owns configuration (a kubeconfig context, or the pod's service account), discovery of the served
-Kueue versions (v1beta2 preferred, v1beta1 fallback) and of the visibility API, paginated LISTs,
-WATCH streams and timeouts, and maps every failure to ``KubeError`` with a ``permanent`` flag
-(STYLE rules 10 and 12): connection errors, timeouts, 429 and 5xx are transient; 400, 401, 403,
-404 and 422 are permanent; ``410 Gone`` is ``ResourceExpired``, which means "relist".
-
-Each cluster gets its own ``ApiClient`` and ``Configuration``; the package-wide default
-configuration is never touched, so one worker can talk to several clusters. Responses are read with
-``_preload_content=False`` and decoded with ``json`` directly: the generated models would cost
-seconds and gigabytes at 50,000 objects. Objects come back as plain dicts in the API's shape,
-minus ``metadata.managedFields`` and the ``last-applied-configuration`` annotation, which nobody
-here reads and which can double an object's size.
+It owns configuration (a kubeconfig context, or the pod's service account), discovery of the
+served Kueue versions and of the visibility API, paginated LISTs, WATCH streams, retries and
+deadlines (see the package docstring).
 """
 
 from __future__ import annotations
@@ -33,9 +24,28 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
+from urllib3.util.retry import Retry
 
-from core.mig import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from core.deadlines import Deadline, cut_at, guard_pool_manager
 from quotas.constants import KUEUE_GROUP
+from quotas.kueue.errors import (
+    IncompleteList,
+    KubeError,
+    KubeTimeout,
+    error_from_status,
+    map_api_exception,
+    status_message,
+)
+from quotas.kueue.payloads import (
+    KINDS_BY_NAME,
+    Kind,
+    ListResult,
+    WatchEvent,
+    event_problem,
+    list_items,
+    requests_gpus,
+    slim,
+)
 
 if TYPE_CHECKING:
     from fleet.models import Cluster
@@ -53,75 +63,15 @@ PAGE_SIZE = 500
 VISIBILITY_PAGE_SIZE = 1000
 CONNECT_TIMEOUT_SECONDS = 10.0
 READ_TIMEOUT_SECONDS = 60.0
-# Extra read time past a watch's timeoutSeconds before the stream counts as stalled.
+# One call as a whole (connect, the full answer, urllib3's retries) ends by this. A LIST page of
+# 500 objects takes well under a second from a healthy API server.
+REQUEST_DEADLINE_SECONDS = 60.0
+# Extra time past a watch's timeoutSeconds before the stream counts as stalled and is cut.
 WATCH_GRACE_SECONDS = 10.0
-
-# What _slim keeps of pod specs (and Workload pod templates), pod statuses and node statuses.
-CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
-POD_SPEC_FIELDS = (
-    "containers",
-    "initContainers",
-    "overhead",
-    "nodeName",
-    "nodeSelector",
-    "priority",
-    "priorityClassName",
-    "schedulerName",
-)
-POD_STATUS_FIELDS = ("phase", "startTime", "containerStatuses", "reason")
-CONTAINER_STATUS_FIELDS = ("name", "state", "restartCount")
-NODE_STATUS_FIELDS = ("capacity", "allocatable", "conditions")
-
-PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 405, 406, 409, 415, 422})
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-
-
-class KubeError(Exception):
-    """A failed API call. ``permanent`` means a retry would fail the same way."""
-
-    def __init__(
-        self,
-        message: str,
-        status: int | None = None,
-        permanent: bool = False,
-        *,
-        reason: str = "",
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.permanent = permanent
-        self.reason = reason
-
-
-class ResourceExpired(KubeError):
-    """410 Gone: the resourceVersion (or continue token) is too old; LIST again."""
-
-    def __init__(self, message: str, *, reason: str = "Expired") -> None:
-        super().__init__(message, 410, False, reason=reason)
-
-
-@dataclass(frozen=True)
-class Kind:
-    """One resource type the sync reads."""
-
-    name: str  # Kubernetes kind, as in quotas.ingest.KueueSnapshot.complete
-    plural: str
-    group: str  # "" for the core group
-    namespaced: bool
-
-
-KINDS: tuple[Kind, ...] = (
-    Kind("ResourceFlavor", "resourceflavors", KUEUE_GROUP, False),
-    Kind("Cohort", "cohorts", KUEUE_GROUP, False),
-    Kind("ClusterQueue", "clusterqueues", KUEUE_GROUP, False),
-    Kind("LocalQueue", "localqueues", KUEUE_GROUP, True),
-    Kind("Workload", "workloads", KUEUE_GROUP, True),
-    Kind("WorkloadPriorityClass", "workloadpriorityclasses", KUEUE_GROUP, False),
-    Kind("Pod", "pods", "", True),
-    Kind("Node", "nodes", "", False),
-)
-KINDS_BY_NAME = {kind.name: kind for kind in KINDS}
+# urllib3's retries of a failed connect or read, inside the call's deadline.
+RETRIES = Retry(total=2, backoff_factor=0.5, status=0, raise_on_status=False)
+# The most pages one LIST may take (continue tokens): 5,000 x PAGE_SIZE objects is 2.5 million.
+MAX_PAGES = 5000
 
 
 @dataclass(frozen=True)
@@ -138,139 +88,6 @@ class Discovery:
         return self.kueue_version is not None and kind.plural in self.kueue_plurals
 
 
-@dataclass
-class ListResult:
-    kind: str
-    items: list[dict[str, Any]]
-    resource_version: str
-    pages: int
-    # Objects the server sent that were dropped here (pods that request no GPU).
-    filtered: int = 0
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK
-    object: dict[str, Any]
-    resource_version: str
-
-
-def requests_gpus(pod: Any) -> bool:
-    """Whether any container of the pod requests (or limits) whole GPUs or MIG slices."""
-    if not isinstance(pod, dict):
-        return True  # let ingest see it, count it and log it
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        return True
-    for group in ("containers", "initContainers"):
-        containers = spec.get(group) or []
-        if not isinstance(containers, list):
-            return True
-        for container in containers:
-            resources = container.get("resources") if isinstance(container, dict) else None
-            if not isinstance(resources, dict):
-                continue
-            for section in ("requests", "limits"):
-                values = resources.get(section)
-                if not isinstance(values, dict):
-                    continue
-                for name in values:
-                    if name == GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX):
-                        return True
-    return False
-
-
-def _slim_containers(containers: Any) -> Any:
-    if not isinstance(containers, list):
-        return containers
-    return [
-        {k: c[k] for k in CONTAINER_FIELDS if k in c} if isinstance(c, dict) else c
-        for c in containers
-    ]
-
-
-def _slim_pod_spec(spec: Any) -> Any:
-    if not isinstance(spec, dict):
-        return spec
-    slim = {k: spec[k] for k in POD_SPEC_FIELDS if k in spec}
-    for group in ("containers", "initContainers"):
-        if group in slim:
-            slim[group] = _slim_containers(slim[group])
-    return slim
-
-
-def _slim(item: Any, api_version: str, kind: str) -> Any:
-    """Drop what no reader here uses, as soon as a page is decoded (peak memory at 50,000).
-
-    Kept: all metadata but managedFields and the last-applied annotation; for Pods the spec
-    fields that decide GPU requests and placement and the status phase and times; for Nodes
-    capacity, allocatable and conditions; for Workloads the pod templates' resource fields.
-    Everything ``quotas.ingest`` reads is in these sets.
-    """
-    if not isinstance(item, dict):
-        return item
-    # Items of core-group lists carry no apiVersion/kind; the list itself does.
-    item.setdefault("apiVersion", api_version)
-    item.setdefault("kind", kind)
-    meta = item.get("metadata")
-    if isinstance(meta, dict):
-        meta.pop("managedFields", None)
-        annotations = meta.get("annotations")
-        if isinstance(annotations, dict):
-            annotations.pop(LAST_APPLIED, None)
-    spec, status = item.get("spec"), item.get("status")
-    if kind == "Pod":
-        item["spec"] = _slim_pod_spec(spec)
-        if isinstance(status, dict):
-            slim = {k: status[k] for k in POD_STATUS_FIELDS if k in status}
-            if isinstance(slim.get("containerStatuses"), list):
-                slim["containerStatuses"] = [
-                    {k: c[k] for k in CONTAINER_STATUS_FIELDS if k in c}
-                    if isinstance(c, dict)
-                    else c
-                    for c in slim["containerStatuses"]
-                ]
-            item["status"] = slim
-    elif kind == "Node":
-        if isinstance(status, dict):
-            item["status"] = {k: status[k] for k in NODE_STATUS_FIELDS if k in status}
-    elif kind == "Workload" and isinstance(spec, dict) and isinstance(spec.get("podSets"), list):
-        for pod_set in spec["podSets"]:
-            template = pod_set.get("template") if isinstance(pod_set, dict) else None
-            if isinstance(template, dict) and "spec" in template:
-                template["spec"] = _slim_pod_spec(template["spec"])
-    return item
-
-
-def _status_message(body: Any, fallback: str) -> tuple[str, str]:
-    """(message, reason) from a Kubernetes Status body, else the fallback text."""
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", "replace")
-    if isinstance(body, str) and body:
-        try:
-            doc = json.loads(body)
-        except ValueError:
-            return body[:500], ""
-        if isinstance(doc, dict):
-            return str(doc.get("message") or fallback), str(doc.get("reason") or "")
-    return fallback, ""
-
-
-def error_from_status(status: int, message: str, reason: str = "") -> KubeError:
-    if status == 410:
-        return ResourceExpired(message, reason=reason or "Expired")
-    return KubeError(message, status, status in PERMANENT_STATUSES, reason=reason)
-
-
-def _map_api_exception(exc: ApiException, what: str) -> KubeError:
-    status = int(exc.status or 0)
-    message, reason = _status_message(exc.body, str(exc.reason or "error"))
-    if status == 0:
-        # The client raises status 0 for TLS failures: a configuration problem, not a blip.
-        return KubeError(f"{what}: {message}", None, True, reason="TLS")
-    return error_from_status(status, f"{what}: HTTP {status} {message}", reason)
-
-
 class KueueClient:
     """Reads Kueue objects, GPU pods and nodes from one API server."""
 
@@ -280,9 +97,13 @@ class KueueClient:
         *,
         page_size: int = PAGE_SIZE,
         name: str = "",
+        request_seconds: float = REQUEST_DEADLINE_SECONDS,
     ) -> None:
         self.api_client = api_client
+        # Every connection of this client can be cut at a call's deadline (core.deadlines).
+        guard_pool_manager(api_client.rest_client.pool_manager)
         self.page_size = page_size
+        self.request_seconds = request_seconds
         self.name = name or api_client.configuration.host
         self.custom = k8s.CustomObjectsApi(api_client)
         self.core = k8s.CoreV1Api(api_client)
@@ -298,6 +119,7 @@ class KueueClient:
         kubeconfig: str | None = None,
         context: str | None = None,
         page_size: int = PAGE_SIZE,
+        request_seconds: float = REQUEST_DEADLINE_SECONDS,
     ) -> KueueClient:
         """A client for the cluster: its service account when in-cluster, else a kubeconfig.
 
@@ -341,7 +163,13 @@ class KueueClient:
                 True,
                 reason="Config",
             ) from exc
-        return cls(k8s.ApiClient(configuration), page_size=page_size, name=cluster.name)
+        configuration.retries = RETRIES
+        return cls(
+            k8s.ApiClient(configuration),
+            page_size=page_size,
+            name=cluster.name,
+            request_seconds=request_seconds,
+        )
 
     def close(self) -> None:
         self.api_client.close()
@@ -353,12 +181,26 @@ class KueueClient:
         self.close()
 
     # --- plumbing ----------------------------------------------------------------------------
+    def _deadline(self, run_deadline: Deadline | None, seconds: float | None = None) -> Deadline:
+        own = Deadline(self.request_seconds if seconds is None else seconds, "the request deadline")
+        return own.sooner(run_deadline)
+
+    def _timeout(
+        self, what: str, deadline: Deadline, run_deadline: Deadline | None, *, started: bool
+    ) -> KubeTimeout:
+        if started:
+            message = f"{what}: no complete answer within {deadline}"
+        else:
+            message = f"{what}: not sent, {deadline} had passed"
+        return KubeTimeout(message, deadline=deadline, run_deadline=deadline is run_deadline)
+
     def _call(self, what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """Send one request (inside a ``Cut``'s ``attaching`` block); errors as ``KubeError``."""
         kwargs.setdefault("_request_timeout", (CONNECT_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS))
         try:
             response = func(*args, _preload_content=False, **kwargs)
         except ApiException as exc:
-            raise _map_api_exception(exc, what) from exc
+            raise map_api_exception(exc, what) from exc
         except urllib3.exceptions.HTTPError as exc:
             raise KubeError(f"{what}: {exc}", None, False, reason="Connection") from exc
         except OSError as exc:
@@ -378,7 +220,32 @@ class KueueClient:
             # A proxy's HTML error page or a truncated body: worth another try later.
             raise KubeError(f"{what}: answer is not JSON ({exc})", None, False) from exc
 
-    def _get_path(self, what: str, path: str, query: list[tuple[str, Any]] | None = None) -> Any:
+    def _fetch_json(
+        self, what: str, run_deadline: Deadline | None, func: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        """One whole GET (request, answer, retries) by its deadline, decoded from JSON."""
+        deadline = self._deadline(run_deadline)
+        if deadline.expired():
+            raise self._timeout(what, deadline, run_deadline, started=False)
+        with cut_at(deadline) as cut:
+            try:
+                with cut.attaching():
+                    response = self._call(what, func, *args, **kwargs)
+                return self._read_json(what, response)
+            except Exception as exc:
+                # Whatever a connection shut down under it raised, the deadline is the cause.
+                if cut.fired:
+                    raise self._timeout(what, deadline, run_deadline, started=True) from exc
+                raise
+
+    def _get_path(
+        self,
+        what: str,
+        path: str,
+        query: list[tuple[str, Any]] | None = None,
+        *,
+        deadline: Deadline | None = None,
+    ) -> Any:
         """GET an arbitrary API path (discovery documents, visibility subresources)."""
         method, url, headers, body, post = self.api_client.param_serialize(
             method="GET",
@@ -387,38 +254,32 @@ class KueueClient:
             header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"],
         )
-        try:
+
+        def get(_preload_content: bool = False, **kwargs: Any) -> Any:
             response = self.api_client.call_api(
-                method,
-                url,
-                header_params=headers,
-                body=body,
-                post_params=post,
-                _request_timeout=(CONNECT_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS),
+                method, url, header_params=headers, body=body, post_params=post, **kwargs
             )
-        except ApiException as exc:
-            raise _map_api_exception(exc, what) from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise KubeError(f"{what}: {exc}", None, False, reason="Connection") from exc
-        raw = response.response
-        if not 200 <= response.status <= 299:
-            raw.read()
-            message, reason = _status_message(raw.data, str(response.reason))
-            raw.release_conn()
-            raise error_from_status(
-                response.status, f"{what}: HTTP {response.status} {message}", reason
-            )
-        return self._read_json(what, raw)
+            raw = response.response
+            if not 200 <= response.status <= 299:
+                raw.read()
+                message, reason = status_message(raw.data, str(response.reason))
+                raw.release_conn()
+                raise error_from_status(
+                    response.status, f"{what}: HTTP {response.status} {message}", reason
+                )
+            return raw
+
+        return self._fetch_json(what, deadline, get)
 
     # --- discovery ---------------------------------------------------------------------------
-    def discover(self, refresh: bool = False) -> Discovery:
+    def discover(self, refresh: bool = False, *, deadline: Deadline | None = None) -> Discovery:
         """Served Kueue version (v1beta2, else v1beta1), its resources, and the visibility API."""
         with self._lock:
             if self._discovery is not None and not refresh:
                 return self._discovery
-        groups_doc = self._read_json(
-            "discovery /apis", self._call("discovery /apis", self.apis.get_api_versions)
-        )
+        groups_doc = self._fetch_json("discovery /apis", deadline, self.apis.get_api_versions)
+        if not isinstance(groups_doc, dict) or groups_doc.get("kind") != "APIGroupList":
+            raise KubeError("discovery /apis: answer is not an APIGroupList", None, False)
         served: dict[str, set[str]] = {}
         for group in groups_doc.get("groups") or []:
             versions = {v.get("version") for v in group.get("versions") or []}
@@ -427,10 +288,11 @@ class KueueClient:
         plurals: frozenset[str] = frozenset()
         if kueue_version is not None:
             what = f"discovery /apis/{KUEUE_GROUP}/{kueue_version}"
-            resources = self._read_json(
-                what,
-                self._call(what, self.custom.get_api_resources, KUEUE_GROUP, kueue_version),
+            resources = self._fetch_json(
+                what, deadline, self.custom.get_api_resources, KUEUE_GROUP, kueue_version
             )
+            if not isinstance(resources, dict) or resources.get("kind") != "APIResourceList":
+                raise KubeError(f"{what}: answer is not an APIResourceList", None, False)
             plurals = frozenset(
                 r.get("name", "")
                 for r in resources.get("resources") or []
@@ -464,14 +326,16 @@ class KueueClient:
             )
         return self.custom.list_cluster_custom_object, (kind.group, version, kind.plural), params
 
-    def list_objects(self, kind_name: str) -> ListResult:
+    def list_objects(self, kind_name: str, *, deadline: Deadline | None = None) -> ListResult:
         """Every object of a kind (all namespaces), page by page, plus the list resourceVersion.
 
         Pods are filtered here to those requesting GPUs, so 100,000 CPU pods never reach ingest.
-        A failure on any page raises: a partial LIST must never look complete.
+        Only a complete LIST comes back: a failed call raises ``KubeError``, and a page that is
+        not a ``<Kind>List`` with an ``items`` array, or a pagination that does not end, raises
+        ``IncompleteList``. A partial LIST must never look complete.
         """
         kind = KINDS_BY_NAME[kind_name]
-        discovery = self.discover()
+        discovery = self.discover(deadline=deadline)
         if not discovery.serves(kind):
             raise KubeError(
                 f"{kind.name}: not served by this API server",
@@ -482,6 +346,7 @@ class KueueClient:
         version = discovery.kueue_version or "v1"
         items: list[dict[str, Any]] = []
         token: str | None = None
+        tokens: set[str] = set()
         pages = filtered = 0
         resource_version = ""
         while True:
@@ -490,24 +355,33 @@ class KueueClient:
                 params["_continue"] = token
             func, args, params = self._list_call(kind, version, **params)
             what = f"LIST {kind.plural} page {pages + 1}"
-            doc = self._read_json(what, self._call(what, func, *args, **params))
+            doc = self._fetch_json(what, deadline, func, *args, **params)
             pages += 1
-            if not isinstance(doc, dict) or not isinstance(doc.get("items", []), list):
-                raise KubeError(f"{what}: answer is not a list", None, False)
-            meta = doc.get("metadata") or {}
-            list_version = doc.get("apiVersion") or (
-                f"{kind.group}/{version}" if kind.group else "v1"
-            )
-            for item in doc.get("items") or []:
+            page_items = list_items(what, doc, kind)
+            meta = doc.get("metadata")
+            meta = meta if isinstance(meta, dict) else {}
+            list_version = str(doc.get("apiVersion"))
+            for item in page_items:
                 if kind.name == "Pod" and not requests_gpus(item):
                     filtered += 1
                     continue
-                items.append(_slim(item, list_version, kind.name))
-            del doc
+                items.append(slim(item, list_version, kind.name))
+            del doc, page_items
             resource_version = str(meta.get("resourceVersion") or resource_version)
             token = meta.get("continue") or None
             if not token:
+                remaining = meta.get("remainingItemCount")
+                if isinstance(remaining, int) and remaining > 0:
+                    raise IncompleteList(
+                        f"{what}: {remaining} objects left but no continue token to read them"
+                    )
                 break
+            if not isinstance(token, str) or token in tokens or pages >= MAX_PAGES:
+                raise IncompleteList(
+                    f"{what}: the continue token does not move the LIST on "
+                    f"(repeated, or {pages} pages); the list never ends"
+                )
+            tokens.add(token)
         logger.debug(
             "cluster %s: listed %d %s in %d pages (rv %s)",
             self.name,
@@ -525,15 +399,19 @@ class KueueClient:
         timeout_seconds: int,
         *,
         stop: threading.Event | None = None,
+        deadline: Deadline | None = None,
     ) -> Iterator[WatchEvent]:
         """Events after ``resource_version`` until the server ends the stream (timeoutSeconds).
 
         BOOKMARK events carry only a resourceVersion. Pod events for pods that request no GPU
-        are dropped here, like in ``list_objects``. Raises ``ResourceExpired`` on 410 (relist), and
+        are dropped here, like in ``list_objects``. An event whose object is not of this kind or
+        has no name is logged and comes out as INVALID, never as the event it claims to be.
+        Raises ``ResourceExpired`` on 410 (relist), ``KubeTimeout`` when the stream is still
+        open ``WATCH_GRACE_SECONDS`` after ``timeout_seconds`` (or at ``deadline``), and
         ``KubeError`` for other failures and ERROR events.
         """
         kind = KINDS_BY_NAME[kind_name]
-        discovery = self.discover()
+        discovery = self.discover(deadline=deadline)
         version = discovery.kueue_version or "v1"
         func, args, params = self._list_call(
             kind,
@@ -544,33 +422,52 @@ class KueueClient:
             allow_watch_bookmarks=True,
         )
         what = f"WATCH {kind.plural} from {resource_version}"
-        response = self._call(
-            what,
-            func,
-            *args,
-            _request_timeout=(CONNECT_TIMEOUT_SECONDS, timeout_seconds + WATCH_GRACE_SECONDS),
-            **params,
-        )
+        bound = self._deadline(deadline, timeout_seconds + WATCH_GRACE_SECONDS)
+        if bound.expired():
+            raise self._timeout(what, bound, deadline, started=False)
         default_version = f"{kind.group}/{version}" if kind.group else "v1"
-        try:
-            buffer = b""
-            for chunk in response.stream(65536, decode_content=True):
-                if stop is not None and stop.is_set():
-                    return
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    event = self._decode_event(what, line, kind, default_version)
+        with cut_at(bound) as cut:
+            try:
+                with cut.attaching():
+                    response = self._call(
+                        what,
+                        func,
+                        *args,
+                        _request_timeout=(
+                            CONNECT_TIMEOUT_SECONDS,
+                            timeout_seconds + WATCH_GRACE_SECONDS,
+                        ),
+                        **params,
+                    )
+            except Exception as exc:
+                if cut.fired:
+                    raise self._timeout(what, bound, deadline, started=True) from exc
+                raise
+            try:
+                buffer = b""
+                for chunk in response.stream(65536, decode_content=True):
+                    if stop is not None and stop.is_set():
+                        return
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        event = self._decode_event(what, line, kind, default_version)
+                        if event is not None:
+                            yield event
+                if cut.fired:
+                    raise self._timeout(what, bound, deadline, started=True)
+                if buffer.strip():
+                    event = self._decode_event(what, buffer, kind, default_version)
                     if event is not None:
                         yield event
-            if buffer.strip():
-                event = self._decode_event(what, buffer, kind, default_version)
-                if event is not None:
-                    yield event
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise KubeError(f"{what}: {exc}", None, False, reason="Connection") from exc
-        finally:
-            response.release_conn()
+            except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+                if cut.fired:
+                    raise self._timeout(what, bound, deadline, started=True) from exc
+                if isinstance(exc, ValueError):
+                    raise
+                raise KubeError(f"{what}: {exc}", None, False, reason="Connection") from exc
+            finally:
+                response.release_conn()
 
     def _decode_event(
         self, what: str, line: bytes, kind: Kind, default_version: str
@@ -597,22 +494,28 @@ class KueueClient:
         if event_type not in {"ADDED", "MODIFIED", "DELETED", "BOOKMARK"}:
             logger.warning("%s: ignoring watch event of type %r", what, event_type)
             return None
-        if not isinstance(obj, dict):
-            raise KubeError(f"{what}: {event_type} event without an object", None, False)
+        problem = event_problem(obj, kind, event_type)
+        if problem or not isinstance(obj, dict):
+            logger.warning(
+                "cluster %s: %s: %s event skipped: %s", self.name, what, event_type, problem
+            )
+            return WatchEvent("INVALID", {}, "", problem=f"{event_type} {problem}")
         meta = obj.get("metadata")
         rv = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
         if event_type != "BOOKMARK" and kind.name == "Pod" and not requests_gpus(obj):
             # Still a resourceVersion to resume from.
             return WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": rv}}, rv)
-        return WatchEvent(event_type, _slim(obj, default_version, kind.name), rv)
+        return WatchEvent(event_type, slim(obj, default_version, kind.name), rv)
 
     # --- visibility API ----------------------------------------------------------------------
-    def pending_workloads(self, cluster_queue: str) -> list[dict[str, Any]]:
+    def pending_workloads(
+        self, cluster_queue: str, *, deadline: Deadline | None = None
+    ) -> list[dict[str, Any]]:
         """Kueue's pending workloads of one ClusterQueue in queue order (visibility API).
 
         Raises ``KubeError`` (permanent, reason ``NotServed``) when the API is not served.
         """
-        version = self.discover().visibility_version
+        version = self.discover(deadline=deadline).visibility_version
         if version is None:
             raise KubeError(f"{VISIBILITY_GROUP} is not served", 404, True, reason="NotServed")
         path = (
@@ -626,6 +529,7 @@ class KueueClient:
                 f"GET pending workloads of {cluster_queue}",
                 path,
                 [("limit", VISIBILITY_PAGE_SIZE), ("offset", offset)],
+                deadline=deadline,
             )
             page = doc.get("items") if isinstance(doc, dict) else None
             if not isinstance(page, list):
