@@ -41,7 +41,18 @@ def cluster_queue_usage_chart(
     names, allocated = stacked(
         by_flavor, lambda flavor: flavor or "no flavor", "allocated_gpu_hours"
     )
-    totals = added_up(by_flavor, len(hours))
+    totals = added_up(
+        by_flavor,
+        len(hours),
+        (
+            "borrowed_gpu_hours",
+            "nominal_gpu_hours",
+            "lent_gpu_hours",
+            "active_gpu_hours",
+            "telemetry_gpu_hours",
+            "pending_gpu_hours",
+        ),
+    )
     x = x_axis(hours)
     data = [
         plotting.line(

@@ -32,7 +32,7 @@ def cohort_usage_chart(
     cohort = get_cohort_for_user(request, cluster, name)
     span = time_range.covered_hours()
     hours = span.starts()
-    members = member_hours(cohort.pk, span)
+    members = member_hours(cohort.pk, span, ("allocated_gpu_hours", "nominal_gpu_hours"))
     names, allocated = stacked(members, str, "allocated_gpu_hours")
     x = x_axis(hours)
     data = [
@@ -50,7 +50,7 @@ def cohort_usage_chart(
         plotting.line(
             "Nominal quota (members)",
             x,
-            per_hour(added_up(members, len(hours)), "nominal_gpu_hours"),
+            per_hour(added_up(members, len(hours), ("nominal_gpu_hours",)), "nominal_gpu_hours"),
             color=plotting.COLORS["nominal"],
             unit="GPUs",
             dash="dash",
@@ -68,7 +68,7 @@ def cohort_borrowing_chart(
     """Borrowed (above zero) and lent (below zero) GPUs per member ClusterQueue, stacked."""
     cohort = get_cohort_for_user(request, cluster, name)
     span = time_range.covered_hours()
-    members = member_hours(cohort.pk, span)
+    members = member_hours(cohort.pk, span, ("borrowed_gpu_hours", "lent_gpu_hours"))
     borrowed_names, borrowed = stacked(members, str, "borrowed_gpu_hours")
     lent_names, lent = stacked(members, str, "lent_gpu_hours")
     colors = {

@@ -83,7 +83,7 @@ def team_queues_chart(request: HttpRequest, time_range: TimeRange, name: str) ->
     """Allocated GPUs per ClusterQueue and flavor (stacked) with each one's nominal quota."""
     team = get_team_for_user(request, name)
     span = time_range.covered_hours()
-    series_by_queue = team_queue_hours(team, span)
+    series_by_queue = team_queue_hours(team, span, ("allocated_gpu_hours", "nominal_gpu_hours"))
 
     def label(group: tuple[str, str]) -> str:
         queue, flavor = group

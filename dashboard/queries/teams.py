@@ -128,10 +128,13 @@ def team_hours(team: Team, span: HourSpan) -> list[Figures | None]:
     return HourlyRollup.objects.for_scope(RollupScope.TEAM).filter(team=team).hourly(span)
 
 
-def team_queue_hours(team: Team, span: HourSpan) -> dict[tuple[str, str], list[Figures | None]]:
-    """Per (ClusterQueue name, flavor) of the team: a ``Figures`` or None per hour of the span."""
+def team_queue_hours(
+    team: Team, span: HourSpan, names: tuple[str, ...]
+) -> dict[tuple[str, str], list[Figures | None]]:
+    """Per (ClusterQueue name, flavor) of the team: a ``Figures`` or None per hour of the span,
+    with the figures ``names`` the chart plots (see ``cohorts.member_hours``)."""
     return (
         HourlyRollup.objects.for_scope(RollupScope.CLUSTER_QUEUE)
         .filter(cluster_queue__team=team)
-        .series(span, ("cluster_queue__name", "flavor"))
+        .series(span, ("cluster_queue__name", "flavor"), names=names)
     )
