@@ -56,20 +56,21 @@ def added_up(
     series: Mapping[Any, Hourly], hours: int, names: Sequence[str]
 ) -> list[Figures | None]:
     """Per hour, the figures ``names`` of every group of a ``series`` added up (the others stay
-    0); None where no group has a row. Only what the chart plots is added: a month of a
-    20-queue cohort is 14,000 group-hours."""
-    total: list[Figures | None] = [None] * hours
+    0); None where no group has a row. Only what the chart plots is added, as plain floats: a
+    month of a 20-queue cohort is 14,000 group-hours."""
+    sums = {name: [0.0] * hours for name in names}
+    seen = [False] * hours
     for hourly in series.values():
         for position, hour in enumerate(hourly):
             if hour is None:
                 continue
-            current = total[position]
-            if current is None:
-                current = total[position] = Figures()
-            mine, theirs = vars(current), vars(hour)
+            seen[position] = True
             for name in names:
-                mine[name] += theirs[name]
-    return total
+                sums[name][position] += getattr(hour, name)
+    return [
+        Figures(**{name: sums[name][position] for name in names}) if seen[position] else None
+        for position in range(hours)
+    ]
 
 
 def range_layout(time_range: TimeRange, title: str, y_title: str, **extra: Any) -> dict:
