@@ -32,7 +32,9 @@ def busy_teams_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, A
 @chart_view
 def busy_time_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
     span = time_range.covered_hours()
-    hourly = HourlyRollup.objects.for_scope(RollupScope.FLEET).hourly(span)
+    hourly = HourlyRollup.objects.for_scope(RollupScope.FLEET).hourly(
+        span, names=(BUSY, "idle_gpu_hours")
+    )
     x = x_axis(span.starts())
     data = [
         plotting.line(

@@ -19,7 +19,10 @@ from ledger.models import HourlyRollup
 def capacity_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
     """Capacity vs allocated vs active GPUs per hour (fleet-scope rollups; GPU-hours/h = GPUs)."""
     span = time_range.covered_hours()
-    hourly = HourlyRollup.objects.for_scope(RollupScope.FLEET).hourly(span)
+    hourly = HourlyRollup.objects.for_scope(RollupScope.FLEET).hourly(
+        span,
+        names=("capacity_gpu_hours", "allocated_gpu_hours", "active_gpu_hours", "idle_gpu_hours"),
+    )
     x = x_axis(span.starts())
 
     def series(name: str) -> list[float | None]:

@@ -123,9 +123,24 @@ def team_workloads(team: Team, time_range: TimeRange, state: str) -> QuerySet[Wo
 # --- Charts -------------------------------------------------------------------------------------
 
 
+# What the team's allocation chart plots (dashboard.charts.teams): reading only these keeps the
+# per-hour series cheap over 30 days.
+TEAM_CHART_FIGURES = (
+    "allocated_gpu_hours",
+    "nominal_gpu_hours",
+    "borrowed_gpu_hours",
+    "active_gpu_hours",
+    "telemetry_gpu_hours",
+)
+
+
 def team_hours(team: Team, span: HourSpan) -> list[Figures | None]:
     """The team's figures per hour the span counts (None: no rollup that hour)."""
-    return HourlyRollup.objects.for_scope(RollupScope.TEAM).filter(team=team).hourly(span)
+    return (
+        HourlyRollup.objects.for_scope(RollupScope.TEAM)
+        .filter(team=team)
+        .hourly(span, names=TEAM_CHART_FIGURES)
+    )
 
 
 def team_queue_hours(
