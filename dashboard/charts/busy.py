@@ -17,7 +17,7 @@ from ledger.models import HourlyRollup
 
 @chart_view
 def busy_teams_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
-    teams = busy_by_team(time_range.covered_hours(), request.user)[:RANKING_SIZE]
+    teams = busy_by_team(time_range.covered_hours(), request.user, names=(BUSY,))[:RANKING_SIZE]
     teams.reverse()
     return team_ranking(
         "Busy-but-not-working GPU-hours by team",
