@@ -41,7 +41,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Case, Exists, F, IntegerField, OuterRef, Q, Value, When
 from django.db.models.functions import Concat, TruncDay, TruncMonth
 
-from core.params import InvalidParameter, check_moment, check_text
+from core.params import InvalidParameter, check_moment
 from fleet.models import Cluster, Node
 from ledger.choices import RateKind, RollupScope
 from ledger.figures import Figures
@@ -559,12 +559,9 @@ def check_window(start: datetime, end: datetime, *, start_name: str, end_name: s
 
 
 def resolve_cluster(name: str | None) -> Cluster | None:
+    # Text bounds (no NUL, length) are checked for every API parameter by core.api.ApiViewMixin.
     if not name:
         return None
-    try:
-        check_text("cluster", name)
-    except InvalidParameter as exc:
-        raise ChargebackError("cluster", exc.reason) from None
     cluster = Cluster.objects.filter(name=name).first()
     if cluster is None:
         raise ChargebackError("cluster", f"unknown cluster {name!r}")
