@@ -414,3 +414,11 @@ CELERY_BEAT_SCHEDULE = {
 }
 # Members of this Django group see every team's detail and chargeback (finance, auditors).
 GPULEDGER_FINANCE_GROUP = env_str("GPULEDGER_FINANCE_GROUP", "finance")
+# What a team lead sees of other teams (quotas/access.py): "private" (default), only fleet
+# totals and anonymised cohort members; "public", every team's figures (organisations that want
+# transparency). Staff and the finance group see everything either way.
+GPULEDGER_TEAM_VISIBILITY = env_str("GPULEDGER_TEAM_VISIBILITY", "private").strip().lower()
+if GPULEDGER_TEAM_VISIBILITY not in ("private", "public"):
+    raise ImproperlyConfigured(
+        f"GPULEDGER_TEAM_VISIBILITY={GPULEDGER_TEAM_VISIBILITY!r} must be private or public"
+    )

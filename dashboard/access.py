@@ -1,8 +1,9 @@
 """The object a quota page or chart URL names, for the user who asks (404 or 403 otherwise).
 
-The rules are ``quotas.access`` (staff and finance see everything, a team lead the detail of
-their teams); this module applies them to requests, so a page and its charts open and refuse
-the same things. ``allowed_team_ids`` reads the user's teams once per request.
+The policy is ``quotas.access`` (staff and finance see everything; a team lead the detail of
+their teams, or of every team with ``GPULEDGER_TEAM_VISIBILITY=public``); this module applies
+it to requests, so a page and its charts open and refuse the same things. ``allowed_team_ids``
+asks the policy once per request; everything else here reuses that answer.
 """
 
 from __future__ import annotations
@@ -11,8 +12,17 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 
-from quotas.access import can_view_cluster_queue, can_view_team, visible_team_ids
+from quotas.access import sees_team, visible_team_ids
 from quotas.models import ClusterQueue, Cohort, Team, Workload
+
+__all__ = [
+    "allowed_team_ids",
+    "get_cluster_queue_for_user",
+    "get_cohort_for_user",
+    "get_team_for_user",
+    "get_workload_for_user",
+    "sees_team",
+]
 
 
 def allowed_team_ids(request: HttpRequest) -> set[int] | None:
@@ -24,13 +34,9 @@ def allowed_team_ids(request: HttpRequest) -> set[int] | None:
     return cached  # type: ignore[return-value]
 
 
-def sees_team(allowed: set[int] | None, team_id: int | None) -> bool:
-    return allowed is None or (team_id is not None and team_id in allowed)
-
-
 def get_team_for_user(request: HttpRequest, name: str) -> Team:
     team = get_object_or_404(Team, name=name)
-    if not can_view_team(request.user, team):
+    if not sees_team(allowed_team_ids(request), team.pk):
         raise PermissionDenied("Only this team's leads (and staff) see its detail.")
     return team
 
@@ -41,14 +47,14 @@ def get_cluster_queue_for_user(request: HttpRequest, cluster: str, name: str) ->
         cluster__name=cluster,
         name=name,
     )
-    if not can_view_cluster_queue(request.user, cluster_queue):
+    if not sees_team(allowed_team_ids(request), cluster_queue.team_id):
         raise PermissionDenied("Only the owning team's leads (and staff) see this queue.")
     return cluster_queue
 
 
 def get_cohort_for_user(request: HttpRequest, cluster: str, name: str) -> Cohort:
-    # A cohort is shared by several teams: every signed-in user sees its aggregates; workload
-    # names of teams the user does not lead are hidden on the page.
+    # A cohort is shared by several teams: every signed-in user sees its aggregates; the members
+    # of teams the user may not see are summed anonymously on its page and charts.
     return get_object_or_404(
         Cohort.objects.select_related("cluster"), cluster__name=cluster, name=name
     )

@@ -21,14 +21,15 @@ from django.http import HttpRequest
 from core import figures as formulas
 from core import plotting
 from core.ranges import TimeRange
-from dashboard.decorators import choice_param, int_param
+from dashboard.access import allowed_team_ids
+from dashboard.decorators import BadParameter, choice_param, int_param
 from dashboard.frame import paginate
 from dashboard.queries.holders import HOLDER_FIELDS, Holder, holder_from_row
 from dashboard.queries.now import latest_usage
 from dashboard.templatetags.formatting import gpu_label
 from fleet.models import MIG_COMPUTE_SLICES, Gpu, Node
 from ledger.models import GpuUsage
-from quotas.access import visible_team_ids
+from quotas.access import sees_team
 from quotas.models import Team
 
 MAP_NODES_PER_PAGE = 100
@@ -58,6 +59,10 @@ class MapQuery:
             group=choice_param(request, "group", MAP_GROUPS, "flavor"),
             value=choice_param(request, "value", MAP_VALUES, "latest"),
         )
+        if query.team is not None and not sees_team(allowed_team_ids(request), query.team):
+            # The same answer for a team that does not exist: which nodes another team holds
+            # is that team's detail (quotas.access).
+            raise BadParameter(f"team={query.team} is not a team you can filter by")
         query.params = {
             key: str(value)
             for key, value in (
@@ -119,8 +124,10 @@ def node_choices(field_name: str) -> list[str]:
     return list(values)
 
 
-def team_choices() -> list[Team]:
-    return list(Team.objects.only("pk", "name", "display_name").order_by("name"))
+def team_choices(allowed: set[int] | None) -> list[Team]:
+    """The teams the map's "held by team" filter offers: those the user may see."""
+    teams = Team.objects.only("pk", "name", "display_name").order_by("name")
+    return list(teams if allowed is None else teams.filter(pk__in=allowed))
 
 
 @dataclass
@@ -137,7 +144,7 @@ def map_cells(
     query: MapQuery,
     windows: dict[int, datetime],
     time_range: TimeRange,
-    user: Any,
+    allowed: set[int] | None,
 ) -> dict[int, list[GpuCell]]:
     """node id → its GPUs with activity (latest window, or mean over the range) and holders."""
     node_ids = [node.pk for node in nodes]
@@ -145,7 +152,6 @@ def map_cells(
         Gpu.objects.physical().filter(node_id__in=node_ids).order_by("node_id", "index", "gi_id")
     )
     cells = {gpu.pk: GpuCell(gpu) for gpu in gpus}
-    allowed = visible_team_ids(user)
     if cells and windows:
         rows = latest_usage(windows).filter(gpu_id__in=list(cells)).values(*HOLDER_FIELDS)
         for row in rows:

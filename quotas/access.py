@@ -1,7 +1,20 @@
-"""Who may see what: the one set of access rules for pages and the REST API.
+"""Who may see what: the one team-visibility policy of pages, charts, chargeback, OpenCost and
+the read API.
 
-Staff and members of the finance group see everything. Everyone else who is signed in sees
-fleet-level aggregates, and the full detail of the teams they lead.
+Staff and members of the finance group (``GPULEDGER_FINANCE_GROUP``) see everything. Everyone
+else who is signed in sees fleet-level aggregates and, by ``GPULEDGER_TEAM_VISIBILITY``:
+
+- ``private`` (the default): the per-team figures, names, queues and workloads of the teams
+  they lead only. Other teams count in fleet totals and appear as anonymised members of a
+  cohort ("another team's queue", "other members (2)", summed), never by name and never with a
+  figure of their own next to a name.
+- ``public``: every team's figures, pages, queues and workloads. (Admin features stay
+  staff-only: that is Django's admin permissions, not this policy.)
+
+``visible_team_ids`` is the policy: every caller asks it once per request (the dashboard through
+``dashboard.access.allowed_team_ids``) and filters with ``sees_team`` or ``team_id__in``, never
+one query per row. Rows without a team (unattributed usage, queues no team owns) are team
+detail nobody leads: visible only to those who see everything.
 """
 
 from __future__ import annotations
@@ -12,8 +25,37 @@ from django.conf import settings
 
 from quotas.models import ClusterQueue, Team
 
+PRIVATE = "private"
+PUBLIC = "public"
+
+# How hidden things read wherever a page or chart would have named them.
+ANOTHER_TEAM = "another team"
+ANOTHER_TEAMS_QUEUE = "another team's queue"
+ANOTHER_TEAMS_WORKLOAD = "a workload of another team"
+
+
+def other_teams_label(count: int) -> str:
+    """The row or series that sums the teams a user may not see by name."""
+    return f"Other teams ({count})"
+
+
+def other_members_label(count: int) -> str:
+    """The row or series that sums a cohort's members a user may not see by name."""
+    return f"Other members ({count})"
+
+
+def hide_queue_path(text: str, path: str) -> str:
+    """``text`` (a Kueue preemption message) with the preemptor's queue path taken out: that
+    path names another team's ClusterQueue when the preemptor is not visible."""
+    return text.replace(path, ANOTHER_TEAMS_QUEUE) if path else text
+
+
+def team_visibility() -> str:
+    return settings.GPULEDGER_TEAM_VISIBILITY
+
 
 def sees_everything(user: Any) -> bool:
+    """Staff and the finance group: every team, whatever ``GPULEDGER_TEAM_VISIBILITY`` says."""
     if not getattr(user, "is_authenticated", False):
         return False
     if user.is_staff or user.is_superuser:
@@ -21,22 +63,31 @@ def sees_everything(user: Any) -> bool:
     return bool(user.groups.filter(name=settings.GPULEDGER_FINANCE_GROUP).exists())
 
 
-def visible_team_ids(user: Any) -> set[int] | None:
-    """The ids of the teams whose detail ``user`` may see; ``None`` means all of them."""
-    if sees_everything(user):
-        return None
+def led_team_ids(user: Any) -> set[int]:
+    """The teams ``user`` leads (one query)."""
     if not getattr(user, "is_authenticated", False):
         return set()
     return set(Team.objects.filter(leads=user).values_list("id", flat=True))
 
 
+def visible_team_ids(user: Any) -> set[int] | None:
+    """The ids of the teams whose figures, names and objects ``user`` may see; ``None`` means
+    every team's (and rows without a team). At most two queries: call it once per request."""
+    if not getattr(user, "is_authenticated", False):
+        return set()
+    if team_visibility() == PUBLIC or sees_everything(user):
+        return None
+    return led_team_ids(user)
+
+
+def sees_team(allowed: set[int] | None, team_id: int | None) -> bool:
+    """Whether a row of team ``team_id`` is visible under ``allowed`` (``visible_team_ids``)."""
+    return allowed is None or (team_id is not None and team_id in allowed)
+
+
 def can_view_team(user: Any, team: Team) -> bool:
-    allowed = visible_team_ids(user)
-    return allowed is None or team.pk in allowed
+    return sees_team(visible_team_ids(user), team.pk)
 
 
 def can_view_cluster_queue(user: Any, cluster_queue: ClusterQueue) -> bool:
-    allowed = visible_team_ids(user)
-    return allowed is None or (
-        cluster_queue.team_id is not None and cluster_queue.team_id in allowed
-    )
+    return sees_team(visible_team_ids(user), cluster_queue.team_id)

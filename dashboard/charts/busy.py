@@ -8,6 +8,7 @@ from django.http import HttpRequest
 
 from core import plotting
 from core.ranges import TimeRange
+from dashboard.access import allowed_team_ids
 from dashboard.charts.parts import RANKING_SIZE, per_hour, team_ranking, x_axis
 from dashboard.decorators import chart_view
 from dashboard.queries.busy import BUSY, busy_by_team
@@ -17,7 +18,9 @@ from ledger.models import HourlyRollup
 
 @chart_view
 def busy_teams_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
-    teams = busy_by_team(time_range.covered_hours(), request.user, names=(BUSY,))[:RANKING_SIZE]
+    teams = busy_by_team(time_range.covered_hours(), allowed_team_ids(request), names=(BUSY,))[
+        :RANKING_SIZE
+    ]
     teams.reverse()
     return team_ranking(
         "Busy-but-not-working GPU-hours by team",

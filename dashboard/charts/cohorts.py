@@ -3,13 +3,14 @@ who lends over time."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest
 
 from core import plotting
 from core.ranges import TimeRange
-from dashboard.access import get_cohort_for_user
+from dashboard.access import allowed_team_ids, get_cohort_for_user, sees_team
 from dashboard.charts.parts import (
     GPUS_AXIS,
     added_up,
@@ -21,7 +22,23 @@ from dashboard.charts.parts import (
     x_axis,
 )
 from dashboard.decorators import chart_view
-from dashboard.queries.cohorts import member_hours
+from dashboard.queries.cohorts import member_hours, member_teams
+from ledger.figures import Figures
+from quotas.access import other_members_label
+
+
+def member_label(
+    request: HttpRequest, cohort_id: int, members: dict[str, list[Figures | None]]
+) -> Callable[[str], str]:
+    """A member's series label: its name, or, for the members of teams the user may not see,
+    one "Other members (N)" label that ``stacked`` sums them under (quotas.access)."""
+    allowed = allowed_team_ids(request)
+    if allowed is None:
+        return str
+    teams = member_teams(cohort_id)
+    hidden = {name for name in members if not sees_team(allowed, teams.get(name))}
+    others = other_members_label(len(hidden))
+    return lambda name: others if name in hidden else name
 
 
 @chart_view
@@ -33,7 +50,9 @@ def cohort_usage_chart(
     span = time_range.covered_hours()
     hours = span.starts()
     members = member_hours(cohort.pk, span, ("allocated_gpu_hours", "nominal_gpu_hours"))
-    names, allocated = stacked(members, str, "allocated_gpu_hours")
+    names, allocated = stacked(
+        members, member_label(request, cohort.pk, members), "allocated_gpu_hours"
+    )
     x = x_axis(hours)
     data = [
         plotting.line(
@@ -69,8 +88,9 @@ def cohort_borrowing_chart(
     cohort = get_cohort_for_user(request, cluster, name)
     span = time_range.covered_hours()
     members = member_hours(cohort.pk, span, ("borrowed_gpu_hours", "lent_gpu_hours"))
-    borrowed_names, borrowed = stacked(members, str, "borrowed_gpu_hours")
-    lent_names, lent = stacked(members, str, "lent_gpu_hours")
+    label = member_label(request, cohort.pk, members)
+    borrowed_names, borrowed = stacked(members, label, "borrowed_gpu_hours")
+    lent_names, lent = stacked(members, label, "lent_gpu_hours")
     colors = {
         name: plotting.SERIES[i % len(plotting.SERIES)]
         for i, name in enumerate(sorted(set(borrowed_names) | set(lent_names)))

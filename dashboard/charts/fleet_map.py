@@ -8,6 +8,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 from core.ranges import TimeRange
+from dashboard.access import allowed_team_ids
 from dashboard.decorators import chart_view
 from dashboard.fleet_map import MapQuery, map_cells, map_figure, map_page
 from dashboard.queries.now import latest_windows
@@ -19,6 +20,6 @@ def map_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
     windows = latest_windows()
     page, _ = map_page(request, query, windows)
     nodes = list(page.object_list)
-    cells = map_cells(nodes, query, windows, time_range, request.user)
+    cells = map_cells(nodes, query, windows, time_range, allowed_team_ids(request))
     gpu_url = reverse("fleet:gpu", args=[0])
     return map_figure(nodes, cells, query, gpu_url)

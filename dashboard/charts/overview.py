@@ -8,6 +8,7 @@ from django.http import HttpRequest
 
 from core import plotting
 from core.ranges import TimeRange
+from dashboard.access import allowed_team_ids
 from dashboard.charts.parts import RANKING_SIZE, per_hour, team_ranking, x_axis
 from dashboard.decorators import chart_view
 from dashboard.queries.ranking import ranked_teams
@@ -73,7 +74,11 @@ def _ranking(
     request: HttpRequest, time_range: TimeRange, name: str, title: str, color: str
 ) -> dict[str, Any]:
     ranked = ranked_teams(
-        time_range.covered_hours(), request.user, by=name, names=(name,), only_positive=True
+        time_range.covered_hours(),
+        allowed_team_ids(request),
+        by=name,
+        names=(name,),
+        only_positive=True,
     )[:RANKING_SIZE]
     ranked.reverse()  # horizontal bars: biggest on top
     return team_ranking(

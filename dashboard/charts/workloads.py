@@ -17,7 +17,7 @@ from django.utils import timezone
 from core import plotting
 from core.ranges import TimeRange
 from core.timewindows import hour_floor
-from dashboard.access import get_workload_for_user
+from dashboard.access import allowed_team_ids, get_workload_for_user, sees_team
 from dashboard.charts.parts import (
     HOUR,
     TIME_AXIS,
@@ -29,6 +29,7 @@ from dashboard.charts.parts import (
 from dashboard.decorators import chart_view, choice_param
 from dashboard.live import WORKLOAD_LIVE_SPAN, live_workload_points, read_live, unavailable_notice
 from dashboard.queries import workloads as queries
+from quotas.access import hide_queue_path
 from quotas.choices import TransitionKind
 
 # Per-GPU lines on the workload activity chart; bigger gangs get their mean and spread.
@@ -98,6 +99,13 @@ def workload_timeline_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
     workload = get_workload_for_user(request, pk)
     now = timezone.now()
     transitions = queries.timeline_transitions(workload, MAX_TRANSITIONS)
+    allowed = allowed_team_ids(request)
+    for transition in transitions:
+        # As on the page: a preemptor the user may not see leaves no queue name in the message.
+        if not sees_team(allowed, transition["preemptor_team_id"]):
+            transition["message"] = hide_queue_path(
+                transition["message"], transition["preemptor_path"]
+            )
     recorded = len(transitions)
     created = workload.observed_at
     if created is not None and (not transitions or created < transitions[0]["at"]):

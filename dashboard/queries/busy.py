@@ -23,7 +23,6 @@ from dashboard.queries.ranking import TeamFigures, ranked_teams
 from ledger.choices import RollupScope
 from ledger.figures import Figures
 from ledger.models import HourlyRollup
-from quotas.access import visible_team_ids
 from quotas.models import Team, Workload
 
 BUSY_WORKLOADS_LIMIT = 50
@@ -48,10 +47,10 @@ BUSY_TEAM_FIGURES = (
 
 
 def busy_by_team(
-    span: HourSpan, user: Any, names: tuple[str, ...] = BUSY_TEAM_FIGURES
+    span: HourSpan, allowed: set[int] | None, names: tuple[str, ...] = BUSY_TEAM_FIGURES
 ) -> list[TeamFigures]:
     """Teams with busy-but-not-working GPU-hours in the span, most first, with ``names``."""
-    return ranked_teams(span, user, by=BUSY, names=names, only_positive=True)
+    return ranked_teams(span, allowed, by=BUSY, names=names, only_positive=True)
 
 
 def fleet_figures(span: HourSpan) -> Figures:
@@ -72,10 +71,9 @@ class BusyWorkload:
     team_url: str | None
 
 
-def busy_by_workload(span: HourSpan, user: Any) -> tuple[list[BusyWorkload], float]:
+def busy_by_workload(span: HourSpan, allowed: set[int] | None) -> tuple[list[BusyWorkload], float]:
     """Workloads the user may see, most busy-not-working GPU-hours first (at most
     ``BUSY_WORKLOADS_LIMIT``); and the busy GPU-hours of the workloads hidden from the user."""
-    allowed = visible_team_ids(user)
     # Only workload-hours that had any (the index's condition), per workload and team id: the
     # scan reads integers and the figures the index carries, and no text.
     rows = (
@@ -124,11 +122,12 @@ def busy_by_workload(span: HourSpan, user: Any) -> tuple[list[BusyWorkload], flo
     return result, hidden
 
 
-def busy_gpus_now(windows: dict[int, datetime], user: Any) -> tuple[list[dict[str, Any]], float]:
+def busy_gpus_now(
+    windows: dict[int, datetime], allowed: set[int] | None
+) -> tuple[list[dict[str, Any]], float]:
     util_min, sm_max = busy_thresholds()
     rows = latest_usage(windows).filter(allocated=True, gpu_util__gte=util_min, activity__lt=sm_max)
     total = rows.aggregate(gpus=Sum("gpus"))["gpus"] or 0.0 if windows else 0.0
-    allowed = visible_team_ids(user)
     result = []
     for row in rows.values(*HOLDER_FIELDS, "node_name", "gpu__index", "gpu__gi_id").order_by(
         "-gpu_util", "node_name", "gpu__index"

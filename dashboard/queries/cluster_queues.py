@@ -23,12 +23,23 @@ from quotas.models import ClusterQueue, Workload, WorkloadTransition
 EVICTION_KINDS = [TransitionKind.EVICTED, TransitionKind.PREEMPTED]
 
 
-def cluster_queues(search: str) -> QuerySet[ClusterQueue]:
-    """ClusterQueues that exist whose name or cohort name contains ``search``."""
+def cluster_queues(search: str, allowed: set[int] | None) -> QuerySet[ClusterQueue]:
+    """ClusterQueues that exist, of the teams ``allowed`` (``quotas.access``; None: all), whose
+    name or cohort name contains ``search``."""
     queues = ClusterQueue.objects.present().select_related("cluster", "cohort", "team")
+    if allowed is not None:
+        queues = queues.filter(team_id__in=allowed)
     if search:
         queues = queues.filter(Q(name__icontains=search) | Q(cohort_name__icontains=search))
     return queues.order_by("cluster__name", "name")
+
+
+def hidden_queue_count(allowed: set[int] | None) -> int:
+    """How many existing ClusterQueues ``allowed`` hides; whatever the search, so a search
+    cannot tell whether another team's queue name exists."""
+    if allowed is None:
+        return 0
+    return ClusterQueue.objects.present().exclude(team_id__in=allowed).count()
 
 
 def _queue_rollups(queue: ClusterQueue) -> HourlyRollupQuerySet:

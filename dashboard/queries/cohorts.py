@@ -146,6 +146,11 @@ def borrowing_workloads(queue_filter: Q) -> tuple[list[Workload], bool]:
 # --- Charts -------------------------------------------------------------------------------------
 
 
+def member_teams(cohort_id: int) -> dict[str, int | None]:
+    """ClusterQueue name → owning team id, of every queue that ever named the cohort."""
+    return dict(ClusterQueue.objects.filter(cohort_id=cohort_id).values_list("name", "team_id"))
+
+
 def member_hours(
     cohort_id: int, span: HourSpan, names: tuple[str, ...]
 ) -> dict[str, list[Figures | None]]:

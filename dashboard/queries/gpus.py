@@ -36,7 +36,6 @@ from dashboard.queries.holders import (
 from dashboard.queries.now import latest_usage, latest_windows
 from fleet.models import Gpu
 from ledger.models import GpuUsage
-from quotas.access import visible_team_ids
 
 HOLDERS_LIMIT = 200
 # Detail charts plot raw windows up to this span, hourly means beyond it (Plotly stays smooth
@@ -44,10 +43,9 @@ HOLDERS_LIMIT = 200
 RAW_SPAN = timedelta(hours=24)
 
 
-def gpu_rows(gpus: list[Gpu], user: Any) -> list[dict[str, Any]]:
+def gpu_rows(gpus: list[Gpu], allowed: set[int] | None) -> list[dict[str, Any]]:
     """Each GPU's reading and holders in its cluster's newest window (one query)."""
     windows = latest_windows()
-    allowed = visible_team_ids(user)
     readings: dict[int, dict[str, Any]] = {}
     holders: dict[int, list[dict[str, Any]]] = {}
     usage = (
@@ -81,14 +79,13 @@ def gpu_rows(gpus: list[Gpu], user: Any) -> list[dict[str, Any]]:
 
 
 def holders_over_range(
-    gpu_ids: list[int], time_range: TimeRange, user: Any
+    gpu_ids: list[int], time_range: TimeRange, allowed: set[int] | None
 ) -> list[dict[str, Any]]:
     """Who held these GPUs in the range: first/last window, GPU-hours and mean activity.
 
     Rows are grouped by window length too, so GPU-hours stay right when the collection interval
     changed inside the range; the groups of one holder are merged here.
     """
-    allowed = visible_team_ids(user)
     rows = (
         GpuUsage.objects.filter(
             gpu_id__in=gpu_ids,

@@ -1,7 +1,7 @@
 """Who holds a GPU, read from a usage row: the pod, its workload and team, shown or hidden.
 
-A lead sees the pods and workloads of the teams they lead; another team's holder shows as
-"team X" (fleet-level facts are visible to every signed-in user).
+A user sees the pods, workloads and team of the holders ``quotas.access`` lets them see; any
+other holder shows as "another team", with no link.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 
 from dashboard.access import sees_team
 from dashboard.frame import quota_url
+from quotas.access import ANOTHER_TEAM
 
 # The GpuUsage fields that say who holds a GPU.
 HOLDER_IDENTITY = (
@@ -49,7 +50,7 @@ class Holder:
         if not self.namespace and not self.pod:
             return "unallocated"
         if not self.visible:
-            return f"team {self.team}" if self.team else "another team"
+            return ANOTHER_TEAM
         parts = [f"{self.namespace}/{self.pod}"]
         if self.workload:
             parts.append(f"workload {self.workload}")

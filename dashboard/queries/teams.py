@@ -50,6 +50,17 @@ def all_teams_figures(span: HourSpan) -> Figures:
     )
 
 
+def other_teams_figures(shown: set[int], span: HourSpan) -> Figures:
+    """The figures of every team outside ``shown`` together: one aggregate."""
+    return (
+        HourlyRollup.objects.for_scope(RollupScope.TEAM)
+        .covering(span)
+        .filter(team__isnull=False)
+        .exclude(team_id__in=shown)
+        .total()
+    )
+
+
 # --- One team -----------------------------------------------------------------------------------
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Avg, Count, Max, Min, QuerySet
+from django.db.models import Avg, Count, F, Max, Min, QuerySet
 from django.db.models.expressions import Combinable
 
 from core.ranges import HourSpan, TimeRange
@@ -48,7 +48,12 @@ def recent_transitions(workload: Workload) -> list[WorkloadTransition]:
 
 
 def preemptions_caused(workload: Workload) -> list[WorkloadTransition]:
-    return list(workload.preemptions_caused.select_related("workload").order_by("-at")[:LIST_LIMIT])
+    """The newest preemptions this workload caused (``LIST_LIMIT``), with each victim's queue."""
+    return list(
+        workload.preemptions_caused.select_related("workload__cluster_queue").order_by("-at")[
+            :LIST_LIMIT
+        ]
+    )
 
 
 def workload_allocations(workload: Workload) -> list[Allocation]:
@@ -64,13 +69,22 @@ def workload_allocations(workload: Workload) -> list[Allocation]:
 # --- Charts -------------------------------------------------------------------------------------
 
 
-def timeline_transitions(workload: Workload, limit: int) -> list[Mapping[str, Any]]:
-    """The workload's newest ``limit`` transitions (kind, at, reason, message), oldest first."""
-    transitions: list[Mapping[str, Any]] = list(
-        WorkloadTransition.objects.filter(workload=workload)
+def timeline_transitions(workload: Workload, limit: int) -> list[dict[str, Any]]:
+    """The workload's newest ``limit`` transitions (kind, at, reason, message, the preemptor's
+    queue path and team), oldest first."""
+    transitions: list[dict[str, Any]] = [
+        dict(row)
+        for row in WorkloadTransition.objects.filter(workload=workload)
         .order_by("-at", "kind")
-        .values("kind", "at", "reason", "message")[:limit]
-    )
+        .values(
+            "kind",
+            "at",
+            "reason",
+            "message",
+            "preemptor_path",
+            preemptor_team_id=F("preemptor__cluster_queue__team_id"),
+        )[:limit]
+    ]
     transitions.reverse()
     return transitions
 

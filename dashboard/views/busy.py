@@ -6,6 +6,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from core.ranges import TimeRange
+from dashboard.access import allowed_team_ids
 from dashboard.decorators import dashboard_page
 from dashboard.frame import chart_url, stat
 from dashboard.queries.busy import (
@@ -24,10 +25,11 @@ from dashboard.templatetags.formatting import gpus, percent
 def busy(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     util_min, sm_max = busy_thresholds()
     windows = latest_windows()
-    gpus_now, busy_now = busy_gpus_now(windows, request.user)
+    allowed = allowed_team_ids(request)
+    gpus_now, busy_now = busy_gpus_now(windows, allowed)
     span = time_range.covered_hours()
-    teams = busy_by_team(span, request.user)
-    workloads, hidden = busy_by_workload(span, request.user)
+    teams = busy_by_team(span, allowed)
+    workloads, hidden = busy_by_workload(span, allowed)
     fleet = fleet_figures(span)
     share = fleet.busy_share
     cards = [

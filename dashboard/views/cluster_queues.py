@@ -10,7 +10,7 @@ from django.utils import timezone
 from core.figures import allocation_rate
 from core.mig import GPU_RESOURCE
 from core.ranges import TimeRange
-from dashboard.access import allowed_team_ids, get_cluster_queue_for_user, sees_team
+from dashboard.access import allowed_team_ids, get_cluster_queue_for_user
 from dashboard.decorators import dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
 from dashboard.queries import cluster_queues as queries
@@ -24,7 +24,7 @@ def cluster_queue_list(request: HttpRequest) -> HttpResponse:
     allowed = allowed_team_ids(request)
     now = timezone.now()
     search = request.GET.get("q", "").strip()[:253]
-    page, page_query = paginate(request, queries.cluster_queues(search))
+    page, page_query = paginate(request, queries.cluster_queues(search, allowed))
     ids = [queue.pk for queue in page.object_list]
     queue_filter = Q(cluster_queue_id__in=ids)
     quotas = gpu_quotas(queue_filter)
@@ -38,7 +38,6 @@ def cluster_queue_list(request: HttpRequest) -> HttpResponse:
         rows.append(
             {
                 "queue": queue,
-                "visible": sees_team(allowed, queue.team_id),
                 "quotas": [
                     {
                         "flavor": q.flavor_name,
@@ -61,6 +60,7 @@ def cluster_queue_list(request: HttpRequest) -> HttpResponse:
         "page_obj": page,
         "page_query": page_query,
         "search": search,
+        "hidden": queries.hidden_queue_count(allowed),
     }
     return render(request, "quotas/cluster_queue_list.html", context)
 

@@ -19,6 +19,7 @@ from dashboard.frame import paginate, plural, range_query, stat
 from dashboard.queries import cohorts as queries
 from dashboard.templatetags.formatting import figure
 from ledger.figures import Figures
+from quotas.access import ANOTHER_TEAMS_QUEUE, ANOTHER_TEAMS_WORKLOAD, other_members_label
 from quotas.models import ClusterQueue, Workload
 from quotas.now import QueueNow, eviction_pace, gpu_quotas, holding_gpus, latest_samples
 from quotas.reclaim import (
@@ -105,7 +106,7 @@ def _lender_estimates(
     queue_by_id = {queue.pk: queue for queue in members}
     for queue_id, found in samples.items():
         lender = queue_by_id.get(queue_id)
-        if lender is None:
+        if lender is None or not sees_team(allowed, lender.team_id):
             continue
         for flavor, values in sorted(found.flavors.items()):
             if values["lent"] <= 0:
@@ -114,7 +115,7 @@ def _lender_estimates(
                 Borrower(
                     name=f"{w.namespace}/{w.name}"
                     if sees_team(allowed, w.cluster_queue.team_id if w.cluster_queue else None)
-                    else f"hidden workload in {w.cluster_queue}",
+                    else ANOTHER_TEAMS_WORKLOAD,
                     priority=w.priority,
                     gpus=w.admitted_gpus,
                     grace_seconds=termination_grace_seconds(w.pod_sets),
@@ -153,6 +154,39 @@ def _lender_estimates(
     return lenders
 
 
+def _member_row(
+    queues: list[ClusterQueue],
+    quotas: dict[int, list[Any]],
+    samples: dict[int, QueueNow],
+    holding: dict[Any, float],
+    pending: dict[int, dict[str, Any]],
+    over_range: dict[int, Figures],
+    *,
+    summed: bool = False,
+) -> dict[str, Any]:
+    """A row of the member table: one member, or (``summed``) the members the user may not
+    see, added up under a label that names none of them (``queue`` None)."""
+    used = Figures.sum(over_range.get(queue.pk, Figures()) for queue in queues)
+    found = [samples[queue.pk] for queue in queues if queue.pk in samples]
+    one = None if summed else queues[0]
+    return {
+        "queue": one,
+        "label": other_members_label(len(queues)) if one is None else one.name,
+        "allocated_hours": figure(used.allocated_gpu_hours),
+        "active_hours": figure(used.active_gpu_hours),
+        "idle_hours": figure(used.idle_gpu_hours),
+        "nominal": figure(
+            sum(float(q.nominal) for queue in queues for q in quotas.get(queue.pk, []))
+        ),
+        "usage": figure(sum(holding.get(queue.pk, 0.0) for queue in queues)),
+        "borrowed": figure(sum(s.borrowed for s in found)) if found else "—",
+        "lent": figure(sum(s.lent for s in found)) if found else "—",
+        "pending": figure(sum(float(pending.get(q.pk, {}).get("gpus") or 0) for q in queues)),
+        "policy": (one.reclaim_within_cohort or "Never") if one else "",
+        "weighted_share": one.weighted_share if one else None,
+    }
+
+
 @dashboard_page
 def cohort_detail(
     request: HttpRequest, time_range: TimeRange, cluster: str, name: str
@@ -172,26 +206,15 @@ def cohort_detail(
     pace = eviction_pace(Q(workload__cluster_queue__cohort=cohort), now)
     over_range = queries.member_figures(members, time_range.covered_hours())
 
-    member_rows = []
-    for queue in members:
-        found = samples.get(queue.pk)
-        queue_pending = pending.get(queue.pk, {})
-        used = over_range.get(queue.pk, Figures())
+    shown = [queue for queue in members if sees_team(allowed, queue.team_id)]
+    hidden = [queue for queue in members if not sees_team(allowed, queue.team_id)]
+    member_rows = [
+        _member_row([queue], quotas, samples, holding, pending, over_range) for queue in shown
+    ]
+    if hidden:
+        # Members of teams the user may not see: one row, summed and unnamed (quotas.access).
         member_rows.append(
-            {
-                "queue": queue,
-                "visible": sees_team(allowed, queue.team_id),
-                "allocated_hours": figure(used.allocated_gpu_hours),
-                "active_hours": figure(used.active_gpu_hours),
-                "idle_hours": figure(used.idle_gpu_hours),
-                "nominal": figure(sum(float(q.nominal) for q in quotas.get(queue.pk, []))),
-                "usage": figure(holding.get(queue.pk, 0.0)),
-                "borrowed": figure(found.borrowed) if found else "—",
-                "lent": figure(found.lent) if found else "—",
-                "pending": figure(queue_pending.get("gpus") or 0),
-                "policy": queue.reclaim_within_cohort or "Never",
-                "weighted_share": queue.weighted_share,
-            }
+            _member_row(hidden, quotas, samples, holding, pending, over_range, summed=True)
         )
 
     borrower_rows = []
@@ -210,6 +233,12 @@ def cohort_detail(
         )
 
     lenders = _lender_estimates(members, samples, borrowing, pending, top_holding, pace, allowed)
+    hidden_lenders = sum(
+        1
+        for queue in hidden
+        if (found := samples.get(queue.pk)) is not None
+        and any(values["lent"] > 0 for values in found.flavors.values())
+    )
     nominal_total = sum(float(q.nominal) for rows in quotas.values() for q in rows)
     stats = [
         stat(
@@ -264,6 +293,9 @@ def cohort_detail(
         "borrower_rows": borrower_rows,
         "borrowing_more": borrowing_more,
         "lenders": lenders,
+        "hidden_lenders": hidden_lenders,
+        "another_teams_queue": ANOTHER_TEAMS_QUEUE,
+        "another_teams_workload": ANOTHER_TEAMS_WORKLOAD,
         "pace": pace,
         "statuses": ReclaimStatus,
         "samples_seen": bool(samples),

@@ -7,6 +7,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from core.ranges import TimeRange
+from dashboard.access import allowed_team_ids
 from dashboard.decorators import dashboard_page
 from dashboard.fleet_map import (
     MAP_NODES_PER_PAGE,
@@ -49,7 +50,7 @@ def fleet_map(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "rows": rows,
         "flavors": node_choices("flavor"),
         "pools": node_choices("node_pool"),
-        "teams": team_choices(),
+        "teams": team_choices(allowed_team_ids(request)),
         "window_end": max(windows.values()) if windows else None,
         "map_chart_url": chart_url("fleet:chart-map", request),
         "gpu_url_template": reverse("fleet:gpu", args=[0]),

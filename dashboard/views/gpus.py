@@ -7,6 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from core.ranges import TimeRange
+from dashboard.access import allowed_team_ids
 from dashboard.decorators import dashboard_page
 from dashboard.frame import chart_url
 from dashboard.queries.gpus import HOLDERS_LIMIT, gpu_rows, holders_over_range
@@ -17,8 +18,9 @@ from fleet.models import Gpu
 @dashboard_page
 def gpu_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResponse:
     gpu = get_object_or_404(Gpu.objects.select_related("cluster", "node"), pk=pk)
-    row = gpu_rows([gpu], request.user)[0]
-    history = holders_over_range([gpu.pk], time_range, request.user)
+    allowed = allowed_team_ids(request)
+    row = gpu_rows([gpu], allowed)[0]
+    history = holders_over_range([gpu.pk], time_range, allowed)
     context = {
         "nav": "map",
         "page_title": f"{gpu.host} · {gpu_label(gpu)}",

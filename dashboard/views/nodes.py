@@ -7,6 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from core.ranges import TimeRange
+from dashboard.access import allowed_team_ids
 from dashboard.decorators import dashboard_page
 from dashboard.frame import chart_url, stat
 from dashboard.queries.gpus import HOLDERS_LIMIT, gpu_rows, holders_over_range
@@ -19,9 +20,10 @@ from fleet.models import Gpu, Node
 def node_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResponse:
     node = get_object_or_404(Node.objects.select_related("cluster"), pk=pk)
     gpus = list(Gpu.objects.physical().filter(node=node).order_by("index", "gi_id"))
-    rows = gpu_rows(gpus, request.user)
+    allowed = allowed_team_ids(request)
+    rows = gpu_rows(gpus, allowed)
     gpu_by_id = {gpu.pk: gpu for gpu in gpus}
-    history = holders_over_range(list(gpu_by_id), time_range, request.user)
+    history = holders_over_range(list(gpu_by_id), time_range, allowed)
     for entry in history:
         entry["gpu"] = gpu_by_id.get(entry["gpu_id"])
     allocated = sum(1 for row in rows if row["holders"])

@@ -7,6 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from core.ranges import TimeRange
+from dashboard.access import allowed_team_ids
 from dashboard.decorators import dashboard_page
 from dashboard.frame import chart_url, stat
 from dashboard.queries.now import latest_windows
@@ -20,7 +21,7 @@ def overview(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     windows = latest_windows()
     now = fleet_now(windows)
     span = time_range.covered_hours()
-    teams = ranked_teams(span, request.user)
+    teams = ranked_teams(span, allowed_team_ids(request))
     flavors = flavor_figures(span)
     utilization = now.utilization
     cards = [

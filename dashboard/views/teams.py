@@ -18,38 +18,63 @@ from dashboard.frame import paginate, plural, range_query, stat, utilization_ton
 from dashboard.queries import teams as queries
 from dashboard.templatetags.formatting import duration, figure, percent
 from ledger.figures import Figures
+from quotas.access import PUBLIC, led_team_ids, other_teams_label, team_visibility
 from quotas.choices import HOLDING_STATES
 from quotas.models import Team, Workload
 from quotas.now import gpu_quotas, holding_gpus, latest_samples
 
 
+def _team_row(team: Team | None, found: Figures, now: float, led: bool) -> dict[str, Any]:
+    return {
+        "team": team,
+        "led": led,
+        "allocated": figure(found.allocated_gpu_hours),
+        "nominal": figure(found.nominal_gpu_hours),
+        "active": figure(found.active_gpu_hours),
+        "utilization": percent(found.utilization),
+        "idle": figure(found.idle_gpu_hours),
+        "borrowed": figure(found.borrowed_gpu_hours),
+        "now": figure(now),
+        "idle_share": round(100 * (found.idle_share or 0), 1),
+    }
+
+
 @dashboard_page
 def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     allowed = allowed_team_ids(request)
-    page, page_query = paginate(request, Team.objects.order_by("name"))
+    # The "yours" badge: the policy's set under private; under public, one more query.
+    led = allowed if allowed is not None else set()
+    if allowed is None and team_visibility() == PUBLIC:
+        led = led_team_ids(request.user)
+    teams = Team.objects.order_by("name")
+    page, page_query = paginate(request, teams if allowed is None else teams.filter(pk__in=allowed))
     ids = [team.pk for team in page.object_list]
     span = time_range.covered_hours()
     figures = queries.figures_by_team(ids, span)
     totals = queries.all_teams_figures(span)
     now_gpus = holding_gpus(Q(cluster_queue__team_id__in=ids), "cluster_queue__team_id")
-    table = []
-    for team in page.object_list:
-        found = figures.get(team.pk, Figures())
-        table.append(
-            {
-                "team": team,
-                "visible": sees_team(allowed, team.pk),
-                "led": allowed is not None and team.pk in allowed,
-                "allocated": figure(found.allocated_gpu_hours),
-                "nominal": figure(found.nominal_gpu_hours),
-                "active": figure(found.active_gpu_hours),
-                "utilization": percent(found.utilization),
-                "idle": figure(found.idle_gpu_hours),
-                "borrowed": figure(found.borrowed_gpu_hours),
-                "now": figure(now_gpus.get(team.pk, 0.0)),
-                "idle_share": round(100 * (found.idle_share or 0), 1),
-            }
-        )
+    table = [
+        _team_row(team, figures.get(team.pk, Figures()), now_gpus.get(team.pk, 0.0), team.pk in led)
+        for team in page.object_list
+    ]
+    others = None
+    if allowed is not None:
+        # The teams this user may not see, summed into one anonymous row (quotas.access).
+        hidden = teams.exclude(pk__in=allowed).count()
+        if hidden:
+            others = _team_row(
+                None,
+                queries.other_teams_figures(allowed, span),
+                sum(
+                    holding_gpus(
+                        Q(cluster_queue__team__isnull=False)
+                        & ~Q(cluster_queue__team_id__in=allowed),
+                        "cluster_queue__team_id",
+                    ).values()
+                ),
+                False,
+            )
+            others["label"] = other_teams_label(hidden)
     stats = [
         stat(
             "Allocated",
@@ -87,6 +112,7 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "page_title": "Teams",
         "stats": stats,
         "rows": table,
+        "others": others,
         "page_obj": page,
         "page_query": page_query,
         "sees_all": allowed is None,

@@ -19,8 +19,13 @@ from dashboard.frame import range_query, stat, utilization_tone
 from dashboard.live import WORKLOAD_LIVE_SPAN
 from dashboard.queries import workloads as queries
 from dashboard.templatetags.formatting import duration, figure, percent
+from quotas.access import ANOTHER_TEAMS_WORKLOAD, hide_queue_path
 from quotas.choices import WorkloadState
 from quotas.models import Workload
+
+
+def _team_of(workload: Workload) -> int | None:
+    return workload.cluster_queue.team_id if workload.cluster_queue else None
 
 
 def _life_query(workload: Workload, end: datetime) -> str:
@@ -48,18 +53,29 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
     transition_rows = []
     for transition in queries.recent_transitions(workload):
         preemptor = transition.preemptor
+        # Kueue's message names the preemptor's queue path: shown only when the preemptor is
+        # known and visible (an unresolved one may be any team's).
+        visible = sees_team(allowed, _team_of(preemptor) if preemptor else None)
+        path = transition.preemptor_path
         transition_rows.append(
             {
                 "transition": transition,
                 "preemptor": preemptor,
-                "preemptor_visible": preemptor is not None
-                and sees_team(
-                    allowed,
-                    preemptor.cluster_queue.team_id if preemptor.cluster_queue else None,
-                ),
+                "preemptor_visible": visible,
+                "message": transition.message
+                if visible
+                else hide_queue_path(transition.message, path),
+                "preemptor_path": path if visible else "",
             }
         )
-    caused = queries.preemptions_caused(workload)
+    caused = [
+        {
+            "transition": transition,
+            "victim": transition.workload,
+            "visible": sees_team(allowed, _team_of(transition.workload)),
+        }
+        for transition in queries.preemptions_caused(workload)
+    ]
     allocations = queries.workload_allocations(workload)
     pods_running = sum(1 for a in allocations if a.ended_at is None)
     gpus = workload.admitted_gpus or workload.requested_gpus
@@ -127,6 +143,7 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
         "stats": stats,
         "transition_rows": transition_rows,
         "caused": caused,
+        "another_teams_workload": ANOTHER_TEAMS_WORKLOAD,
         "allocations": allocations,
         "chart_query": range_query(request, time_range),
         "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,

@@ -8,6 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from fleet.models import Cluster
+from quotas.access import hide_queue_path, sees_team
 from quotas.models import (
     ClusterQueue,
     ClusterQueueQuota,
@@ -214,9 +215,21 @@ class LocalQueueSerializer(serializers.ModelSerializer):
 
 
 class WorkloadTransitionSerializer(serializers.ModelSerializer):
+    """A transition; the preemptor's queue path (in ``message`` too) only when the preemptor is
+    known and its team visible to the user (``quotas.access``; the view's ``allowed``)."""
+
     class Meta:
         model = WorkloadTransition
         fields = ["kind", "at", "reason", "message", "preemptor_path", "requeue_at"]
+
+    def to_representation(self, instance: WorkloadTransition) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        preemptor = instance.preemptor
+        queue = preemptor.cluster_queue if preemptor is not None else None
+        if not sees_team(self.context.get("allowed", set()), queue.team_id if queue else None):
+            data["message"] = hide_queue_path(instance.message, instance.preemptor_path)
+            data["preemptor_path"] = ""
+        return data
 
 
 class WorkloadSerializer(serializers.ModelSerializer):

@@ -1,13 +1,17 @@
 """Read-only quotas API: teams, cohorts, ClusterQueues, LocalQueues, workloads.
 
-Visibility follows quotas/access.py: staff and finance see everything; a team lead sees the
-teams, ClusterQueues, LocalQueues and workloads of the teams they lead; cohorts are fleet-level
-aggregates and visible to every signed-in user.
+Visibility is quotas/access.py's policy, asked once per request (``TeamScoped.allowed``): staff
+and finance see everything; a team lead the teams, ClusterQueues, LocalQueues and workloads of
+the teams they lead (of every team with ``GPULEDGER_TEAM_VISIBILITY=public``). Cohorts are
+fleet-level and visible to every signed-in user, listing only the member queues the user may
+see; a transition's message names no preemptor queue the user may not see.
 """
 
 from __future__ import annotations
 
 import logging
+from functools import cached_property
+from typing import Any
 
 from django.db.models import Prefetch, Q, QuerySet
 from django.utils import timezone
@@ -39,7 +43,20 @@ PARAMETER_ERROR = OpenApiResponse(
 )
 
 
-class TeamViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
+class TeamScoped:
+    """The policy's answer for this request, computed once, and handed to the serializers."""
+
+    request: Any
+
+    @cached_property
+    def allowed(self) -> set[int] | None:
+        return visible_team_ids(self.request.user)
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        return {**super().get_serializer_context(), "allowed": self.allowed}  # type: ignore[misc]
+
+
+class TeamViewSet(TeamScoped, ApiViewMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = serializers.TeamSerializer
     filterset_class = filtersets.TeamFilterSet
     ordering_fields = ["name", "cost_center", "created_at"]
@@ -50,21 +67,26 @@ class TeamViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
             Prefetch("namespaces", queryset=TeamNamespace.objects.select_related("cluster")),
             "cluster_queues",
         )
-        allowed = visible_team_ids(self.request.user)
+        allowed = self.allowed
         return queryset if allowed is None else queryset.filter(id__in=allowed)
 
 
-class CohortViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
+class CohortViewSet(TeamScoped, ApiViewMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = serializers.CohortSerializer
     filterset_class = filtersets.CohortFilterSet
     ordering_fields = ["name", "observed_at"]
     ordering = ["cluster__name", "name"]
 
     def get_queryset(self) -> QuerySet[Cohort]:
-        return Cohort.objects.select_related("cluster").prefetch_related("cluster_queues")
+        members = ClusterQueue.objects.order_by("name")
+        if self.allowed is not None:
+            members = members.filter(team_id__in=self.allowed)
+        return Cohort.objects.select_related("cluster").prefetch_related(
+            Prefetch("cluster_queues", queryset=members)
+        )
 
 
-class ClusterQueueViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
+class ClusterQueueViewSet(TeamScoped, ApiViewMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = serializers.ClusterQueueSerializer
     filterset_class = filtersets.ClusterQueueFilterSet
     ordering_fields = ["name", "cohort_name", "pending_workloads", "admitted_workloads"]
@@ -77,11 +99,11 @@ class ClusterQueueViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
             "quotas",
             Prefetch("samples", queryset=newest, to_attr="latest_samples"),
         )
-        allowed = visible_team_ids(self.request.user)
+        allowed = self.allowed
         return queryset if allowed is None else queryset.filter(team_id__in=allowed)
 
 
-class LocalQueueViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
+class LocalQueueViewSet(TeamScoped, ApiViewMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = serializers.LocalQueueSerializer
     filterset_class = filtersets.LocalQueueFilterSet
     ordering_fields = ["namespace", "name", "pending_workloads", "admitted_workloads"]
@@ -89,11 +111,11 @@ class LocalQueueViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self) -> QuerySet[LocalQueue]:
         queryset = LocalQueue.objects.select_related("cluster", "cluster_queue")
-        allowed = visible_team_ids(self.request.user)
+        allowed = self.allowed
         return queryset if allowed is None else queryset.filter(cluster_queue__team_id__in=allowed)
 
 
-class WorkloadViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
+class WorkloadViewSet(TeamScoped, ApiViewMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = serializers.WorkloadSerializer
     filterset_class = filtersets.WorkloadFilterSet
     ordering_fields = [
@@ -112,7 +134,12 @@ class WorkloadViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
         queryset = Workload.objects.select_related(
             "cluster", "local_queue", "cluster_queue__team"
         ).prefetch_related(
-            Prefetch("transitions", queryset=WorkloadTransition.objects.order_by("at", "kind"))
+            Prefetch(
+                "transitions",
+                queryset=WorkloadTransition.objects.select_related(
+                    "preemptor__cluster_queue"
+                ).order_by("at", "kind"),
+            )
         )
-        allowed = visible_team_ids(self.request.user)
+        allowed = self.allowed
         return queryset if allowed is None else queryset.filter(cluster_queue__team_id__in=allowed)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
@@ -148,17 +149,33 @@ def test_overview_team_table_sums_team_rollups_over_the_range(staff_client, flee
         assert found.active_gpu_hours == pytest.approx(sum(r.active_gpu_hours for r in mine))
 
 
-def test_team_lead_sees_other_team_names_without_links(lead_client, staff_client, fleet_data):
+def test_team_lead_sees_other_teams_only_summed(lead_client, staff_client, fleet_data):
     alpha_url = reverse("quotas:team-detail", args=["alpha"])
     beta_url = reverse("quotas:team-detail", args=["beta"])
 
-    lead_html = lead_client.get(reverse("fleet:overview")).content.decode()
+    lead = lead_client.get(reverse("fleet:overview"))
     staff_html = staff_client.get(reverse("fleet:overview")).content.decode()
 
+    lead_html = lead.content.decode()
     assert f'href="{alpha_url}"' in lead_html
     assert f'href="{beta_url}"' not in lead_html
-    assert "Beta" in lead_html
+    assert "Beta" not in lead_html
+    others = lead.context["teams"][-1]
+    assert (others.name, others.url) == ("Other teams (1)", None)
+    assert others.figures.idle_gpu_hours == pytest.approx(
+        sum(
+            r.idle_gpu_hours
+            for r in fleet_data.rollups
+            if r.scope == "team"
+            and r.key == "beta"
+            and parse_range({"range": "24h"}).hour_start <= r.hour
+        )
+    )
     assert f'href="{beta_url}"' in staff_html
+    with override_settings(GPULEDGER_TEAM_VISIBILITY="public"):
+        public_html = lead_client.get(reverse("fleet:overview")).content.decode()
+    assert f'href="{beta_url}"' in public_html
+    assert "Other teams" not in public_html
 
 
 def test_capacity_chart_plots_fleet_rollups_per_complete_hour(staff_client, fleet_data):
@@ -375,7 +392,8 @@ def test_map_chart_hides_pods_of_teams_the_lead_does_not_lead(lead_client, fleet
     row_a = heat["y"].index("node-a1")
     assert "train-a-0" in heat["text"][row_a][0]
     assert "train-b-0" not in heat["text"][row_a][14]
-    assert "team beta" in heat["text"][row_a][14]
+    assert "beta" not in heat["text"][row_a][14]
+    assert "another team" in heat["text"][row_a][14]
 
 
 def test_map_mean_mode_averages_the_range_from_stored_windows(staff_client, fleet_data):
@@ -484,7 +502,8 @@ def test_gpu_page_hides_other_teams_pods_from_a_lead(lead_client, fleet_data):
 
     html = response.content.decode()
     assert "train-b-3" not in html
-    assert "team beta" in html
+    assert "beta" not in html.lower()
+    assert "another team" in html
 
 
 # --- Busy but not working -----------------------------------------------------------------------

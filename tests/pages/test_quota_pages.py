@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 import pytest
 import time_machine
 from django.db import connection
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
@@ -895,12 +896,28 @@ def test_team_list_range_picker_changes_the_sums(staff_client, world):
     assert day[0]["allocated"] != week[0]["allocated"]
 
 
-def test_team_list_links_only_the_teams_a_lead_leads(lead_client, world):
-    body = text(lead_client.get(page_urls(world)["team-list"]))
+def test_team_list_shows_a_lead_their_teams_and_the_others_summed(lead_client, world):
+    response = lead_client.get(page_urls(world)["team-list"])
+    body = text(response)
 
     assert reverse("quotas:team-detail", args=["alpha"]) in body
     assert reverse("quotas:team-detail", args=["beta"]) not in body
-    assert "Beta" in body  # listed as an aggregate
+    assert "Beta" not in body
+    hours = range_hours(world, 1)
+    others = response.context["others"]
+    assert others["label"] == "Other teams (1)"
+    assert others["allocated"] == fmt(
+        rollup_sum("allocated_gpu_hours", hours, scope="team", team=world.beta)
+    )
+
+
+@override_settings(GPULEDGER_TEAM_VISIBILITY="public")
+def test_team_list_links_every_team_for_a_lead_when_teams_are_public(lead_client, world):
+    response = lead_client.get(page_urls(world)["team-list"])
+    body = text(response)
+
+    assert reverse("quotas:team-detail", args=["beta"]) in body
+    assert response.context["others"] is None
 
 
 def test_team_list_links_every_team_for_staff(staff_client, world):
@@ -1122,11 +1139,13 @@ def test_cohort_page_hides_other_teams_workload_names_from_a_lead(beta_client, w
 
     assert response.status_code == 200
     assert "jobset-mixtral-ft" not in body
-    assert "hidden workload" in body
+    assert "a workload of another team" in body
     assert reverse("quotas:workload-detail", args=[world.wl["a2"].pk]) not in body
-    # Its own queue is linked, the other team's is not.
+    # Its own queue is linked; the other team's is summed as "Other members (1)", unnamed.
     assert reverse("quotas:cluster-queue-detail", args=["test", "team-b"]) in body
     assert reverse("quotas:cluster-queue-detail", args=["test", "team-a"]) not in body
+    assert 'data-queue="team-a"' not in body
+    assert "Other members (1)" in body
 
 
 def test_cohort_page_with_never_policy_says_it_cannot_reclaim(staff_client, world):
@@ -1172,7 +1191,16 @@ def test_cohort_borrowing_chart_puts_lent_below_zero(staff_client, world):
 # --- ClusterQueues ------------------------------------------------------------------------------
 
 
-def test_queue_list_shows_quotas_and_usage_to_everyone_but_links_only_visible(beta_client, world):
+def test_queue_list_shows_a_lead_only_their_teams_queues(beta_client, world):
+    response = beta_client.get(page_urls(world)["queue-list"])
+
+    assert [row["queue"].name for row in response.context["rows"]] == ["team-b"]
+    assert response.context["hidden"] == 1
+    assert reverse("quotas:cluster-queue-detail", args=["test", "team-a"]) not in text(response)
+
+
+@override_settings(GPULEDGER_TEAM_VISIBILITY="public")
+def test_queue_list_shows_every_queue_when_teams_are_public(beta_client, world):
     response = beta_client.get(page_urls(world)["queue-list"])
     rows = {row["queue"].name: row for row in response.context["rows"]}
 
@@ -1184,7 +1212,7 @@ def test_queue_list_shows_quotas_and_usage_to_everyone_but_links_only_visible(be
     assert rows["team-a"]["quotas"][1]["borrowing_limit"] == "unlimited"
     body = text(response)
     assert reverse("quotas:cluster-queue-detail", args=["test", "team-b"]) in body
-    assert reverse("quotas:cluster-queue-detail", args=["test", "team-a"]) not in body
+    assert reverse("quotas:cluster-queue-detail", args=["test", "team-a"]) in body
 
 
 def test_queue_list_search_filters_by_name(staff_client, world):

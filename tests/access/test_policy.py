@@ -1,0 +1,378 @@
+"""One access policy, checked on every URL the project serves, from both sides.
+
+``POLICY`` declares, for every URL pattern name (``django.urls.get_resolver()``: pages, chart
+JSON, the REST API with its format suffixes, chargeback, OpenCost, the schema, the admin), how
+its access is checked:
+
+- ``TEAM_SCOPED``: the URL names one team's object. Under ``private`` aspen's lead gets 200 on
+  aspen's object and 403/404 on birch's (and birch's lead 403/404 on aspen's); under ``public``
+  200 on both. Staff and finance get 200 on both either way.
+- ``AGGREGATE``: every signed-in user gets 200. Under ``private`` nothing of birch (its name,
+  queue, namespace, workloads, figures: ``birch_markers``) is in aspen's lead's body, nor
+  "aspen" in birch's lead's; under ``public`` (and for staff and finance) the entry's
+  ``shows`` markers are.
+- ``STAFF_ONLY``: the Django admin; a lead is sent to the admin login under either setting.
+- ``PUBLIC``: anonymous users get an answer (no login redirect) that shows no team.
+
+Every other kind refuses anonymous users. A URL pattern with no entry fails
+``test_every_url_pattern_has_an_access_policy``: a new URL needs its policy here first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from django.conf import settings
+from django.test import Client, override_settings
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+from tests.access.conftest import World, birch_markers
+
+TEAM_SCOPED = "team-scoped"
+AGGREGATE = "aggregate"
+STAFF_ONLY = "staff-only"
+PUBLIC = "public"
+
+Urls = Callable[[World], list[str]]
+
+
+def nothing(world: World) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class Policy:
+    kind: str
+    # The URLs aspen's lead opens (aspen's object for TEAM_SCOPED; the URL for the others).
+    own: Urls = nothing
+    # TEAM_SCOPED: the same URLs naming birch's object.
+    other: Urls = nothing
+    # Markers of birch that appear in ``own`` bodies (together) when birch is visible.
+    shows: tuple[str, ...] = field(default=())
+
+
+def url(name: str, *args: object, **query: str) -> str:
+    path = reverse(name, args=list(args))
+    if query:
+        path += "?" + "&".join(f"{key}={value}" for key, value in query.items())
+    return path
+
+
+def api(name: str, *args: object) -> list[str]:
+    """A REST route and its format-suffix twin (``/api/v1/teams.json``)."""
+    kwargs = {"pk": args[0]} if args else {}
+    return [reverse(name, kwargs=kwargs), reverse(name, kwargs={**kwargs, "format": "json"})]
+
+
+def team(name: str) -> tuple[Urls, Urls]:
+    return (lambda w: [url(name, "aspen")], lambda w: [url(name, "birch")])
+
+
+def queue(name: str) -> tuple[Urls, Urls]:
+    return (
+        lambda w: [url(name, w.cluster.name, "cq-aspen")],
+        lambda w: [url(name, w.cluster.name, "cq-birch")],
+    )
+
+
+def workload(name: str, *own: str) -> tuple[Urls, Urls]:
+    return (
+        lambda w: [url(name, w.workloads[key].pk) for key in own],
+        lambda w: [url(name, w.workloads["birch-main"].pk)],
+    )
+
+
+def api_object(name: str, pick: Callable[[World, str], int]) -> tuple[Urls, Urls]:
+    return (lambda w: api(name, pick(w, "aspen")), lambda w: api(name, pick(w, "birch")))
+
+
+def window(world: World) -> str:
+    return f"start={world.start:%Y-%m-%dT%H:%M:%SZ}&end={world.end:%Y-%m-%dT%H:%M:%SZ}"
+
+
+GROUPS = ("team", "cluster_queue", "local_queue", "namespace", "workload", "cohort", "cluster")
+AGGREGATE_KEYS = ("team", "clusterqueue", "localqueue", "namespace", "pod", "workload", "cohort")
+
+
+def chargeback(world: World) -> list[str]:
+    base = reverse("api-chargeback")
+    urls = [f"{base}?{window(world)}&group_by={group}" for group in GROUPS]
+    return [*urls, f"{base}?{window(world)}&group_by=team&format=csv&step=hour"]
+
+
+def allocation(world: World) -> list[str]:
+    base = reverse("api-allocation")
+    span = f"{world.start:%Y-%m-%dT%H:%M:%SZ},{world.end:%Y-%m-%dT%H:%M:%SZ}"
+    keys = [*AGGREGATE_KEYS, "team,namespace", "label:app"]
+    return [f"{base}?window={span}&aggregate={key}&accumulate=true" for key in keys]
+
+
+def scoped(pair: tuple[Urls, Urls], shows: tuple[str, ...] = ()) -> Policy:
+    return Policy(TEAM_SCOPED, own=pair[0], other=pair[1], shows=shows)
+
+
+def aggregate(own: Urls, *shows: str) -> Policy:
+    return Policy(AGGREGATE, own=own, shows=shows)
+
+
+POLICY: dict[str, Policy] = {
+    # --- Open to everyone, no team data.
+    "login": Policy(PUBLIC, own=lambda w: [url("login")]),
+    "logout": Policy(PUBLIC, own=lambda w: [url("logout")]),
+    "healthz": Policy(PUBLIC, own=lambda w: [url("healthz")]),
+    # --- The Django admin: staff only, whatever GPULEDGER_TEAM_VISIBILITY says.
+    "admin:*": Policy(
+        STAFF_ONLY,
+        own=lambda w: [
+            url("admin:index"),
+            url("admin:quotas_team_changelist"),
+            url("admin:quotas_team_change", w.teams["birch"].pk),
+            reverse("admin:app_list", kwargs={"app_label": "quotas"}),
+            f"/admin/quotas/team/{w.teams['birch'].pk}/",
+        ],
+    ),
+    # --- Pages.
+    "fleet:overview": aggregate(lambda w: [url("fleet:overview")], "birch team", "40.1"),
+    "fleet:map": aggregate(lambda w: [url("fleet:map")], "birch team"),
+    "fleet:node": aggregate(lambda w: [url("fleet:node", w.node.pk)], "ns-birch"),
+    "fleet:gpu": aggregate(lambda w: [url("fleet:gpu", w.gpus[1].pk)], "ns-birch"),
+    "fleet:busy": aggregate(lambda w: [url("fleet:busy")], "birch team"),
+    "quotas:team-list": aggregate(lambda w: [url("quotas:team-list")], "birch team", "40.1"),
+    "quotas:team-detail": scoped(team("quotas:team-detail")),
+    "quotas:cohort-list": aggregate(lambda w: [url("quotas:cohort-list")]),
+    "quotas:cohort-detail": aggregate(
+        lambda w: [url("quotas:cohort-detail", w.cluster.name, "grove")], "cq-birch", "40.1"
+    ),
+    "quotas:cluster-queue-list": aggregate(
+        lambda w: [url("quotas:cluster-queue-list"), url("quotas:cluster-queue-list", q="cq")],
+        "cq-birch",
+    ),
+    "quotas:cluster-queue-detail": scoped(queue("quotas:cluster-queue-detail")),
+    # aspen-train preempted birch-victim; birch-serve preempted aspen-victim (its message and
+    # preemptor path name cq-birch).
+    "quotas:workload-detail": scoped(
+        workload("quotas:workload-detail", "aspen-main", "aspen-victim"),
+        shows=("ns-birch/birch-victim", "ns-birch/birch-serve", "/grove/cq-birch"),
+    ),
+    # --- Chart JSON.
+    "fleet:chart-capacity": aggregate(lambda w: [url("fleet:chart-capacity")]),
+    "fleet:chart-team-idle": aggregate(lambda w: [url("fleet:chart-team-idle")], "birch team"),
+    "fleet:chart-team-active": aggregate(lambda w: [url("fleet:chart-team-active")], "birch team"),
+    "fleet:chart-map": aggregate(lambda w: [url("fleet:chart-map")], "ns-birch"),
+    "fleet:chart-node": aggregate(lambda w: [url("fleet:chart-node", w.node.pk)]),
+    "fleet:chart-gpu-activity": aggregate(
+        lambda w: [url("fleet:chart-gpu-activity", w.gpus[1].pk)]
+    ),
+    "fleet:chart-gpu-memory": aggregate(lambda w: [url("fleet:chart-gpu-memory", w.gpus[1].pk)]),
+    "fleet:chart-busy-teams": aggregate(lambda w: [url("fleet:chart-busy-teams")], "birch team"),
+    "fleet:chart-busy-time": aggregate(lambda w: [url("fleet:chart-busy-time")]),
+    "quotas:team-chart-allocation": scoped(team("quotas:team-chart-allocation")),
+    "quotas:team-chart-queues": scoped(team("quotas:team-chart-queues")),
+    "quotas:cohort-chart-usage": aggregate(
+        lambda w: [url("quotas:cohort-chart-usage", w.cluster.name, "grove")], "cq-birch", "13.375"
+    ),
+    "quotas:cohort-chart-borrowing": aggregate(
+        lambda w: [url("quotas:cohort-chart-borrowing", w.cluster.name, "grove")], "cq-birch"
+    ),
+    "quotas:cluster-queue-chart-usage": scoped(queue("quotas:cluster-queue-chart-usage")),
+    "quotas:cluster-queue-chart-evictions": scoped(queue("quotas:cluster-queue-chart-evictions")),
+    "quotas:workload-chart-timeline": scoped(
+        workload("quotas:workload-chart-timeline", "aspen-victim"), shows=("/grove/cq-birch",)
+    ),
+    "quotas:workload-chart-activity": scoped(
+        workload("quotas:workload-chart-activity", "aspen-main")
+    ),
+    # --- REST API: fleet inventory (no team data).
+    "cluster-list": aggregate(lambda w: api("cluster-list")),
+    "cluster-detail": aggregate(lambda w: api("cluster-detail", w.cluster.pk)),
+    "node-list": aggregate(lambda w: api("node-list")),
+    "node-detail": aggregate(lambda w: api("node-detail", w.node.pk)),
+    "gpu-list": aggregate(lambda w: api("gpu-list")),
+    "gpu-detail": aggregate(lambda w: api("gpu-detail", w.gpus[1].pk)),
+    "ingestrun-list": aggregate(lambda w: api("ingestrun-list")),
+    "ingestrun-detail": aggregate(
+        lambda w: api("ingestrun-detail", w.cluster.ingest_runs.get().pk)
+    ),
+    # --- REST API: teams and Kueue objects.
+    "team-list": aggregate(lambda w: api("team-list"), "birch team"),
+    "team-detail": scoped(api_object("team-detail", lambda w, name: w.teams[name].pk)),
+    "cohort-list": aggregate(lambda w: api("cohort-list"), "cq-birch"),
+    "cohort-detail": aggregate(lambda w: api("cohort-detail", w.cohort.pk), "cq-birch"),
+    "clusterqueue-list": aggregate(lambda w: api("clusterqueue-list"), "cq-birch"),
+    "clusterqueue-detail": scoped(
+        api_object("clusterqueue-detail", lambda w, name: w.queues[name].pk)
+    ),
+    "localqueue-list": aggregate(lambda w: api("localqueue-list"), "lq-birch"),
+    "localqueue-detail": scoped(
+        api_object("localqueue-detail", lambda w, name: w.local_queues[name].pk)
+    ),
+    "workload-list": aggregate(lambda w: api("workload-list"), "birch-serve", "/grove/cq-birch"),
+    "workload-detail": Policy(
+        TEAM_SCOPED,
+        own=lambda w: api("workload-detail", w.workloads["aspen-victim"].pk),
+        other=lambda w: api("workload-detail", w.workloads["birch-main"].pk),
+        shows=("/grove/cq-birch",),
+    ),
+    # --- Chargeback and OpenCost: every grouping.
+    "api-chargeback": aggregate(chargeback, "birch", "40.125", "ns-birch", "birch-serve"),
+    "api-allocation": aggregate(allocation, "birch", "40.125", "ns-birch", "birch-serve"),
+    # --- The API's schema and docs: signed in, no team data.
+    "api-schema": aggregate(lambda w: [url("api-schema")]),
+    "api-docs": aggregate(lambda w: [url("api-docs")]),
+}
+
+
+# --- The URL list drives the policy ------------------------------------------------------------
+
+
+def url_patterns(
+    resolver: URLResolver | None = None, prefix: str = "", namespace: str = ""
+) -> Iterator[tuple[str, str]]:
+    """(policy key, route) of every URL pattern: ``namespace:name``, or ``namespace:*`` for
+    a namespace's unnamed patterns (the admin's redirects), or the bare route."""
+    resolver = resolver or get_resolver()
+    for pattern in resolver.url_patterns:
+        if isinstance(pattern, URLResolver):
+            inner = namespace
+            if pattern.namespace:
+                inner = f"{namespace}:{pattern.namespace}" if namespace else pattern.namespace
+            yield from url_patterns(pattern, prefix + str(pattern.pattern), inner)
+            continue
+        assert isinstance(pattern, URLPattern)
+        route = prefix + str(pattern.pattern)
+        if pattern.name:
+            yield (f"{namespace}:{pattern.name}" if namespace else pattern.name), route
+        else:
+            yield (f"{namespace}:*" if namespace else route), route
+
+
+def policy_for(key: str) -> Policy | None:
+    if key in POLICY:
+        return POLICY[key]
+    namespace = key.rsplit(":", 1)[0] if ":" in key else ""
+    return POLICY.get(f"{namespace}:*") if namespace else None
+
+
+def test_every_url_pattern_has_an_access_policy():
+    patterns = list(url_patterns())
+
+    missing = sorted({f"{key} ({route})" for key, route in patterns if policy_for(key) is None})
+    covered = {key for key, _ in patterns} | {
+        f"{key.rsplit(':', 1)[0]}:*" for key, _ in patterns if ":" in key
+    }
+    stale = sorted(set(POLICY) - covered)
+
+    assert not missing, f"URL patterns without an access policy in {__name__}.POLICY: {missing}"
+    assert not stale, f"policy entries that match no URL pattern: {stale}"
+    # The walk sees the API with its format suffixes and the chart JSON views.
+    routes = [route for _, route in patterns]
+    assert any("teams\\.(?P<format>" in route for route in routes)
+    assert any(route.endswith("charts/usage.json") for route in routes)
+
+
+# --- Checking one entry ------------------------------------------------------------------------
+
+
+def body(response) -> str:
+    if getattr(response, "streaming", False):
+        return b"".join(response.streaming_content).decode()
+    return response.content.decode()
+
+
+def fetch(client: Client, path: str, status: tuple[int, ...] = (200,)) -> str:
+    response = client.get(path)
+    assert response.status_code in status, f"{path}: {response.status_code}"
+    return body(response).lower()
+
+
+def assert_hidden(text: str, markers: list[str], path: str) -> None:
+    found = [marker for marker in markers if marker.lower() in text]
+    assert not found, f"{path} shows {found}"
+
+
+def assert_shown(texts: list[str], markers: tuple[str, ...], entry: str) -> None:
+    joined = "\n".join(texts)
+    absent = [marker for marker in markers if marker.lower() not in joined]
+    assert not absent, f"{entry}: {absent} not shown"
+
+
+KEYS = sorted(POLICY)
+SIGNED_IN = [key for key in KEYS if POLICY[key].kind in (TEAM_SCOPED, AGGREGATE)]
+
+
+@pytest.mark.parametrize("key", [key for key in KEYS if POLICY[key].kind != PUBLIC])
+def test_anonymous_users_are_refused(key, world):
+    policy = POLICY[key]
+    for path in [*policy.own(world), *policy.other(world)]:
+        response = Client().get(path)
+        assert response.status_code in (302, 401, 403), f"{path}: {response.status_code}"
+        if response.status_code == 302:
+            assert "login" in response["Location"], path
+
+
+@pytest.mark.parametrize("key", [key for key in KEYS if POLICY[key].kind == PUBLIC])
+def test_public_urls_answer_anyone_and_show_no_team(key, world):
+    for path in POLICY[key].own(world):
+        response = Client().get(path)
+        assert response.status_code < 500, path
+        assert response.status_code != 302 or "next=" not in response.get("Location", ""), path
+        assert_hidden(body(response).lower(), [*birch_markers(), "aspen"], path)
+
+
+@pytest.mark.parametrize("visibility", ["private", "public"])
+def test_the_admin_is_staff_only_under_either_setting(visibility, world, client_of):
+    policy = POLICY["admin:*"]
+    with override_settings(GPULEDGER_TEAM_VISIBILITY=visibility):
+        for path in policy.own(world):
+            response = client_of("lead_a").get(path)
+            assert response.status_code == 302, path
+            assert response["Location"].startswith(reverse("admin:login")), path
+        assert client_of("superuser").get(reverse("admin:index")).status_code == 200
+
+
+@pytest.mark.parametrize("key", SIGNED_IN)
+def test_private_a_lead_sees_nothing_of_another_team(key, world, client_of):
+    policy = POLICY[key]
+    lead = client_of("lead_a")
+    with override_settings(GPULEDGER_TEAM_VISIBILITY="private"):
+        for path in policy.own(world):
+            assert_hidden(fetch(lead, path), birch_markers(), path)
+        for path in policy.other(world):
+            fetch(lead, path, status=(403, 404))
+
+
+@pytest.mark.parametrize("key", SIGNED_IN)
+def test_private_the_other_lead_sees_nothing_of_the_first(key, world, client_of):
+    policy = POLICY[key]
+    lead = client_of("lead_b")
+    with override_settings(GPULEDGER_TEAM_VISIBILITY="private"):
+        for path in policy.own(world):
+            if policy.kind == TEAM_SCOPED:
+                fetch(lead, path, status=(403, 404))
+            else:
+                assert_hidden(fetch(lead, path), ["aspen"], path)
+
+
+@pytest.mark.parametrize("key", SIGNED_IN)
+def test_public_a_lead_sees_every_team(key, world, client_of):
+    policy = POLICY[key]
+    lead = client_of("lead_a")
+    with override_settings(GPULEDGER_TEAM_VISIBILITY="public"):
+        texts = [fetch(lead, path) for path in policy.own(world)]
+        for path in policy.other(world):
+            fetch(lead, path)
+    assert_shown(texts, policy.shows, key)
+
+
+@pytest.mark.parametrize("user", ["staff", "finance"])
+@pytest.mark.parametrize("key", SIGNED_IN)
+def test_private_staff_and_finance_see_every_team(key, user, world, client_of):
+    policy = POLICY[key]
+    client = client_of(user)
+    assert settings.GPULEDGER_TEAM_VISIBILITY == "private"
+    texts = [fetch(client, path) for path in policy.own(world)]
+    for path in policy.other(world):
+        fetch(client, path)
+    assert_shown(texts, policy.shows, key)
