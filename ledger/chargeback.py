@@ -579,7 +579,8 @@ def build_report(
 ) -> Report:
     """The chargeback report of ``group_by`` over ``[start, end)`` as ``team_ids`` may see it.
 
-    ``team_ids`` is ``access.visible_team_ids(user)``: None for staff and finance.
+    ``team_ids`` is ``access.visible_team_ids(user)``: None for staff and finance, and for
+    everyone under ``GPULEDGER_TEAM_VISIBILITY=public``.
     """
     if group_by not in GROUP_SCOPES:
         raise ChargebackError("group_by", f"unknown group {group_by!r}")

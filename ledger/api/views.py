@@ -1,7 +1,7 @@
 """Chargeback (``/api/v1/chargeback/``) and the OpenCost-compatible ``/api/v1/allocation``.
 
 Visibility follows quotas/access.py: staff and finance see everything; a team lead sees the
-rows of the teams they lead.
+rows of the teams they lead (every team's with ``GPULEDGER_TEAM_VISIBILITY=public``).
 """
 
 from __future__ import annotations
