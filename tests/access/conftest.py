@@ -394,3 +394,11 @@ def client_of(world):
         return client
 
     return make
+
+
+# Headless Chromium, as the page tests drive it (tests/pages/conftest.py).
+from tests.pages.conftest import (  # noqa: E402, F401
+    browser_login,
+    browser_type_launch_args,
+    console_errors,
+)
