@@ -23,7 +23,7 @@ from typing import Any
 
 from django.conf import settings
 
-from quotas.models import ClusterQueue, Team
+from quotas.models import Team
 
 PRIVATE = "private"
 PUBLIC = "public"
@@ -83,11 +83,3 @@ def visible_team_ids(user: Any) -> set[int] | None:
 def sees_team(allowed: set[int] | None, team_id: int | None) -> bool:
     """Whether a row of team ``team_id`` is visible under ``allowed`` (``visible_team_ids``)."""
     return allowed is None or (team_id is not None and team_id in allowed)
-
-
-def can_view_team(user: Any, team: Team) -> bool:
-    return sees_team(visible_team_ids(user), team.pk)
-
-
-def can_view_cluster_queue(user: Any, cluster_queue: ClusterQueue) -> bool:
-    return sees_team(visible_team_ids(user), cluster_queue.team_id)
