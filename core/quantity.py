@@ -87,14 +87,15 @@ def format_quantity(amount: Decimal, fmt: str = DECIMAL_SI) -> str:
         if abs(amount) < 1024 or amount != amount.to_integral_value():
             fmt = DECIMAL_SI
         else:
-            number = int(amount)
-            exponent = 0
-            while exponent < len(_BINARY_SUFFIXES) - 1 and number % 1024 == 0:
-                number //= 1024
-                exponent += 1
-            return f"{number}{_BINARY_SUFFIXES[exponent]}"
-    sign, digits, exponent = amount.normalize().as_tuple()
-    assert isinstance(exponent, int)
+            whole = int(amount)
+            power = 0
+            while power < len(_BINARY_SUFFIXES) - 1 and whole % 1024 == 0:
+                whole //= 1024
+                power += 1
+            return f"{whole}{_BINARY_SUFFIXES[power]}"
+    sign, digits, raw_exponent = amount.normalize().as_tuple()
+    assert isinstance(raw_exponent, int)
+    exponent = raw_exponent
     mantissa = int("".join(map(str, digits)))
     shift = exponent % 3
     mantissa *= 10**shift
