@@ -39,6 +39,7 @@ from quotas.ingest.rows import (
     TeamRow,
     UsageRow,
 )
+from quotas.writeback.gitops import latest_quota_manager
 
 
 def parse_flavor(item: dict, meta: ObjectMeta) -> FlavorRow:
@@ -183,6 +184,7 @@ def parse_cluster_queue(
         quotas=_resource_groups(spec),
         usage=_usage(status.get("flavorsUsage"), "status.flavorsUsage"),
         reservation=_usage(status.get("flavorsReservation"), "status.flavorsReservation"),
+        quota_manager=latest_quota_manager(item),
     )
 
 

@@ -119,6 +119,8 @@ class ClusterQueueRow:
     quotas: list[QuotaRow]
     usage: list[UsageRow]
     reservation: list[UsageRow]
+    # The field manager that last wrote spec.resourceGroups / stopPolicy (managedFields).
+    quota_manager: str = ""
 
 
 @dataclass

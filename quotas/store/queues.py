@@ -25,6 +25,7 @@ from quotas.models import (
     WorkloadPriorityClass,
 )
 from quotas.store.writer import SnapshotWriter
+from quotas.writeback.observe import record_observed
 
 
 def write_flavors(w: SnapshotWriter) -> None:
@@ -101,9 +102,11 @@ def write_cluster_queues(
     w: SnapshotWriter, cohorts: dict[str, int], teams: dict[str, int]
 ) -> dict[str, int]:
     """Upsert ClusterQueues; returns name -> id."""
-    current_teams = dict(
-        ClusterQueue.objects.filter(cluster=w.cluster).values_list("name", "team_id")
+    current = list(
+        ClusterQueue.objects.filter(cluster=w.cluster).values_list("name", "team_id", "stop_policy")
     )
+    current_teams = {name: team_id for name, team_id, _stop in current}
+    w.stop_policies_before = {name: stop for name, _team, stop in current}
     rows = {}
     for row in w.batch.cluster_queues:
         team_id = teams.get(row.team_name)
@@ -183,6 +186,7 @@ def write_quotas(w: SnapshotWriter, queues: dict[str, int]) -> None:
         ClusterQueueQuota.objects.all(), "pk", removed, c.LOOKUP_BATCH_SIZE
     ):
         deleted += query.delete()[0]
+    record_observed(w, queues, existing)
     w.result.created["ClusterQueueQuota"] = created
     w.result.updated["ClusterQueueQuota"] = updated
     w.result.deleted["ClusterQueueQuota"] = deleted
