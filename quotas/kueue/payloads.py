@@ -134,7 +134,7 @@ def _quota_managers(entries: list[Any]) -> list[dict[str, Any]]:
         spec = (entry.get("fieldsV1") or {}).get("f:spec")
         if not isinstance(spec, dict):
             continue
-        owned = {key: {} for key in QUOTA_FIELDS if key in spec}
+        owned: dict[str, Any] = {key: {} for key in QUOTA_FIELDS if key in spec}
         if owned:
             kept.append(
                 {
