@@ -21,6 +21,7 @@ from ledger.figures import Figures
 from quotas.choices import HOLDING_STATES
 from quotas.models import Team, Workload
 from quotas.now import gpu_quotas, holding_gpus, latest_samples
+from quotas.writeback.service import can_apply
 
 
 @dashboard_page
@@ -209,6 +210,9 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         "nav": "teams",
         "page_title": str(team),
         "team": team,
+        # Its leads request quota changes for its queues; admins with the permission change them.
+        "may_change_quota": can_apply(request.user)
+        or team.leads.filter(pk=request.user.pk).exists(),
         "stats": stats,
         "figures": figures,
         "queue_rows": queue_rows,
