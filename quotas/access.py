@@ -40,3 +40,10 @@ def can_view_cluster_queue(user: Any, cluster_queue: ClusterQueue) -> bool:
     return allowed is None or (
         cluster_queue.team_id is not None and cluster_queue.team_id in allowed
     )
+
+
+def leads_team(user: Any, team_id: int | None) -> bool:
+    """Whether ``user`` is a lead of the team (who may request quota changes for its queues)."""
+    if team_id is None or not getattr(user, "is_authenticated", False):
+        return False
+    return Team.objects.filter(pk=team_id, leads=user).exists()

@@ -17,7 +17,7 @@ from dashboard.access import get_cluster_queue_for_user
 from dashboard.decorators import BadParameter, dashboard_form, dashboard_page, int_param
 from dashboard.frame import paginate
 from ledger.quota_usage import queue_utilization
-from quotas.access import visible_team_ids
+from quotas.access import leads_team, visible_team_ids
 from quotas.choices import QuotaChangeStatus
 from quotas.models import ClusterQueue, QuotaChange, Team
 from quotas.writeback import service
@@ -26,7 +26,7 @@ from quotas.writeback.forms import QuotaEditForm, synced_cells
 
 
 def _leads(user: Any, queue: ClusterQueue) -> bool:
-    return queue.team_id is not None and Team.objects.filter(pk=queue.team_id, leads=user).exists()
+    return leads_team(user, queue.team_id)
 
 
 def _get_change_for_user(request: HttpRequest, pk: int) -> QuotaChange:

@@ -18,6 +18,7 @@ from dashboard.frame import paginate, plural, range_query, stat, utilization_ton
 from dashboard.queries import teams as queries
 from dashboard.templatetags.formatting import duration, figure, percent
 from ledger.figures import Figures
+from quotas.access import leads_team
 from quotas.choices import HOLDING_STATES
 from quotas.models import Team, Workload
 from quotas.now import gpu_quotas, holding_gpus, latest_samples
@@ -211,8 +212,7 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         "page_title": str(team),
         "team": team,
         # Its leads request quota changes for its queues; admins with the permission change them.
-        "may_change_quota": can_apply(request.user)
-        or team.leads.filter(pk=request.user.pk).exists(),
+        "may_change_quota": can_apply(request.user) or leads_team(request.user, team.pk),
         "stats": stats,
         "figures": figures,
         "queue_rows": queue_rows,
