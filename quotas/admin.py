@@ -56,8 +56,67 @@ class SyncedObjectAdmin(CollectorOwnedAdmin):
 
 @admin.register(Cohort)
 class CohortAdmin(SyncedObjectAdmin):
+    """Explicit Cohorts with their own quota (v1beta2 ``spec.resourceGroups``, e.g. a shared
+    pool) are edited like ClusterQueues: "Edit quotas" -> preview -> apply."""
+
     list_display = ["name", "cluster", "parent_name", "implicit", "weighted_share", "deleted_at"]
     list_filter = ["cluster", "implicit"]
+    change_form_template = "admin/quotas/cohort/change_form.html"
+
+    def get_urls(self) -> list[Any]:
+        edit = self.admin_site.admin_view(self.edit_quotas_view)
+        return [
+            path("<int:object_id>/quotas/", edit, name="quotas_cohort_edit_quotas"),
+            *super().get_urls(),
+        ]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        from quotas.writeback.service import can_apply
+
+        cohort = Cohort.objects.filter(pk=object_id).first()
+        editable = bool(cohort and not cohort.implicit and cohort.resource_groups)
+        extra = {**(extra_context or {}), "can_edit_quotas": editable and can_apply(request.user)}
+        return super().change_view(request, object_id, form_url, extra)
+
+    def edit_quotas_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        from quotas.writeback import service
+        from quotas.writeback.edits import EditError
+        from quotas.writeback.forms import QuotaEditForm, cohort_cells
+
+        if not service.can_apply(request.user):
+            raise PermissionDenied("Editing quotas needs the apply_quota_change permission.")
+        cohort = get_object_or_404(
+            Cohort.objects.select_related("cluster"), pk=object_id, implicit=False
+        )
+        form = QuotaEditForm(request.POST or None, cells=cohort_cells(cohort), stop_policy=None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                change = service.preview(
+                    cohort=cohort,
+                    changes=form.changes(),
+                    stop_policy=None,
+                    reason=form.cleaned_data["reason"],
+                    user=request.user,
+                )
+            except EditError as exc:
+                form.add_edit_errors(exc)
+            else:
+                return HttpResponseRedirect(reverse("quotas:quota-change-detail", args=[change.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": cohort,
+            "title": f"Edit the own quota of cohort {cohort.name}",
+            "target": cohort,
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/quotas/clusterqueue/edit_quotas.html", context)
 
 
 QUOTA_INLINE_FIELDS = ("flavor_name", "resource", "nominal_quota", "borrowing", "lending")
@@ -164,6 +223,7 @@ class ClusterQueueAdmin(SyncedObjectAdmin):
             "original": queue,
             "title": f"Edit quotas of {queue.name}",
             "queue": queue,
+            "target": queue,
             "form": form,
         }
         return TemplateResponse(request, "admin/quotas/clusterqueue/edit_quotas.html", context)

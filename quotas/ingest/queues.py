@@ -114,6 +114,7 @@ def parse_cohort(item: dict, meta: ObjectMeta) -> CohortRow:
         weighted_share=weighted_share,
         resource_groups=read_list(spec.get("resourceGroups"), "spec.resourceGroups"),
         quotas=_resource_groups(spec),
+        quota_manager=latest_quota_manager(item),
     )
 
 

@@ -25,7 +25,7 @@ from quotas.models import (
     WorkloadPriorityClass,
 )
 from quotas.store.writer import SnapshotWriter
-from quotas.writeback.observe import record_observed
+from quotas.writeback.observe import record_observed, record_observed_cohorts
 
 
 def write_flavors(w: SnapshotWriter) -> None:
@@ -47,6 +47,11 @@ def write_cohorts(w: SnapshotWriter) -> dict[str, int]:
     """Upsert Cohorts and their parents; returns name -> id."""
     explicit = [row for row in w.batch.cohorts if not row.implicit]
     implicit = [row for row in w.batch.cohorts if row.implicit]
+    pools_before = dict(
+        Cohort.objects.filter(cluster=w.cluster, implicit=False).values_list(
+            "name", "resource_groups"
+        )
+    )
     rows = {(row.meta.name,): _cohort_fields(w, row) for row in explicit}
     # An implicit row describes a cohort only when the Cohort LIST is known to lack it;
     # otherwise it just makes sure the name exists.
@@ -72,6 +77,7 @@ def write_cohorts(w: SnapshotWriter) -> dict[str, int]:
             changed.append(Cohort(pk=pk, parent_id=parent_id))
     if changed:
         Cohort.objects.bulk_update(changed, ["parent"], batch_size=c.WRITE_BATCH_SIZE)
+    record_observed_cohorts(w, names, pools_before)
     return names
 
 

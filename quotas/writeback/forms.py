@@ -9,8 +9,13 @@ from django import forms
 
 from core.quantity import display_quantity
 from quotas.choices import STOP_POLICIES
-from quotas.models import ClusterQueue
-from quotas.writeback.edits import LIMITS, Cell, EditError, cell_field
+from quotas.models import ClusterQueue, Cohort
+from quotas.writeback.edits import LIMITS, Cell, EditError, cell_field, live_cells
+
+
+def cohort_cells(cohort: Cohort) -> list[Cell]:
+    """A Cohort's own quotas (``spec.resourceGroups``) as last synced."""
+    return live_cells({"spec": {"resourceGroups": cohort.resource_groups or []}})
 
 
 def synced_cells(queue: ClusterQueue) -> list[Cell]:
@@ -38,10 +43,17 @@ class QuotaEditForm(forms.Form):
         help_text="Required. Kept in the audit trail and shown to whoever decides.",
     )
 
-    def __init__(self, *args: Any, cells: list[Cell], stop_policy: str, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, cells: list[Cell], stop_policy: str | None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.cells = cells
-        self.fields["stop_policy"].initial = stop_policy or "None"
+        # A Cohort has no stopPolicy: None leaves the field out.
+        self.has_stop_policy = stop_policy is not None
+        if stop_policy is None:
+            del self.fields["stop_policy"]
+        else:
+            self.fields["stop_policy"].initial = stop_policy or "None"
         for index, cell in enumerate(cells):
             for name in LIMITS:
                 self.fields[f"q{index}_{name}"] = forms.CharField(

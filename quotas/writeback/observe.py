@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.quantity import display_quantity
 from quotas.choices import QuotaChangeSource, QuotaChangeStatus
-from quotas.writeback.edits import Cell
+from quotas.writeback.edits import Cell, live_cells
 from quotas.writeback.models import QuotaChange
 
 if TYPE_CHECKING:
@@ -105,4 +105,58 @@ def record_observed(
         )
     if new_rows:
         QuotaChange.objects.bulk_create(new_rows)
-    w.result.created["QuotaChange"] = len(new_rows)
+    w.result.created["QuotaChange"] = w.result.created.get("QuotaChange", 0) + len(new_rows)
+
+
+def _matches(change: QuotaChange, cells: Mapping[tuple[str, str], Cell]) -> bool:
+    return bool(change.after) and all(
+        (c["flavor"], c["resource"]) in cells and cells[(c["flavor"], c["resource"])].as_dict() == c
+        for c in change.after
+    )
+
+
+def record_observed_cohorts(
+    w: SnapshotWriter, ids: Mapping[str, int], pools_before: Mapping[str, Any]
+) -> None:
+    """The same for explicit Cohorts' own quotas (``spec.resourceGroups``)."""
+    rows = [row for row in w.batch.cohorts if not row.implicit and row.meta.name in pools_before]
+    waiting: dict[int, list[QuotaChange]] = {}
+    for change in QuotaChange.objects.awaiting_observation().filter(
+        cohort_id__in=[ids[row.meta.name] for row in rows if row.meta.name in ids]
+    ):
+        waiting.setdefault(change.cohort_id or 0, []).append(change)
+    new_rows = []
+    for row in rows:
+        old = {
+            c.key: c for c in live_cells({"spec": {"resourceGroups": pools_before[row.meta.name]}})
+        }
+        new = {c.key: c for c in live_cells({"spec": {"resourceGroups": row.resource_groups}})}
+        changed = [key for key, cell in new.items() if old.get(key) != cell]
+        cohort_id = ids.get(row.meta.name)
+        for change in waiting.get(cohort_id or 0, []):
+            if _matches(change, new):
+                change.status = QuotaChangeStatus.APPLIED_OBSERVED
+                change.observed_at = w.now
+                change.save(update_fields=["status", "observed_at", "updated_at"])
+                explained = {(c["flavor"], c["resource"]) for c in change.after}
+                changed = [key for key in changed if key not in explained]
+        if not changed:
+            continue
+        new_rows.append(
+            QuotaChange(
+                cluster=w.cluster,
+                target_kind="Cohort",
+                target_name=row.meta.name,
+                cohort_id=cohort_id,
+                source=QuotaChangeSource.OBSERVED,
+                status=QuotaChangeStatus.OBSERVED,
+                before=[old[key].as_dict() for key in changed if key in old],
+                after=[new[key].as_dict() for key in changed],
+                resource_version=row.meta.resource_version,
+                field_manager=row.quota_manager,
+                observed_at=w.now,
+            )
+        )
+    if new_rows:
+        QuotaChange.objects.bulk_create(new_rows)
+    w.result.created["QuotaChange"] = w.result.created.get("QuotaChange", 0) + len(new_rows)

@@ -378,3 +378,56 @@ def test_the_sync_marks_applied_changes_observed_and_records_changes_made_elsewh
     # A second sync of the same state records nothing more.
     sync_cluster(synced.pk)
     assert QuotaChange.objects.filter(source=QuotaChangeSource.OBSERVED).count() == 1
+
+
+def test_a_cohorts_own_quota_is_written_the_same_way(
+    kube_api: Any, synced: Any, admin_user: Any
+) -> None:
+    from quotas.models import Cohort
+
+    live_before = kube_api.get("Cohort", "research")
+    change = service.preview(
+        cohort=Cohort.objects.get(name="research"),
+        changes=[_cell("a100", "12", None, None)],
+        stop_policy=None,
+        reason="grow the shared a100 pool",
+        user=admin_user,
+    )
+    assert change.dry_run == {"ok": True}
+    assert change.before == [_cell("a100", "8", None, None)]
+    service.apply(change, admin_user)
+
+    change.refresh_from_db()
+    assert change.status == QuotaChangeStatus.APPLIED
+    sent = kube_api.writes("cohorts")[-1]
+    expected = live_before["spec"]["resourceGroups"]
+    expected[0]["flavors"][0]["resources"][2]["nominalQuota"] = "12"
+    assert sent.json == {
+        "spec": {"resourceGroups": expected},
+        "metadata": {"resourceVersion": live_before["metadata"]["resourceVersion"]},
+    }
+    assert sent.query == {"fieldManager": "gpu-ledger"}
+
+    # The sync sees it: applied and observed. Then someone edits the pool with kubectl.
+    sync_cluster(synced.pk)
+    change.refresh_from_db()
+    assert change.status == QuotaChangeStatus.APPLIED_OBSERVED
+
+    def by_hand(obj: dict) -> None:
+        obj["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] = "4"
+        obj["metadata"]["managedFields"] = [
+            {
+                "manager": "kubectl-patch",
+                "operation": "Update",
+                "time": "2026-08-22T13:00:00Z",
+                "fieldsV1": {"f:spec": {"f:resourceGroups": {}}},
+            }
+        ]
+
+    kube_api.modify("Cohort", "research", by_hand)
+    sync_cluster(synced.pk)
+    observed = QuotaChange.objects.get(source=QuotaChangeSource.OBSERVED)
+    assert (observed.target_kind, observed.target_name) == ("Cohort", "research")
+    assert observed.field_manager == "kubectl-patch"
+    assert observed.before == [_cell("a100", "12", None, None)]
+    assert observed.after == [_cell("a100", "4", None, None)]
