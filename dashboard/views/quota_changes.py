@@ -159,7 +159,7 @@ def quota_change_list(request: HttpRequest) -> HttpResponse:
     pending = list(changes.pending_requests()[:100]) if service.can_apply(request.user) else []
     page, page_query = paginate(request, changes)
     context = {
-        "nav": "queues",
+        "nav": "quota-changes",
         "page_title": f"Quota changes{' of ' + subject if subject else ''}",
         "pending": pending,
         "page_obj": page,

@@ -24,7 +24,7 @@ from ledger.api import serializers
 from ledger.quota_usage import queue_utilization
 from quotas.access import leads_team, visible_team_ids
 from quotas.choices import QuotaChangeSource, QuotaChangeStatus
-from quotas.models import ApiToken, ClusterQueue, QuotaChange
+from quotas.models import ApiToken, ClusterQueue, Cohort, QuotaChange
 from quotas.writeback import service
 from quotas.writeback.edits import EditError
 
@@ -75,6 +75,8 @@ class QuotaChangeViewSet(
         data = serializers.QuotaChangeRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
+        if values["cohort"]:
+            return self._create_for_cohort(request, values)
         queue = (
             ClusterQueue.objects.present()
             .select_related("cluster", "cohort")
@@ -107,3 +109,35 @@ class QuotaChangeViewSet(
         body = dict(serializers.QuotaChangeSerializer(change).data)
         body["utilization"] = queue_utilization(queue)
         return Response(body, status=status.HTTP_201_CREATED)
+
+    def _create_for_cohort(self, request: Request, values: dict[str, Any]) -> Response:
+        """A Cohort's own quota: quota admins only (no team owns a cohort)."""
+        cohort = (
+            Cohort.objects.select_related("cluster")
+            .filter(cluster__name=values["cluster"], name=values["cohort"], implicit=False)
+            .first()
+        )
+        if cohort is None:
+            return Response(
+                {"cohort": ["No such explicit Cohort in this cluster."]},
+                status=status.HTTP_404_NOT_FOUND,
+            )
+        if not service.can_apply(request.user):
+            raise PermissionDenied(
+                "Changing a Cohort's quota needs the apply_quota_change permission."
+            )
+        try:
+            change = service.preview(
+                cohort=cohort,
+                changes=[dict(cell) for cell in values["changes"]],
+                stop_policy=values["stop_policy"],
+                reason=values["reason"],
+                user=request.user,
+            )
+            if not values["dry_run"]:
+                change = service.apply(change, request.user)
+        except EditError as exc:
+            raise ValidationError(exc.errors) from None
+        return Response(
+            serializers.QuotaChangeSerializer(change).data, status=status.HTTP_201_CREATED
+        )

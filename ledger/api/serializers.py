@@ -105,10 +105,12 @@ class QuotaCellSerializer(serializers.Serializer):
 
 
 class QuotaChangeRequestSerializer(serializers.Serializer):
-    """``POST /api/v1/quota-changes/``: one change of one ClusterQueue's quotas."""
+    """``POST /api/v1/quota-changes/``: one change of one ClusterQueue's quotas (or of a
+    Cohort's own quota: give ``cohort`` instead of ``cluster_queue``)."""
 
     cluster = serializers.CharField(max_length=63)
-    cluster_queue = serializers.CharField(max_length=253)
+    cluster_queue = serializers.CharField(max_length=253, required=False, default="")
+    cohort = serializers.CharField(max_length=253, required=False, default="")
     changes = QuotaCellSerializer(many=True, required=False, default=list)
     stop_policy = serializers.ChoiceField(
         choices=["None", "Hold", "HoldAndDrain"], required=False, allow_null=True, default=None
@@ -118,6 +120,13 @@ class QuotaChangeRequestSerializer(serializers.Serializer):
         default=True,
         help_text="True: preview and the API server's dryRun=All answer only. False: apply.",
     )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if bool(attrs.get("cluster_queue")) == bool(attrs.get("cohort")):
+            raise serializers.ValidationError(
+                {"cluster_queue": ["Give either cluster_queue or cohort."]}
+            )
+        return attrs
 
 
 class QuotaChangeSerializer(serializers.ModelSerializer):

@@ -171,7 +171,16 @@ def preview(
     after_all = [next((c for c in new if c.key == cell.key), cell) for cell in before_all]
 
     now = timezone.now()
-    summary: dict[str, Any] = {"note": NO_EVICTION_NOTE}
+    summary: dict[str, Any] = {
+        "note": NO_EVICTION_NOTE,
+        # A Cohort's own quota is lendable to every member: the pool it adds, per flavor.
+        "pool": [
+            {"flavor": o.flavor, "resource": o.resource, "before": o.nominal, "after": n.nominal}
+            for o, n in zip(old, new, strict=True)
+        ]
+        if cohort is not None
+        else [],
+    }
     if cluster_queue is not None:
         summary = what_if(whatif_inputs(cluster_queue, before_all, after_all, now))
     owner = gitops_owner(live) if live is not None else None

@@ -143,3 +143,22 @@ def test_the_endpoint_is_in_the_openapi_schema(db, quota_admin) -> None:
     schema = client_for(quota_admin).get("/api/schema/", {"format": "json"}).json()
     assert {"get", "post"} <= set(schema["paths"]["/api/v1/quota-changes/"])
     assert "QuotaChangeRequest" in schema["components"]["schemas"]
+
+
+def test_a_cohorts_own_quota_through_the_api(kube, quota_admin) -> None:
+    cohort_body = body(
+        cluster_queue="",
+        cohort="research",
+        changes=[{"flavor": "a100", "resource": GPU, "nominal": "16"}],
+        dry_run=False,
+    )
+    answer = client_for(quota_admin).post(URL, cohort_body, format="json")
+    assert answer.status_code == 201, answer.json()
+    assert answer.json()["status"] == QuotaChangeStatus.APPLIED
+    sent = kube.writes("cohorts")[-1]
+    assert sent.json["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2] == {
+        "name": GPU,
+        "nominalQuota": "16",
+    }
+    both = body(cohort="research")
+    assert client_for(quota_admin).post(URL, both, format="json").status_code == 400

@@ -156,3 +156,86 @@ def test_a_lead_requests_and_an_admin_approves(
     live = kube.get("ClusterQueue", "team-a")
     assert live["spec"]["resourceGroups"][0]["flavors"][1]["resources"][2]["nominalQuota"] == "12"
     assert console_errors == []
+
+
+def test_conflicts_refusals_and_invalid_values_are_shown(
+    page: Any,
+    live_server: Any,
+    browser_login: Any,
+    fleet: Any,
+    kube: FakeKubeAPI,
+    quota_admin: Any,
+    console_errors: list[str],
+) -> None:
+    browser_login(page, live_server.url, quota_admin)
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(live_server.url + reverse("quotas:cluster-queue-detail", args=["gpu-east", "team-b"]))
+    _shot(page, "queue-page")
+    new_url = live_server.url + reverse("quotas:quota-change-new", args=["gpu-east", "team-b"])
+
+    # 1. The API server refuses a value: its causes are listed per field.
+    kube.validators.append(
+        lambda resource, obj: (
+            [
+                {
+                    "reason": "FieldValueInvalid",
+                    "message": "team-b may not hold more than 32 H100",
+                    "field": "spec.resourceGroups[0].flavors[0].resources[2].nominalQuota",
+                }
+            ]
+            if obj["metadata"]["name"] == "team-b"
+            and obj["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"]
+            == "40"
+            else []
+        )
+    )
+    page.goto(new_url)
+    page.fill("[data-cell='h100/nvidia.com/gpu/nominal']", "40")
+    page.fill("textarea[name=reason]", "big run")
+    page.click("[data-testid=preview-button]")
+    causes = page.inner_text("[data-testid=dry-run-causes]")
+    assert "spec.resourceGroups[0].flavors[0].resources[2].nominalQuota" in causes
+    assert "may not hold more than 32 H100" in causes
+    _shot(page, "quota-dry-run-422")
+
+    # 2. Someone changes the queue between preview and apply: a conflict, nothing forced.
+    page.goto(new_url)
+    page.fill("[data-cell='h100/nvidia.com/gpu/nominal']", "10")
+    page.fill("textarea[name=reason]", "a little more")
+    page.click("[data-testid=preview-button]")
+    page.wait_for_selector("[data-testid=apply-button]")
+
+    def someone_else(obj: dict) -> None:
+        obj["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] = "9"
+
+    kube.modify("ClusterQueue", "team-b", someone_else)
+    page.click("[data-testid=apply-button]")
+    page.wait_for_selector("[data-testid=live-values]")
+    assert page.inner_text("[data-testid=change-status]") == "Conflict: changed meanwhile"
+    assert (
+        kube.get("ClusterQueue", "team-b")["spec"]["resourceGroups"][0]["flavors"][0]["resources"][
+            2
+        ]["nominalQuota"]
+        == "9"
+    )
+    _shot(page, "quota-conflict")
+
+    # 3. Flux manages the queue: refused, the YAML offered.
+    def flux(obj: dict) -> None:
+        obj["metadata"]["labels"]["kustomize.toolkit.fluxcd.io/name"] = "kueue-queues"
+        obj["metadata"]["labels"]["kustomize.toolkit.fluxcd.io/namespace"] = "flux-system"
+
+    kube.modify("ClusterQueue", "team-b", flux)
+    page.goto(new_url)
+    page.fill("[data-cell='h100/nvidia.com/gpu/nominal']", "12")
+    page.fill("textarea[name=reason]", "more")
+    page.click("[data-testid=preview-button]")
+    assert "Flux Kustomization flux-system/kueue-queues" in page.inner_text("[data-testid=gitops]")
+    assert page.locator("[data-testid=yaml-download]").count() == 1
+    _shot(page, "quota-gitops")
+    writes = len(kube.writes("clusterqueues"))
+    page.click("[data-testid=apply-button]")
+    page.wait_for_selector("[data-testid=api-answer]")
+    assert page.inner_text("[data-testid=change-status]").startswith("Refused")
+    assert len(kube.writes("clusterqueues")) == writes
+    assert console_errors == []
