@@ -209,7 +209,7 @@ class ClusterQueueAdmin(SyncedObjectAdmin):
                 change = service.preview(
                     cluster_queue=queue,
                     changes=form.changes(),
-                    stop_policy=form.cleaned_data["stop_policy"],
+                    stop_policy=form.stop_policy_change(),
                     reason=form.cleaned_data["reason"],
                     user=request.user,
                 )

@@ -60,7 +60,7 @@ def quota_change_new(request: HttpRequest, cluster: str, name: str) -> HttpRespo
             change = service.preview(
                 cluster_queue=queue,
                 changes=form.changes(),
-                stop_policy=form.cleaned_data["stop_policy"],
+                stop_policy=form.stop_policy_change(),
                 reason=form.cleaned_data["reason"],
                 user=request.user,
                 request_only=not applies,

@@ -109,8 +109,10 @@ class QuotaChangeRequestSerializer(serializers.Serializer):
     Cohort's own quota: give ``cohort`` instead of ``cluster_queue``)."""
 
     cluster = serializers.CharField(max_length=63)
-    cluster_queue = serializers.CharField(max_length=253, required=False, default="")
-    cohort = serializers.CharField(max_length=253, required=False, default="")
+    cluster_queue = serializers.CharField(
+        max_length=253, required=False, allow_blank=True, default=""
+    )
+    cohort = serializers.CharField(max_length=253, required=False, allow_blank=True, default="")
     changes = QuotaCellSerializer(many=True, required=False, default=list)
     stop_policy = serializers.ChoiceField(
         choices=["None", "Hold", "HoldAndDrain"], required=False, allow_null=True, default=None

@@ -79,7 +79,11 @@ class QuotaEditForm(forms.Form):
         ]
 
     def changes(self) -> list[dict[str, Any]]:
-        """Every row as submitted (unchanged ones are dropped by the service)."""
+        """The rows the user edited, as submitted.
+
+        Only those: a row left as shown carries the values of the last sync, and sending it
+        would revert whatever changed on the live object since.
+        """
         return [
             {
                 "flavor": cell.flavor,
@@ -87,7 +91,14 @@ class QuotaEditForm(forms.Form):
                 **{name: self.cleaned_data.get(f"q{index}_{name}", "") for name in LIMITS},
             }
             for index, cell in enumerate(self.cells)
+            if any(f"q{index}_{name}" in self.changed_data for name in LIMITS)
         ]
+
+    def stop_policy_change(self) -> str | None:
+        """The stopPolicy when the user changed it, else None (leave the live one)."""
+        if not self.has_stop_policy or "stop_policy" not in self.changed_data:
+            return None
+        return str(self.cleaned_data["stop_policy"])
 
     def add_edit_errors(self, error: EditError) -> None:
         """Put the service's errors on the fields they name."""

@@ -175,3 +175,24 @@ def test_the_patch_downloads_as_yaml_and_the_audit_is_read_only(kube, quota_admi
     assert listing.status_code == 200
     history = client.get(reverse("quotas:quota-change-list") + f"?queue={queue.pk}")
     assert f"#{change.pk}" in history.content.decode()
+
+
+def test_rows_left_as_shown_do_not_revert_changes_made_since_the_sync(kube, quota_admin) -> None:
+    # Given a CPU quota changed upstream after the last sync,
+    def more_cpu(obj: dict) -> None:
+        obj["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = "400"
+
+    kube.modify("ClusterQueue", "team-a", more_cpu)
+    queue = ClusterQueue.objects.get(name="team-a")
+    # when the admin edits only the H100 GPUs on the form built from the synced values,
+    _client(quota_admin).post(
+        reverse("admin:quotas_clusterqueue_edit_quotas", args=[queue.pk]),
+        _form(queue, h100_nvidia_com_gpu="12"),
+    )
+    # then the change and the dry-run write carry the GPU edit and the live CPU quota.
+    change = QuotaChange.objects.get()
+    assert [(c["flavor"], c["resource"]) for c in change.after] == [("h100", GPU)]
+    sent = kube.writes("clusterqueues")[-1]
+    h100 = sent.json["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    assert h100[0]["nominalQuota"] == "400"
+    assert h100[2]["nominalQuota"] == "12"
