@@ -697,10 +697,9 @@ class FakeKubeAPI:
 
     def writes(self, plural: str = "") -> list[Any]:
         """The PATCH requests received (``RecordedRequest``), of one resource when named."""
-        with self._lock:
-            return [
-                r for r in self.recorded if r.method == "PATCH" and f"/{plural}/" in r.path + "/"
-            ]
+        from tests.kube_api_writes import writes
+
+        return writes(self, plural)
 
 
 def write_kubeconfig(path: Path, url: str, token: str, context: str = "fake") -> Path:

@@ -48,6 +48,11 @@ class RecordedRequest:
     json: Any = field(default=None)
 
 
+def writes(api: FakeKubeAPI, plural: str) -> list[RecordedRequest]:
+    with api._lock:
+        return [r for r in api.recorded if r.method == "PATCH" and f"/{plural}/" in r.path + "/"]
+
+
 def kueue_causes(resource: Resource, obj: dict[str, Any]) -> list[dict[str, str]]:
     """What Kueue's CRD schema and CEL rules say about a ClusterQueue's or Cohort's quotas."""
     if resource.kind not in ("ClusterQueue", "Cohort"):
