@@ -23,7 +23,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils.functional import SimpleLazyObject
-from django.views.decorators.http import require_safe
+from django.views.decorators.http import require_http_methods, require_safe
 
 from core.params import InvalidParameter, check_all, check_int
 from core.ranges import RangeError, parse_range
@@ -97,6 +97,26 @@ def dashboard_page(
         return login_required(require_safe(wrapper))
 
     return decorate(view) if view is not None else decorate
+
+
+def dashboard_form(func: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """``@dashboard_page(uses_range=False)`` for pages that also take a POST (forms, buttons):
+    login required, parameters checked, the freshness banner attached."""
+
+    @functools.wraps(func)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        request.freshness = SimpleLazyObject(current_freshness)  # type: ignore[attr-defined]
+        try:
+            return _call(func, request, False, *args, **kwargs)
+        except BadParameter as exc:
+            return render(
+                request,
+                "base_dashboard.html",
+                {"error_message": str(exc), "page_title": "Bad request"},
+                status=400,
+            )
+
+    return login_required(require_http_methods(["GET", "HEAD", "POST"])(wrapper))
 
 
 def chart_view(view: Callable[..., Any] | None = None, *, uses_range: bool = True) -> Any:

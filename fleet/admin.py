@@ -27,6 +27,10 @@ class ClusterAdmin(admin.ModelAdmin):
             },
         ),
         ("Kubernetes API", {"fields": ["kube_context", "kube_in_cluster"]}),
+        (
+            "Quota write-back",
+            {"fields": ["quota_write_enabled", "quota_write_gitops_allowed"]},
+        ),
     ]
 
 

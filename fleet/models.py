@@ -100,6 +100,21 @@ class Cluster(models.Model):
     )
     collect_enabled = models.BooleanField(default=True)
     sync_enabled = models.BooleanField(default=True)
+    quota_write_enabled = models.BooleanField(
+        default=False,
+        help_text=(
+            "Let GPU Ledger write quota changes (ClusterQueue and Cohort resourceGroups, "
+            "stopPolicy) to this cluster. Needs the patch RBAC of the README; off, the cluster "
+            "is read-only and changes are offered as YAML patches."
+        ),
+    )
+    quota_write_gitops_allowed = models.BooleanField(
+        default=False,
+        help_text=(
+            "Also write to queues that Argo CD, Flux or another field manager owns. Such a "
+            "write is reverted on their next sync unless the repository changes too."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -83,3 +83,10 @@ def visible_team_ids(user: Any) -> set[int] | None:
 def sees_team(allowed: set[int] | None, team_id: int | None) -> bool:
     """Whether a row of team ``team_id`` is visible under ``allowed`` (``visible_team_ids``)."""
     return allowed is None or (team_id is not None and team_id in allowed)
+
+
+def leads_team(user: Any, team_id: int | None) -> bool:
+    """Whether ``user`` is a lead of the team (who may request quota changes for its queues)."""
+    if team_id is None or not getattr(user, "is_authenticated", False):
+        return False
+    return Team.objects.filter(pk=team_id, leads=user).exists()

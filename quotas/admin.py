@@ -1,9 +1,15 @@
+from typing import Any
+
 from django.contrib import admin
-from django.http import HttpRequest
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import path, reverse
+from django.utils.html import format_html
 
 from core.admin import CollectorOwnedAdmin
+from core.quantity import display_quantity
 from quotas.models import (
     Allocation,
     ApiToken,
@@ -12,6 +18,7 @@ from quotas.models import (
     ClusterQueueSample,
     Cohort,
     LocalQueue,
+    QuotaChange,
     ResourceFlavor,
     Team,
     TeamNamespace,
@@ -40,20 +47,100 @@ class ResourceFlavorAdmin(CollectorOwnedAdmin):
     list_filter = ["cluster"]
 
 
+class SyncedObjectAdmin(CollectorOwnedAdmin):
+    """A Kueue object the sync owns: it comes back on the next sync, so nobody deletes it here."""
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(Cohort)
-class CohortAdmin(CollectorOwnedAdmin):
+class CohortAdmin(SyncedObjectAdmin):
+    """Explicit Cohorts with their own quota (v1beta2 ``spec.resourceGroups``, e.g. a shared
+    pool) are edited like ClusterQueues: "Edit quotas" -> preview -> apply."""
+
     list_display = ["name", "cluster", "parent_name", "implicit", "weighted_share", "deleted_at"]
     list_filter = ["cluster", "implicit"]
+    change_form_template = "admin/quotas/cohort/change_form.html"
+
+    def get_urls(self) -> list[Any]:
+        edit = self.admin_site.admin_view(self.edit_quotas_view)
+        return [
+            path("<int:object_id>/quotas/", edit, name="quotas_cohort_edit_quotas"),
+            *super().get_urls(),
+        ]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        from quotas.writeback.service import can_apply
+
+        cohort = Cohort.objects.filter(pk=object_id).first()
+        editable = bool(cohort and not cohort.implicit and cohort.resource_groups)
+        extra = {**(extra_context or {}), "can_edit_quotas": editable and can_apply(request.user)}
+        return super().change_view(request, object_id, form_url, extra)
+
+    def edit_quotas_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        from quotas.writeback import service
+        from quotas.writeback.edits import EditError
+        from quotas.writeback.forms import QuotaEditForm, cohort_cells
+
+        if not service.can_apply(request.user):
+            raise PermissionDenied("Editing quotas needs the apply_quota_change permission.")
+        cohort = get_object_or_404(
+            Cohort.objects.select_related("cluster"), pk=object_id, implicit=False
+        )
+        form = QuotaEditForm(request.POST or None, cells=cohort_cells(cohort), stop_policy=None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                change = service.preview(
+                    cohort=cohort,
+                    changes=form.changes(),
+                    stop_policy=None,
+                    reason=form.cleaned_data["reason"],
+                    user=request.user,
+                )
+            except EditError as exc:
+                form.add_edit_errors(exc)
+            else:
+                return HttpResponseRedirect(reverse("quotas:quota-change-detail", args=[change.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": cohort,
+            "title": f"Edit the own quota of cohort {cohort.name}",
+            "target": cohort,
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/quotas/clusterqueue/edit_quotas.html", context)
 
 
-QUOTA_INLINE_FIELDS = ("flavor_name", "resource", "nominal", "borrowing_limit", "lending_limit")
+QUOTA_INLINE_FIELDS = ("flavor_name", "resource", "nominal_quota", "borrowing", "lending")
 
 
 class ClusterQueueQuotaInline(admin.TabularInline):
+    """Quotas as Kubernetes quantities (``16``, ``64Gi``), not stored decimals."""
+
     model = ClusterQueueQuota
     extra = 0
     fields = QUOTA_INLINE_FIELDS
     readonly_fields = QUOTA_INLINE_FIELDS
+
+    @admin.display(description="nominal quota")
+    def nominal_quota(self, obj: ClusterQueueQuota) -> str:
+        return display_quantity(obj.nominal, obj.resource)
+
+    @admin.display(description="borrowing limit")
+    def borrowing(self, obj: ClusterQueueQuota) -> str:
+        return display_quantity(obj.borrowing_limit, obj.resource) or "unset"
+
+    @admin.display(description="lending limit")
+    def lending(self, obj: ClusterQueueQuota) -> str:
+        return display_quantity(obj.lending_limit, obj.resource) or "unset"
 
     def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
         return False
@@ -63,7 +150,11 @@ class ClusterQueueQuotaInline(admin.TabularInline):
 
 
 @admin.register(ClusterQueue)
-class ClusterQueueAdmin(CollectorOwnedAdmin):
+class ClusterQueueAdmin(SyncedObjectAdmin):
+    """Synced fields are read-only; users with ``quotas.apply_quota_change`` edit the quotas on
+    the "Edit quotas" page, whose Save goes to the preview (``quotas.writeback``)."""
+
+    change_form_template = "admin/quotas/clusterqueue/change_form.html"
     list_display = [
         "name",
         "cluster",
@@ -78,6 +169,100 @@ class ClusterQueueAdmin(CollectorOwnedAdmin):
     search_fields = ["name"]
     list_select_related = ["cluster", "team"]
     inlines = [ClusterQueueQuotaInline]
+
+    def get_urls(self) -> list[Any]:
+        edit = self.admin_site.admin_view(self.edit_quotas_view)
+        return [
+            path("<int:object_id>/quotas/", edit, name="quotas_clusterqueue_edit_quotas"),
+            *super().get_urls(),
+        ]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        from quotas.writeback.service import can_apply
+
+        extra = {
+            **(extra_context or {}),
+            "can_edit_quotas": can_apply(request.user),
+            "quota_history_url": f"{reverse('quotas:quota-change-list')}?queue={object_id}",
+        }
+        return super().change_view(request, object_id, form_url, extra)
+
+    def edit_quotas_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        from quotas.writeback import service
+        from quotas.writeback.edits import EditError
+        from quotas.writeback.forms import QuotaEditForm, synced_cells
+
+        if not service.can_apply(request.user):
+            raise PermissionDenied("Editing quotas needs the apply_quota_change permission.")
+        queue = get_object_or_404(ClusterQueue.objects.select_related("cluster"), pk=object_id)
+        form = QuotaEditForm(
+            request.POST or None, cells=synced_cells(queue), stop_policy=queue.stop_policy
+        )
+        if request.method == "POST" and form.is_valid():
+            try:
+                change = service.preview(
+                    cluster_queue=queue,
+                    changes=form.changes(),
+                    stop_policy=form.stop_policy_change(),
+                    reason=form.cleaned_data["reason"],
+                    user=request.user,
+                )
+            except EditError as exc:
+                form.add_edit_errors(exc)
+            else:
+                return HttpResponseRedirect(reverse("quotas:quota-change-detail", args=[change.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": queue,
+            "title": f"Edit quotas of {queue.name}",
+            "queue": queue,
+            "target": queue,
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/quotas/clusterqueue/edit_quotas.html", context)
+
+
+@admin.register(QuotaChange)
+class QuotaChangeAdmin(admin.ModelAdmin):
+    """The audit trail: read-only. Pending team-lead requests: filter on status "Requested"."""
+
+    list_display = [
+        "created_at",
+        "target_name",
+        "cluster",
+        "status",
+        "source",
+        "requested_by",
+        "decided_by",
+        "field_manager",
+        "preview_link",
+    ]
+    list_filter = ["status", "source", "cluster", "target_kind"]
+    search_fields = ["target_name", "reason", "requested_by__username", "field_manager"]
+    date_hierarchy = "created_at"
+    list_select_related = ["cluster", "requested_by", "decided_by"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="page")
+    def preview_link(self, obj: QuotaChange) -> str:
+        url = reverse("quotas:quota-change-detail", args=[obj.pk])
+        label = "Decide" if obj.status == "requested" else "Open"
+        return format_html('<a href="{}">{}</a>', url, label)
 
 
 @admin.register(LocalQueue)

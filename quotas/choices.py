@@ -38,3 +38,30 @@ class TransitionKind(models.TextChoices):
 class ApiTokenScope(models.TextChoices):
     FULL = "full", "Full read access (as the user)"
     CHARGEBACK = "chargeback", "Chargeback and allocation only (finance scripts)"
+
+
+class QuotaChangeStatus(models.TextChoices):
+    """Where a quota change stands. A change GPU Ledger did not make is ``observed``."""
+
+    PREVIEWED = "previewed", "Previewed, not applied"
+    REQUESTED = "requested", "Requested by a team lead"
+    DECLINED = "declined", "Declined"
+    REFUSED = "refused", "Refused (read-only cluster or GitOps-managed)"
+    APPLIED = "applied", "Applied, not yet observed"
+    APPLIED_OBSERVED = "applied_observed", "Applied and observed"
+    CONFLICT = "conflict", "Conflict: changed meanwhile"
+    FAILED = "failed", "Failed"
+    OBSERVED = "observed", "Changed outside GPU Ledger"
+
+
+class QuotaChangeSource(models.TextChoices):
+    GPU_LEDGER = "gpu-ledger", "GPU Ledger"
+    OBSERVED = "observed", "Observed by the sync"
+
+
+class QuotaTargetKind(models.TextChoices):
+    CLUSTER_QUEUE = "ClusterQueue", "ClusterQueue"
+    COHORT = "Cohort", "Cohort"
+
+
+STOP_POLICIES = ("None", "Hold", "HoldAndDrain")

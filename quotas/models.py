@@ -662,3 +662,7 @@ class Allocation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.pod}"
+
+
+# The audit trail lives with the write-back service; importing it here registers the model.
+from quotas.writeback.models import QuotaChange as QuotaChange  # noqa: E402

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.kube_api_server import VISIBILITY_GROUP, Resource, dumps, status_body
+from tests.kube_api_writes import RecordedRequest
 
 if TYPE_CHECKING:
     from tests.kube_api_server import FakeKubeAPI
@@ -128,6 +129,13 @@ class Handler(BaseHTTPRequestHandler):
             body = self.rfile.read(length)
         with api._lock:
             api.requests.append((method, path, query))
+            try:
+                decoded = json.loads(body) if body else None
+            except ValueError:
+                decoded = None
+            api.recorded.append(
+                RecordedRequest(method, path, query, dict(self.headers.items()), body, decoded)
+            )
 
         if self.headers.get("Authorization") != f"Bearer {api.token}":
             self._status(401, "Unauthorized", "Unauthorized")
@@ -189,15 +197,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         if method == "PATCH" and name and not sub:
             content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
-            if content_type != "application/merge-patch+json":
-                self._status(415, f"unsupported patch type {content_type!r}")
-                return
-            try:
-                patch_doc = json.loads(body or b"null")
-            except ValueError:
-                self._status(400, "invalid JSON in patch body")
-                return
-            code, payload = api.patch(resource, namespace, name, patch_doc)
+            code, payload = api.patch(resource, namespace, name, body, content_type, query)
             self._send(code, payload)
             return
         self._status(405, f"{method} is not supported here", "MethodNotAllowed")

@@ -4,7 +4,9 @@ It speaks enough of the protocol for the official ``kubernetes`` client: discove
 ``/apis``, group and version resource lists), LIST with ``limit`` / ``continue`` and a list
 ``resourceVersion`` (consistent snapshots across pages), WATCH streams of newline-delimited JSON
 events that honour ``timeoutSeconds`` (``410 Gone`` for compacted resource versions), single GETs,
-JSON merge-PATCH, ``Status`` bodies for errors, bearer-token auth, and Kueue's visibility API.
+PATCH (merge and apply, ``dryRun``, resourceVersion conflicts, 422 causes:
+``tests.kube_api_writes``), every request recorded, ``Status`` bodies for errors, bearer-token
+auth, and Kueue's visibility API.
 
 Tests change the served state with ``add`` / ``modify`` / ``delete`` (each bumps the resource
 version and queues a watch event) and inject failures with ``fail`` (an error status or a dropped
@@ -163,6 +165,10 @@ class FakeKubeAPI:
         self._failures: list[Failure] = []
         self.pending_override: dict[str, list[dict[str, Any]]] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        # Every request in full (headers, body): tests.kube_api_writes.RecordedRequest.
+        self.recorded: list[Any] = []
+        # Extra admission rules for writes: (resource, object) -> Status causes.
+        self.validators: list[Callable[[Resource, dict[str, Any]], list[dict[str, str]]]] = []
         self._closing = False
         self._watch_generation = 0
         self._httpd: Any = None
@@ -674,22 +680,26 @@ class FakeKubeAPI:
             "items": items[offset : offset + limit],
         }
 
-    def patch(self, resource: Resource, namespace: str, name: str, body: Any) -> tuple[int, bytes]:
-        store = self._stores[resource.plural]
-        with self._lock:
-            current = store.objects.get((namespace, name))
-            if current is None:
-                return 404, dumps(
-                    status_body(404, f'{resource.plural} "{name}" not found', "NotFound")
-                )
-            if not isinstance(body, dict):
-                return 422, dumps(status_body(422, "merge patch body must be an object"))
-            patched = merge_patch(current, body)
-            patched.setdefault("metadata", {})["name"] = name
-            if namespace:
-                patched["metadata"]["namespace"] = namespace
-            self._record(store, "MODIFIED", patched, (namespace, name))
-            return 200, store.encoded[(namespace, name)]
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        body: bytes,
+        content_type: str = "application/merge-patch+json",
+        query: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        """A PATCH (merge or apply, dryRun, resourceVersion, validation): tests.kube_api_writes."""
+        from tests.kube_api_writes import patch
+
+        code, answer = patch(self, resource, namespace, name, body, content_type, query or {})
+        return code, answer if isinstance(answer, bytes) else dumps(answer)
+
+    def writes(self, plural: str = "") -> list[Any]:
+        """The PATCH requests received (``RecordedRequest``), of one resource when named."""
+        from tests.kube_api_writes import writes
+
+        return writes(self, plural)
 
 
 def write_kubeconfig(path: Path, url: str, token: str, context: str = "fake") -> Path:

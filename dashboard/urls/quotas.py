@@ -48,6 +48,15 @@ urlpatterns = [
         charts.cluster_queue_evictions_chart,
         name="cluster-queue-chart-evictions",
     ),
+    path(
+        "queues/<slug:cluster>/<str:name>/quota/",
+        views.quota_change_new,
+        name="quota-change-new",
+    ),
+    path("quota-changes/", views.quota_change_list, name="quota-change-list"),
+    path("quota-changes/<int:pk>/", views.quota_change_detail, name="quota-change-detail"),
+    path("quota-changes/<int:pk>/apply/", views.quota_change_apply, name="quota-change-apply"),
+    path("quota-changes/<int:pk>/patch.yaml", views.quota_change_patch, name="quota-change-patch"),
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
     path(
         "workloads/<int:pk>/charts/timeline.json",

@@ -12,6 +12,13 @@ from dashboard.views.fleet_map import fleet_map
 from dashboard.views.gpus import gpu_detail
 from dashboard.views.nodes import node_detail
 from dashboard.views.overview import overview
+from dashboard.views.quota_changes import (
+    quota_change_apply,
+    quota_change_detail,
+    quota_change_list,
+    quota_change_new,
+    quota_change_patch,
+)
 from dashboard.views.teams import team_detail, team_list
 from dashboard.views.workloads import workload_detail
 
@@ -25,6 +32,11 @@ __all__ = [
     "gpu_detail",
     "node_detail",
     "overview",
+    "quota_change_apply",
+    "quota_change_detail",
+    "quota_change_list",
+    "quota_change_new",
+    "quota_change_patch",
     "team_detail",
     "team_list",
     "workload_detail",

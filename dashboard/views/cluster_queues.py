@@ -15,8 +15,10 @@ from dashboard.decorators import dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
 from dashboard.queries import cluster_queues as queries
 from dashboard.templatetags.formatting import duration, figure, percent, quantity
+from quotas.access import leads_team
 from quotas.choices import TransitionKind
 from quotas.now import gpu_quotas, holding_gpus, latest_samples
+from quotas.writeback.service import can_apply
 
 
 @dashboard_page(uses_range=False)
@@ -166,6 +168,8 @@ def cluster_queue_detail(
         "nav": "queues",
         "page_title": f"ClusterQueue {queue.name}",
         "queue": queue,
+        # Quota changes: admins with the permission change, the team's leads request.
+        "may_change_quota": can_apply(request.user) or leads_team(request.user, queue.team_id),
         "cohort_visible": queue.cohort is not None,
         "stats": stats,
         "quota_rows": quota_rows,

@@ -18,10 +18,11 @@ from dashboard.frame import paginate, plural, range_query, stat, utilization_ton
 from dashboard.queries import teams as queries
 from dashboard.templatetags.formatting import duration, figure, percent
 from ledger.figures import Figures
-from quotas.access import PUBLIC, led_team_ids, other_teams_label, team_visibility
+from quotas.access import PUBLIC, leads_team, led_team_ids, other_teams_label, team_visibility
 from quotas.choices import HOLDING_STATES
 from quotas.models import Team, Workload
 from quotas.now import gpu_quotas, holding_gpus, latest_samples
+from quotas.writeback.service import can_apply
 
 
 def _team_row(team: Team | None, found: Figures, now: float, led: bool) -> dict[str, Any]:
@@ -235,6 +236,8 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         "nav": "teams",
         "page_title": str(team),
         "team": team,
+        # Its leads request quota changes for its queues; admins with the permission change them.
+        "may_change_quota": can_apply(request.user) or leads_team(request.user, team.pk),
         "stats": stats,
         "figures": figures,
         "queue_rows": queue_rows,

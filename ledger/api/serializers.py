@@ -5,7 +5,11 @@ The bodies themselves are built by ledger/chargeback.py and ledger/opencost.py.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
+
+from quotas.models import QuotaChange
 
 
 class CostSerializer(serializers.Serializer):
@@ -81,3 +85,93 @@ class AllocationResponseSerializer(serializers.Serializer):
     # A field named ``data``: the serializer metaclass moves declared fields off the class, so
     # it does not shadow ``Serializer.data`` at runtime, but the stubs see the class attribute.
     data = serializers.ListField(child=serializers.DictField(child=AllocationSerializer()))  # type: ignore[assignment]
+
+
+# --- quota changes ----------------------------------------------------------------------------
+
+
+class QuotaCellSerializer(serializers.Serializer):
+    """One flavor x resource: Kubernetes quantities; empty or null limits are unset."""
+
+    flavor = serializers.CharField(max_length=253)
+    resource = serializers.CharField(max_length=253)
+    nominal = serializers.CharField(max_length=64)
+    borrowing_limit = serializers.CharField(
+        max_length=64, required=False, allow_blank=True, allow_null=True, default=None
+    )
+    lending_limit = serializers.CharField(
+        max_length=64, required=False, allow_blank=True, allow_null=True, default=None
+    )
+
+
+class QuotaChangeRequestSerializer(serializers.Serializer):
+    """``POST /api/v1/quota-changes/``: one change of one ClusterQueue's quotas (or of a
+    Cohort's own quota: give ``cohort`` instead of ``cluster_queue``)."""
+
+    cluster = serializers.CharField(max_length=63)
+    cluster_queue = serializers.CharField(
+        max_length=253, required=False, allow_blank=True, default=""
+    )
+    cohort = serializers.CharField(max_length=253, required=False, allow_blank=True, default="")
+    changes = QuotaCellSerializer(many=True, required=False, default=list)
+    stop_policy = serializers.ChoiceField(
+        choices=["None", "Hold", "HoldAndDrain"], required=False, allow_null=True, default=None
+    )
+    reason = serializers.CharField(max_length=2000)
+    dry_run = serializers.BooleanField(
+        default=True,
+        help_text="True: preview and the API server's dryRun=All answer only. False: apply.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if bool(attrs.get("cluster_queue")) == bool(attrs.get("cohort")):
+            raise serializers.ValidationError(
+                {"cluster_queue": ["Give either cluster_queue or cohort."]}
+            )
+        return attrs
+
+
+class QuotaChangeSerializer(serializers.ModelSerializer):
+    """One entry of the audit trail."""
+
+    cluster: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    requested_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    decided_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+
+    class Meta:
+        model = QuotaChange
+        fields = [
+            "id",
+            "cluster",
+            "target_kind",
+            "target_name",
+            "source",
+            "status",
+            "reason",
+            "before",
+            "after",
+            "stop_policy_before",
+            "stop_policy_after",
+            "preview",
+            "dry_run",
+            "resource_version",
+            "applied_resource_version",
+            "api_status",
+            "api_answer",
+            "field_manager",
+            "gitops_owner",
+            "requested_by",
+            "decided_by",
+            "decision_comment",
+            "decided_at",
+            "applied_at",
+            "observed_at",
+            "created_at",
+        ]
+        read_only_fields = fields

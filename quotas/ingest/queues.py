@@ -39,6 +39,7 @@ from quotas.ingest.rows import (
     TeamRow,
     UsageRow,
 )
+from quotas.writeback.gitops import latest_quota_manager
 
 
 def parse_flavor(item: dict, meta: ObjectMeta) -> FlavorRow:
@@ -113,6 +114,7 @@ def parse_cohort(item: dict, meta: ObjectMeta) -> CohortRow:
         weighted_share=weighted_share,
         resource_groups=read_list(spec.get("resourceGroups"), "spec.resourceGroups"),
         quotas=_resource_groups(spec),
+        quota_manager=latest_quota_manager(item),
     )
 
 
@@ -183,6 +185,7 @@ def parse_cluster_queue(
         quotas=_resource_groups(spec),
         usage=_usage(status.get("flavorsUsage"), "status.flavorsUsage"),
         reservation=_usage(status.get("flavorsReservation"), "status.flavorsReservation"),
+        quota_manager=latest_quota_manager(item),
     )
 
 

@@ -95,6 +95,8 @@ class CohortRow:
     weighted_share: int | None
     resource_groups: list[dict]
     quotas: list[QuotaRow]
+    # The field manager that last wrote spec.resourceGroups (managedFields).
+    quota_manager: str = ""
 
 
 @dataclass
@@ -119,6 +121,8 @@ class ClusterQueueRow:
     quotas: list[QuotaRow]
     usage: list[UsageRow]
     reservation: list[UsageRow]
+    # The field manager that last wrote spec.resourceGroups / stopPolicy (managedFields).
+    quota_manager: str = ""
 
 
 @dataclass

@@ -115,6 +115,10 @@ def _pod_sets(spec: dict) -> tuple[list[dict], dict[str, Decimal]]:
         )
         if grace is not None:
             entry["termination_grace_period_seconds"] = grace
+        # Which ResourceFlavors the pods may land on: the quota what-if needs it.
+        selector = read_dict(template.get("spec"), "template.spec").get("nodeSelector")
+        if isinstance(selector, dict) and selector:
+            entry["node_selector"] = {str(k): str(v) for k, v in sorted(selector.items())}
         pod_sets.append(entry)
         totals = add_requests(totals, {name: value * count for name, value in per_pod.items()})
     return pod_sets, totals

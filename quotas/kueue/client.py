@@ -507,6 +507,72 @@ class KueueClient:
             return WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": rv}}, rv)
         return WatchEvent(event_type, slim(obj, default_version, kind.name), rv)
 
+    # --- single objects and writes (quota write-back) -----------------------------------------
+    def _object_call_args(self, kind_name: str) -> tuple[Kind, str]:
+        kind = KINDS_BY_NAME[kind_name]
+        if kind.namespaced or not kind.group:
+            raise ValueError(f"{kind_name}: only cluster-scoped Kueue kinds are written here")
+        version = self.discover().kueue_version
+        if version is None:
+            raise KubeError("Kueue is not served", 404, True, reason="NotServed")
+        return kind, version
+
+    def get_object(
+        self, kind_name: str, name: str, *, deadline: Deadline | None = None
+    ) -> dict[str, Any]:
+        """One cluster-scoped Kueue object as the server has it, ``managedFields`` included."""
+        kind, version = self._object_call_args(kind_name)
+        doc = self._fetch_json(
+            f"GET {kind.plural}/{name}",
+            deadline,
+            self.custom.get_cluster_custom_object,
+            kind.group,
+            version,
+            kind.plural,
+            name,
+        )
+        if not isinstance(doc, dict) or doc.get("kind") != kind.name:
+            raise KubeError(
+                f"GET {kind.plural}/{name}: the answer is not a {kind.name}", None, False
+            )
+        return doc
+
+    def patch_object(
+        self,
+        kind_name: str,
+        name: str,
+        body: dict[str, Any],
+        *,
+        field_manager: str,
+        dry_run: bool,
+        deadline: Deadline | None = None,
+    ) -> dict[str, Any]:
+        """One JSON merge-patch of a cluster-scoped Kueue object; ``dryRun=All`` when asked.
+
+        A ``metadata.resourceVersion`` in ``body`` makes the server refuse (409) a write to an
+        object that changed since. The answer is the object as written (or as it would be).
+        """
+        kind, version = self._object_call_args(kind_name)
+        what = f"PATCH {kind.plural}/{name}{' (dry run)' if dry_run else ''}"
+        params: dict[str, Any] = {"field_manager": field_manager}
+        if dry_run:
+            params["dry_run"] = "All"
+        doc = self._fetch_json(
+            what,
+            deadline,
+            self.custom.patch_cluster_custom_object,
+            kind.group,
+            version,
+            kind.plural,
+            name,
+            body,
+            _content_type="application/merge-patch+json",
+            **params,
+        )
+        if not isinstance(doc, dict) or doc.get("kind") != kind.name:
+            raise KubeError(f"{what}: the answer is not a {kind.name}", None, False)
+        return doc
+
     # --- visibility API ----------------------------------------------------------------------
     def pending_workloads(
         self, cluster_queue: str, *, deadline: Deadline | None = None

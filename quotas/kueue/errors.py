@@ -33,6 +33,8 @@ class KubeError(Exception):
         self.status = status
         self.permanent = permanent
         self.reason = reason
+        # The Status body the server answered with, when it sent one (422 causes, 409 details).
+        self.status_body: dict[str, Any] = {}
 
 
 class ResourceExpired(KubeError):
@@ -85,4 +87,17 @@ def map_api_exception(exc: ApiException, what: str) -> KubeError:
     if status == 0:
         # The client raises status 0 for TLS failures: a configuration problem, not a blip.
         return KubeError(f"{what}: {message}", None, True, reason="TLS")
-    return error_from_status(status, f"{what}: HTTP {status} {message}", reason)
+    error = error_from_status(status, f"{what}: HTTP {status} {message}", reason)
+    error.status_body = status_document(exc.body)
+    return error
+
+
+def status_document(body: Any) -> dict[str, Any]:
+    """The Status object of an error answer, ``{}`` when the body is not one."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    try:
+        doc = json.loads(body) if isinstance(body, str) and body else None
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) and doc.get("kind") == "Status" else {}

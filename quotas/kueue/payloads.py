@@ -122,10 +122,36 @@ def _slim_pod_spec(spec: Any) -> Any:
     return slim
 
 
+QUOTA_FIELDS = ("f:resourceGroups", "f:stopPolicy")
+
+
+def _quota_managers(entries: list[Any]) -> list[dict[str, Any]]:
+    """managedFields entries owning the quota fields, with only those fields."""
+    kept = []
+    for entry in entries:
+        if not isinstance(entry, dict) or entry.get("subresource"):
+            continue
+        spec = (entry.get("fieldsV1") or {}).get("f:spec")
+        if not isinstance(spec, dict):
+            continue
+        owned: dict[str, Any] = {key: {} for key in QUOTA_FIELDS if key in spec}
+        if owned:
+            kept.append(
+                {
+                    "manager": entry.get("manager", ""),
+                    "operation": entry.get("operation", ""),
+                    "time": entry.get("time", ""),
+                    "fieldsV1": {"f:spec": owned},
+                }
+            )
+    return kept
+
+
 def slim(item: Any, api_version: str, kind: str) -> Any:
     """Drop what no reader here uses, as soon as a page is decoded (peak memory at 50,000).
 
-    Kept: all metadata but managedFields and the last-applied annotation; for Pods the spec
+    Kept: all metadata but managedFields (of ClusterQueues and Cohorts, the entries owning the
+    quota fields) and the last-applied annotation; for Pods the spec
     fields that decide GPU requests and placement and the status phase and times; for Nodes
     capacity, allocatable and conditions; for Workloads the pod templates' resource fields.
     Everything ``quotas.ingest`` reads is in these sets.
@@ -137,7 +163,12 @@ def slim(item: Any, api_version: str, kind: str) -> Any:
     item.setdefault("kind", kind)
     meta = item.get("metadata")
     if isinstance(meta, dict):
-        meta.pop("managedFields", None)
+        managed = meta.pop("managedFields", None)
+        if kind in ("ClusterQueue", "Cohort") and isinstance(managed, list):
+            # Who last wrote the quotas: the audit trail names the field manager.
+            kept = _quota_managers(managed)
+            if kept:
+                meta["managedFields"] = kept
         annotations = meta.get("annotations")
         if isinstance(annotations, dict):
             annotations.pop(LAST_APPLIED, None)

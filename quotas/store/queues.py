@@ -25,6 +25,7 @@ from quotas.models import (
     WorkloadPriorityClass,
 )
 from quotas.store.writer import SnapshotWriter
+from quotas.writeback.observe import record_observed, record_observed_cohorts
 
 
 def write_flavors(w: SnapshotWriter) -> None:
@@ -46,6 +47,11 @@ def write_cohorts(w: SnapshotWriter) -> dict[str, int]:
     """Upsert Cohorts and their parents; returns name -> id."""
     explicit = [row for row in w.batch.cohorts if not row.implicit]
     implicit = [row for row in w.batch.cohorts if row.implicit]
+    pools_before = dict(
+        Cohort.objects.filter(cluster=w.cluster, implicit=False).values_list(
+            "name", "resource_groups"
+        )
+    )
     rows = {(row.meta.name,): _cohort_fields(w, row) for row in explicit}
     # An implicit row describes a cohort only when the Cohort LIST is known to lack it;
     # otherwise it just makes sure the name exists.
@@ -71,6 +77,7 @@ def write_cohorts(w: SnapshotWriter) -> dict[str, int]:
             changed.append(Cohort(pk=pk, parent_id=parent_id))
     if changed:
         Cohort.objects.bulk_update(changed, ["parent"], batch_size=c.WRITE_BATCH_SIZE)
+    record_observed_cohorts(w, names, pools_before)
     return names
 
 
@@ -101,9 +108,11 @@ def write_cluster_queues(
     w: SnapshotWriter, cohorts: dict[str, int], teams: dict[str, int]
 ) -> dict[str, int]:
     """Upsert ClusterQueues; returns name -> id."""
-    current_teams = dict(
-        ClusterQueue.objects.filter(cluster=w.cluster).values_list("name", "team_id")
+    current = list(
+        ClusterQueue.objects.filter(cluster=w.cluster).values_list("name", "team_id", "stop_policy")
     )
+    current_teams = {name: team_id for name, team_id, _stop in current}
+    w.stop_policies_before = {name: stop for name, _team, stop in current}
     rows = {}
     for row in w.batch.cluster_queues:
         team_id = teams.get(row.team_name)
@@ -183,6 +192,7 @@ def write_quotas(w: SnapshotWriter, queues: dict[str, int]) -> None:
         ClusterQueueQuota.objects.all(), "pk", removed, c.LOOKUP_BATCH_SIZE
     ):
         deleted += query.delete()[0]
+    record_observed(w, queues, existing)
     w.result.created["ClusterQueueQuota"] = created
     w.result.updated["ClusterQueueQuota"] = updated
     w.result.deleted["ClusterQueueQuota"] = deleted

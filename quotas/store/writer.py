@@ -46,6 +46,8 @@ class SnapshotWriter:
         # A kind with an object we could not identify is not trusted for deletions this round.
         self.deletable = self.complete - frozenset(batch.unidentified)
         self.result = WriteResult()
+        # ClusterQueue name -> stopPolicy before this write (quota changes observed).
+        self.stop_policies_before: dict[str, str] = {}
         self.marked_deleted: dict[str, list[int]] = {}
 
     def upsert(

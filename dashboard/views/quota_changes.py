@@ -1,0 +1,169 @@
+"""Quota changes: the edit / request form of a ClusterQueue, the preview page (what-if, dry run,
+GitOps owner, the patch) with Apply or Approve / Decline, the YAML download, and the worklist
+and audit trail. The writes are ``quotas.writeback.service``'s; the 7-day utilization is the
+read layer's (``ledger.quota_usage``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+
+from dashboard.access import get_cluster_queue_for_user
+from dashboard.decorators import BadParameter, dashboard_form, dashboard_page, int_param
+from dashboard.frame import paginate
+from ledger.quota_usage import queue_utilization
+from quotas.access import leads_team, visible_team_ids
+from quotas.choices import QuotaChangeStatus
+from quotas.models import ClusterQueue, QuotaChange, Team
+from quotas.writeback import service
+from quotas.writeback.edits import EditError
+from quotas.writeback.forms import QuotaEditForm, synced_cells
+
+
+def _leads(user: Any, queue: ClusterQueue) -> bool:
+    return leads_team(user, queue.team_id)
+
+
+def _get_change_for_user(request: HttpRequest, pk: int) -> QuotaChange:
+    change = get_object_or_404(
+        QuotaChange.objects.select_related(
+            "cluster", "cluster_queue", "cluster_queue__team", "requested_by", "decided_by"
+        ),
+        pk=pk,
+    )
+    user = request.user
+    if service.can_apply(user) or getattr(user, "is_staff", False):
+        return change
+    queue = change.cluster_queue
+    if change.requested_by_id == user.pk or (queue is not None and _leads(user, queue)):
+        return change
+    raise PermissionDenied("Only admins, the requester and the team's leads see this change.")
+
+
+@dashboard_form
+def quota_change_new(request: HttpRequest, cluster: str, name: str) -> HttpResponse:
+    """Edit (admins with the permission) or request (the queue's team leads) a quota change."""
+    queue = get_cluster_queue_for_user(request, cluster, name)
+    applies = service.can_apply(request.user)
+    if not applies and not _leads(request.user, queue):
+        raise PermissionDenied("Only admins and the queue's team leads change its quota.")
+    form = QuotaEditForm(
+        request.POST or None, cells=synced_cells(queue), stop_policy=queue.stop_policy
+    )
+    if request.method == "POST" and form.is_valid():
+        try:
+            change = service.preview(
+                cluster_queue=queue,
+                changes=form.changes(),
+                stop_policy=form.stop_policy_change(),
+                reason=form.cleaned_data["reason"],
+                user=request.user,
+                request_only=not applies,
+            )
+        except EditError as exc:
+            form.add_edit_errors(exc)
+        else:
+            return redirect("quotas:quota-change-detail", change.pk)
+    context = {
+        "nav": "queues",
+        "page_title": f"{'Change' if applies else 'Request a change of'} {queue.name}'s quota",
+        "queue": queue,
+        "form": form,
+        "applies": applies,
+    }
+    return render(request, "quotas/quota_change_form.html", context)
+
+
+@dashboard_page(uses_range=False)
+def quota_change_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    change = _get_change_for_user(request, pk)
+    queue = change.cluster_queue
+    context = {
+        "nav": "queues",
+        "page_title": f"Quota change #{change.pk}: {change.target_kind} {change.target_name}",
+        "change": change,
+        "summary": change.preview,
+        "cells": change.cells(),
+        "utilization": queue_utilization(queue) if queue is not None else None,
+        "can_apply": service.can_apply(request.user),
+        "open": change.status == QuotaChangeStatus.PREVIEWED,
+        "requested": change.status == QuotaChangeStatus.REQUESTED,
+    }
+    return render(request, "quotas/quota_change_detail.html", context)
+
+
+@dashboard_form
+def quota_change_apply(request: HttpRequest, pk: int) -> HttpResponse:
+    """POST: apply a previewed change, or approve / decline a request."""
+    if request.method != "POST":
+        return redirect("quotas:quota-change-detail", pk)
+    change = _get_change_for_user(request, pk)
+    if not service.can_apply(request.user):
+        raise PermissionDenied("Applying quota changes needs the apply_quota_change permission.")
+    action = request.POST.get("action", "apply")
+    comment = request.POST.get("comment", "")[:2000]
+    try:
+        if action == "decline":
+            service.decide(change, request.user, approve=False, comment=comment)
+        elif change.status == QuotaChangeStatus.REQUESTED:
+            service.decide(change, request.user, approve=True, comment=comment)
+        else:
+            service.apply(change, request.user)
+    except EditError as exc:
+        messages.error(request, " ".join(m for ms in exc.errors.values() for m in ms))
+    else:
+        change.refresh_from_db()
+        messages.info(request, f"Quota change #{change.pk}: {change.get_status_display()}.")
+    return redirect("quotas:quota-change-detail", pk)
+
+
+@dashboard_page(uses_range=False)
+def quota_change_patch(request: HttpRequest, pk: int) -> HttpResponse:
+    """The change as a YAML document to commit to the repository that owns the queue."""
+    change = _get_change_for_user(request, pk)
+    text = str(change.preview.get("yaml") or "")
+    response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
+    filename = f"{change.target_kind.lower()}-{change.target_name}-quota-{change.pk}.yaml"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@dashboard_page(uses_range=False)
+def quota_change_list(request: HttpRequest) -> HttpResponse:
+    """Pending requests (for admins) and the audit trail, of one queue or team when asked."""
+    changes = QuotaChange.objects.select_related(
+        "cluster", "cluster_queue", "requested_by", "decided_by"
+    )
+    allowed = visible_team_ids(request.user)
+    if allowed is not None:
+        changes = changes.filter(
+            Q(cluster_queue__team_id__in=allowed) | Q(requested_by=request.user)
+        )
+    queue_id = int_param(request, "queue")
+    team = request.GET.get("team", "").strip()[:100]
+    subject = ""
+    if queue_id is not None:
+        changes = changes.filter(cluster_queue_id=queue_id)
+        found = ClusterQueue.objects.filter(pk=queue_id).first()
+        subject = f"ClusterQueue {found.name}" if found else ""
+    if team:
+        if not Team.objects.filter(name=team).exists():
+            raise BadParameter(f"team={team!r} does not exist")
+        changes = changes.filter(cluster_queue__team__name=team)
+        subject = f"team {team}"
+    pending = list(changes.pending_requests()[:100]) if service.can_apply(request.user) else []
+    page, page_query = paginate(request, changes)
+    context = {
+        "nav": "quota-changes",
+        "page_title": f"Quota changes{' of ' + subject if subject else ''}",
+        "pending": pending,
+        "page_obj": page,
+        "page_query": page_query,
+        "can_apply": service.can_apply(request.user),
+    }
+    return render(request, "quotas/quota_change_list.html", context)

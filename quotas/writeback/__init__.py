@@ -1,0 +1,15 @@
+"""Quota administration: preview, validate and write ClusterQueue / Cohort quotas back to Kueue.
+
+* ``models``   the audit trail (``QuotaChange``), registered through ``quotas.models``
+* ``edits``    what an edit is (flavor x resource cells, stopPolicy), canonical quantities, and
+               the complete ``resourceGroups`` built from the live object
+* ``gitops``   who owns the object: Argo CD, Flux, another field manager; the YAML patch and the
+               ``kubectl patch`` command offered instead of a write
+* ``whatif``   the preview from the latest synced state (borrowers, pending that would fit, cohort
+               lendable quota, reclaim estimates); pure over rows
+* ``client``   the write calls (GET live, PATCH with dryRun, resourceVersion, fieldManager)
+* ``service``  preview / dry-run / apply / request / decide, each leaving a ``QuotaChange``
+* ``observe``  what the sync records about quota changes it sees
+
+This package imports nothing at load time: ``quotas.models`` imports ``models`` from here.
+"""

@@ -1,0 +1,115 @@
+"""The quota edit form: one row per flavor x resource (nominal, borrowing and lending limits as
+Kubernetes quantities), the stopPolicy, and the reason. Shared by the admin and the team page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from core.quantity import display_quantity
+from quotas.choices import STOP_POLICIES
+from quotas.models import ClusterQueue, Cohort
+from quotas.writeback.edits import LIMITS, Cell, EditError, cell_field, live_cells
+
+
+def cohort_cells(cohort: Cohort) -> list[Cell]:
+    """A Cohort's own quotas (``spec.resourceGroups``) as last synced."""
+    return live_cells({"spec": {"resourceGroups": cohort.resource_groups or []}})
+
+
+def synced_cells(queue: ClusterQueue) -> list[Cell]:
+    """The queue's quotas as last synced, as Kubernetes quantities."""
+    return [
+        Cell(
+            q.flavor_name,
+            q.resource,
+            display_quantity(q.nominal, q.resource) or "0",
+            display_quantity(q.borrowing_limit, q.resource) or None,
+            display_quantity(q.lending_limit, q.resource) or None,
+        )
+        for q in queue.quotas.order_by("resource", "position", "flavor_name")
+    ]
+
+
+class QuotaEditForm(forms.Form):
+    stop_policy = forms.ChoiceField(
+        choices=[(p, p) for p in STOP_POLICIES],
+        help_text="Hold: admit nothing new. HoldAndDrain: also evict what is admitted.",
+    )
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        max_length=2000,
+        help_text="Required. Kept in the audit trail and shown to whoever decides.",
+    )
+
+    def __init__(
+        self, *args: Any, cells: list[Cell], stop_policy: str | None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.cells = cells
+        # A Cohort has no stopPolicy: None leaves the field out.
+        self.has_stop_policy = stop_policy is not None
+        if stop_policy is None:
+            del self.fields["stop_policy"]
+        else:
+            self.fields["stop_policy"].initial = stop_policy or "None"
+        for index, cell in enumerate(cells):
+            for name in LIMITS:
+                self.fields[f"q{index}_{name}"] = forms.CharField(
+                    required=False,
+                    initial=getattr(cell, name) or "",
+                    max_length=64,
+                    widget=forms.TextInput(
+                        attrs={
+                            "size": 8,
+                            "aria-label": f"{cell.flavor} {cell.resource} {name}",
+                            "data-cell": cell_field(cell.flavor, cell.resource, name),
+                        }
+                    ),
+                )
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "cell": cell,
+                "fields": [self[f"q{index}_{name}"] for name in LIMITS],
+            }
+            for index, cell in enumerate(self.cells)
+        ]
+
+    def changes(self) -> list[dict[str, Any]]:
+        """The rows the user edited, as submitted.
+
+        Only those: a row left as shown carries the values of the last sync, and sending it
+        would revert whatever changed on the live object since.
+        """
+        return [
+            {
+                "flavor": cell.flavor,
+                "resource": cell.resource,
+                **{name: self.cleaned_data.get(f"q{index}_{name}", "") for name in LIMITS},
+            }
+            for index, cell in enumerate(self.cells)
+            if any(f"q{index}_{name}" in self.changed_data for name in LIMITS)
+        ]
+
+    def stop_policy_change(self) -> str | None:
+        """The stopPolicy when the user changed it, else None (leave the live one)."""
+        if not self.has_stop_policy or "stop_policy" not in self.changed_data:
+            return None
+        return str(self.cleaned_data["stop_policy"])
+
+    def add_edit_errors(self, error: EditError) -> None:
+        """Put the service's errors on the fields they name."""
+        by_cell = {
+            cell_field(cell.flavor, cell.resource, name): f"q{index}_{name}"
+            for index, cell in enumerate(self.cells)
+            for name in LIMITS
+        }
+        for key, messages in error.errors.items():
+            target = by_cell.get(key)
+            if target is None and key in self.fields:
+                target = key
+            for message in messages:
+                self.add_error(target, f"{key}: {message}" if target is None else message)

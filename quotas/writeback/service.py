@@ -1,0 +1,420 @@
+"""Preview, validate, apply, request and decide quota changes; each leaves a ``QuotaChange``.
+
+The order is fixed (DESIGN "Quota administration"): the preview reads the live object (its
+quotas and ``resourceVersion``) and the latest synced state (the what-if), then asks the API
+server for a ``dryRun=All`` write; apply re-reads the live object, builds the complete
+``resourceGroups`` from it with only the edited values changed, and sends one merge patch with
+``fieldManager=gpu-ledger`` and the previewed ``resourceVersion``. A 409 is a conflict shown
+with the live values, never forced; transient errors are retried with backoff; permanent ones
+are shown. A read-only cluster or a GitOps-managed object is refused, with the patch offered.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.core.mail import send_mail
+from django.db import transaction
+from django.utils import timezone
+
+from quotas.choices import QuotaChangeSource, QuotaChangeStatus
+from quotas.kueue import KubeError, KueueClient
+from quotas.models import ClusterQueue, Cohort, QuotaChange
+from quotas.writeback.edits import (
+    Cell,
+    Edit,
+    EditError,
+    changed_cells,
+    live_cells,
+    live_stop_policy,
+    parse_edit,
+    patch_body,
+)
+from quotas.writeback.gitops import (
+    OUR_FIELD_MANAGER,
+    gitops_owner,
+    kubectl_command,
+    patch_yaml,
+)
+from quotas.writeback.state import whatif_inputs
+from quotas.writeback.whatif import NO_EVICTION_NOTE, what_if
+
+logger = logging.getLogger(__name__)
+
+APPLY_PERMISSION = "quotas.apply_quota_change"
+# Transient API errors (connection, timeout, 429, 5xx): attempts and the first pause, doubled.
+WRITE_ATTEMPTS = 3
+WRITE_BACKOFF_SECONDS = 0.5
+
+ClientFactory = Callable[[Any], KueueClient]
+
+
+def can_apply(user: Any) -> bool:
+    return bool(getattr(user, "is_authenticated", False) and user.has_perm(APPLY_PERMISSION))
+
+
+def _client(cluster: Any, factory: ClientFactory | None) -> KueueClient:
+    return (factory or KueueClient.for_cluster)(cluster)
+
+
+def _with_retries(call: Callable[[], Any], what: str) -> tuple[Any, int]:
+    """Run ``call``; retry transient ``KubeError`` with backoff. Returns (result, attempts)."""
+    pause = WRITE_BACKOFF_SECONDS
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            return call(), attempt
+        except KubeError as exc:
+            if exc.permanent or attempt == WRITE_ATTEMPTS:
+                raise
+            logger.warning("%s: attempt %d failed (%s); retrying", what, attempt, exc.message)
+            time.sleep(pause)
+            pause *= 2
+    raise AssertionError("unreachable")
+
+
+def error_answer(exc: KubeError) -> dict[str, Any]:
+    """A failed call for the audit trail and the page: status, message, per-field causes."""
+    details = exc.status_body.get("details") or {}
+    causes = [
+        {
+            "field": str(cause.get("field") or ""),
+            "reason": str(cause.get("reason") or ""),
+            "message": str(cause.get("message") or ""),
+        }
+        for cause in (details.get("causes") or [])
+        if isinstance(cause, dict)
+    ]
+    return {
+        "ok": False,
+        "status": exc.status,
+        "reason": exc.reason or str(exc.status_body.get("reason") or ""),
+        "message": str(exc.status_body.get("message") or exc.message),
+        "causes": causes,
+    }
+
+
+def _target(change: QuotaChange) -> tuple[str, str]:
+    return str(change.target_kind), change.target_name
+
+
+def _synced_cells(queue: ClusterQueue) -> list[Cell]:
+    from core.quantity import display_quantity
+
+    return [
+        Cell(
+            q.flavor_name,
+            q.resource,
+            display_quantity(q.nominal, q.resource) or "0",
+            display_quantity(q.borrowing_limit, q.resource) or None,
+            display_quantity(q.lending_limit, q.resource) or None,
+        )
+        for q in queue.quotas.order_by("resource", "position", "flavor_name")
+    ]
+
+
+def preview(
+    *,
+    cluster_queue: ClusterQueue | None = None,
+    cohort: Cohort | None = None,
+    changes: list[dict[str, Any]],
+    stop_policy: str | None,
+    reason: str,
+    user: Any,
+    request_only: bool = False,
+    client_factory: ClientFactory | None = None,
+) -> QuotaChange:
+    """Validate an edit, compute its what-if, dry-run it; store and return the change.
+
+    ``request_only`` makes it a team lead's request (status ``requested``) instead of a preview
+    an admin may apply. Raises ``EditError`` for input that cannot be written.
+    """
+    target = cluster_queue or cohort
+    if target is None:
+        raise ValueError("a ClusterQueue or a Cohort is needed")
+    kind = "ClusterQueue" if cluster_queue else "Cohort"
+    if not (reason or "").strip():
+        raise EditError({"reason": ["Say why: a reason is required for every quota change."]})
+    if kind == "Cohort" and stop_policy:
+        raise EditError({"stop_policy": ["Cohorts have no stopPolicy."]})
+    has_cohort = bool(cluster_queue.cohort_name) if cluster_queue else True
+    edit = parse_edit(changes, stop_policy, has_cohort=has_cohort)
+    cluster = target.cluster
+    live: dict[str, Any] | None = None
+    live_error: dict[str, Any] = {}
+    try:
+        with _client(cluster, client_factory) as client:
+            live, _ = _with_retries(
+                lambda: client.get_object(kind, target.name), f"GET {kind} {target.name}"
+            )
+    except KubeError as exc:
+        live_error = error_answer(exc)
+    if live is not None:
+        before_all = live_cells(live)
+        stop_before = live_stop_policy(live)
+        version = str((live.get("metadata") or {}).get("resourceVersion") or "")
+        api_version = str(live.get("apiVersion") or "")
+    elif cluster_queue is not None:
+        before_all = _synced_cells(cluster_queue)
+        stop_before = cluster_queue.stop_policy or "None"
+        version = cluster_queue.resource_version
+        api_version = ""
+    else:
+        raise EditError({"__all__": [f"The live Cohort cannot be read: {live_error['message']}"]})
+    old, new = changed_cells(before_all, edit)
+    stop_after = edit.stop_policy if edit.stop_policy and edit.stop_policy != stop_before else None
+    if not new and stop_after is None:
+        raise EditError({"__all__": ["Nothing changes: every value is already as given."]})
+    after_all = [next((c for c in new if c.key == cell.key), cell) for cell in before_all]
+
+    now = timezone.now()
+    summary: dict[str, Any] = {
+        "note": NO_EVICTION_NOTE,
+        # A Cohort's own quota is lendable to every member: the pool it adds, per flavor.
+        "pool": [
+            {"flavor": o.flavor, "resource": o.resource, "before": o.nominal, "after": n.nominal}
+            for o, n in zip(old, new, strict=True)
+        ]
+        if cohort is not None
+        else [],
+    }
+    if cluster_queue is not None:
+        summary = what_if(whatif_inputs(cluster_queue, before_all, after_all, now))
+    owner = gitops_owner(live) if live is not None else None
+    body = patch_body(live or {}, new, stop_after, version) if live is not None else {}
+    spec_patch = body.get("spec", {})
+    summary.update(
+        {
+            "live_read": live is not None,
+            "live_error": live_error,
+            "synced_resource_version": getattr(target, "resource_version", ""),
+            "gitops": {"tool": owner.tool, "name": owner.name, "detail": owner.detail}
+            if owner
+            else None,
+            "yaml": patch_yaml(kind, target.name, api_version, spec_patch) if spec_patch else "",
+            "kubectl": kubectl_command(kind, target.name, body, cluster.kube_context)
+            if body
+            else "",
+            "write_enabled": cluster.quota_write_enabled,
+        }
+    )
+    dry_run: dict[str, Any]
+    if not cluster.quota_write_enabled:
+        dry_run = {"skipped": "Write-back is disabled for this cluster (read-only)."}
+    elif live is None:
+        dry_run = {"skipped": "The live object could not be read.", **live_error}
+    else:
+        try:
+            with _client(cluster, client_factory) as client:
+                _with_retries(
+                    lambda: client.patch_object(
+                        kind, target.name, body, field_manager=OUR_FIELD_MANAGER, dry_run=True
+                    ),
+                    f"dry-run PATCH {kind} {target.name}",
+                )
+            dry_run = {"ok": True}
+        except KubeError as exc:
+            dry_run = error_answer(exc)
+    return QuotaChange.objects.create(
+        cluster=cluster,
+        target_kind=kind,
+        target_name=target.name,
+        cluster_queue=cluster_queue,
+        cohort=cohort,
+        source=QuotaChangeSource.GPU_LEDGER,
+        status=QuotaChangeStatus.REQUESTED if request_only else QuotaChangeStatus.PREVIEWED,
+        reason=reason.strip(),
+        before=[cell.as_dict() for cell in old],
+        after=[cell.as_dict() for cell in new],
+        stop_policy_before=stop_before if stop_after else "",
+        stop_policy_after=stop_after or "",
+        preview=summary,
+        dry_run=dry_run,
+        resource_version=version,
+        field_manager=OUR_FIELD_MANAGER,
+        gitops_owner=owner.detail if owner else "",
+        requested_by=user if getattr(user, "is_authenticated", False) else None,
+    )
+
+
+def _after_cells(change: QuotaChange) -> list[Cell]:
+    return [
+        Cell(c["flavor"], c["resource"], c["nominal"], c["borrowing_limit"], c["lending_limit"])
+        for c in change.after
+    ]
+
+
+def _finish(change: QuotaChange, status: str, answer: dict[str, Any], **fields: Any) -> None:
+    change.status = status
+    change.api_answer = answer
+    change.api_status = answer.get("status") if isinstance(answer.get("status"), int) else None
+    for name, value in fields.items():
+        setattr(change, name, value)
+    change.save()
+
+
+def apply(
+    change: QuotaChange, user: Any, *, client_factory: ClientFactory | None = None
+) -> QuotaChange:
+    """Write a previewed (or requested) change: one merge patch, or a refusal / conflict."""
+    if not can_apply(user):
+        raise PermissionDenied("Applying quota changes needs the apply_quota_change permission.")
+    with transaction.atomic():
+        locked = QuotaChange.objects.select_for_update().get(pk=change.pk)
+        if locked.status not in (QuotaChangeStatus.PREVIEWED, QuotaChangeStatus.REQUESTED):
+            raise EditError({"__all__": [f"This change is {locked.get_status_display()}."]})
+        # Claimed: a second click or a concurrent approval finds it no longer open.
+        QuotaChange.objects.filter(pk=change.pk).update(status=QuotaChangeStatus.FAILED)
+    change.refresh_from_db()
+    change.decided_by = user
+    change.decided_at = timezone.now()
+    cluster = change.cluster
+    kind, name = _target(change)
+    if not cluster.quota_write_enabled:
+        _finish(
+            change,
+            QuotaChangeStatus.REFUSED,
+            {"ok": False, "message": "Write-back is disabled for this cluster (read-only)."},
+        )
+        return change
+    after = _after_cells(change)
+    stop_after = change.stop_policy_after or None
+    try:
+        with _client(cluster, client_factory) as client:
+            live, _ = _with_retries(lambda: client.get_object(kind, name), f"GET {kind} {name}")
+            owner = gitops_owner(live)
+            if owner is not None and not cluster.quota_write_gitops_allowed:
+                _finish(
+                    change,
+                    QuotaChangeStatus.REFUSED,
+                    {
+                        "ok": False,
+                        "message": f"Managed by {owner.detail}: a direct write would be "
+                        "reverted. Change the repository with the YAML patch instead.",
+                    },
+                    gitops_owner=owner.detail,
+                )
+                return change
+            body = patch_body(live, after, stop_after, change.resource_version)
+            written, attempts = _with_retries(
+                lambda: client.patch_object(
+                    kind, name, body, field_manager=OUR_FIELD_MANAGER, dry_run=False
+                ),
+                f"PATCH {kind} {name}",
+            )
+    except EditError as exc:
+        _finish(change, QuotaChangeStatus.FAILED, {"ok": False, "message": str(exc)})
+        return change
+    except KubeError as exc:
+        answer = error_answer(exc)
+        if exc.status == 409:
+            answer["live"] = _live_now(cluster, kind, name, client_factory)
+            if _already_written(answer["live"], after, stop_after):
+                _finish(change, QuotaChangeStatus.APPLIED, {"ok": True, "retried": True})
+                change.applied_at = timezone.now()
+                change.save(update_fields=["applied_at"])
+                return change
+            _finish(change, QuotaChangeStatus.CONFLICT, answer)
+        else:
+            _finish(change, QuotaChangeStatus.FAILED, answer)
+        return change
+    meta = written.get("metadata") or {}
+    _finish(
+        change,
+        QuotaChangeStatus.APPLIED,
+        {"ok": True, "attempts": attempts, "resourceVersion": meta.get("resourceVersion", "")},
+        applied_resource_version=str(meta.get("resourceVersion") or ""),
+        applied_at=timezone.now(),
+    )
+    logger.info("applied quota change %s to %s %s/%s", change.pk, kind, cluster.name, name)
+    return change
+
+
+def _live_now(
+    cluster: Any, kind: str, name: str, client_factory: ClientFactory | None
+) -> dict[str, Any]:
+    """The live quotas and resourceVersion after a conflict, to show what changed meanwhile."""
+    try:
+        with _client(cluster, client_factory) as client:
+            live = client.get_object(kind, name)
+    except KubeError as exc:
+        return {"error": exc.message}
+    return {
+        "resource_version": str((live.get("metadata") or {}).get("resourceVersion") or ""),
+        "cells": [cell.as_dict() for cell in live_cells(live)],
+        "stop_policy": live_stop_policy(live),
+    }
+
+
+def _already_written(live: dict[str, Any], after: list[Cell], stop_after: str | None) -> bool:
+    """Whether a write retried after a lost answer had in fact gone through."""
+    if "cells" not in live:
+        return False
+    current = {(c["flavor"], c["resource"]): c for c in live["cells"]}
+    if stop_after is not None and live.get("stop_policy") != stop_after:
+        return False
+    return all(current.get(cell.key) == cell.as_dict() for cell in after)
+
+
+def decide(
+    change: QuotaChange,
+    user: Any,
+    *,
+    approve: bool,
+    comment: str = "",
+    client_factory: ClientFactory | None = None,
+) -> QuotaChange:
+    """An admin's answer to a lead's request: approve (apply it) or decline; the lead is told."""
+    if not can_apply(user):
+        raise PermissionDenied("Deciding quota requests needs the apply_quota_change permission.")
+    if change.status != QuotaChangeStatus.REQUESTED:
+        raise EditError({"__all__": [f"This change is {change.get_status_display()}."]})
+    if approve:
+        change = apply(change, user, client_factory=client_factory)
+        change.decision_comment = comment.strip()
+        change.save(update_fields=["decision_comment"])
+    else:
+        if not comment.strip():
+            raise EditError({"comment": ["Say why the request is declined."]})
+        updated = QuotaChange.objects.filter(
+            pk=change.pk, status=QuotaChangeStatus.REQUESTED
+        ).update(
+            status=QuotaChangeStatus.DECLINED,
+            decided_by=user,
+            decided_at=timezone.now(),
+            decision_comment=comment.strip(),
+        )
+        if not updated:
+            raise EditError({"__all__": ["This request was decided meanwhile."]})
+        change.refresh_from_db()
+    notify_requester(change)
+    return change
+
+
+def notify_requester(change: QuotaChange) -> None:
+    """Email the lead who asked for a change what became of it (Django's mail settings)."""
+    lead = change.requested_by
+    if lead is None or not lead.email:
+        return
+    subject = f"Quota request for {change.target_name}: {change.get_status_display()}"
+    lines = [
+        f"Your quota change request for {change.target_kind} {change.target_name} on cluster "
+        f"{change.cluster.name} is now: {change.get_status_display()}.",
+        "",
+        f"Your reason: {change.reason}",
+    ]
+    if change.decision_comment:
+        lines.append(f"Comment: {change.decision_comment}")
+    if change.api_answer.get("message"):
+        lines.append(f"Kubernetes answered: {change.api_answer['message']}")
+    try:
+        send_mail(subject, "\n".join(lines), None, [lead.email])
+    except OSError:
+        logger.warning("quota change %s: could not email %s", change.pk, lead.email)
+
+
+def edit_from_change(change: QuotaChange) -> Edit:
+    return Edit(_after_cells(change), change.stop_policy_after or None)
