@@ -8,6 +8,7 @@ its template; its Plotly figures load from the JSON views of ``dashboard.charts`
 from dashboard.views.busy import busy
 from dashboard.views.cluster_queues import cluster_queue_detail, cluster_queue_list
 from dashboard.views.cohorts import cohort_detail, cohort_list
+from dashboard.views.figures import figures
 from dashboard.views.fleet_map import fleet_map
 from dashboard.views.gpus import gpu_detail
 from dashboard.views.nodes import node_detail
@@ -21,6 +22,7 @@ __all__ = [
     "cluster_queue_list",
     "cohort_detail",
     "cohort_list",
+    "figures",
     "fleet_map",
     "gpu_detail",
     "node_detail",
