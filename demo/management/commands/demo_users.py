@@ -86,9 +86,10 @@ class Command(BaseCommand):
         )
 
         width = max(len(name) for name, _, _ in lines)
+        secret_width = max(len(secret) for _, secret, _ in lines)
         self.stdout.write("")
         self.stdout.write(self.style.SUCCESS(f"GPU Ledger demo is ready at {options['url']}"))
         self.stdout.write("Log in with:")
         for name, password, role in lines:
-            self.stdout.write(f"  {name:<{width}} / {password}   ({role})")
+            self.stdout.write(f"  {name:<{width}} / {password:<{secret_width}}   ({role})")
         self.stdout.write("")
