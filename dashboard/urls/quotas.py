@@ -48,6 +48,9 @@ urlpatterns = [
         charts.cluster_queue_evictions_chart,
         name="cluster-queue-chart-evictions",
     ),
+    path("workloads/", views.workload_list, name="workload-list"),
+    path("search/", views.search, name="search"),
+    path("chargeback/", views.chargeback_page, name="chargeback"),
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
     path(
         "workloads/<int:pk>/charts/timeline.json",

@@ -6,6 +6,7 @@ its template; its Plotly figures load from the JSON views of ``dashboard.charts`
 """
 
 from dashboard.views.busy import busy
+from dashboard.views.chargeback import chargeback_page
 from dashboard.views.cluster_queues import cluster_queue_detail, cluster_queue_list
 from dashboard.views.cohorts import cohort_detail, cohort_list
 from dashboard.views.figures import figures
@@ -14,10 +15,12 @@ from dashboard.views.gpus import gpu_detail
 from dashboard.views.nodes import node_detail
 from dashboard.views.overview import overview
 from dashboard.views.teams import team_detail, team_list
+from dashboard.views.workload_list import search, workload_list
 from dashboard.views.workloads import workload_detail
 
 __all__ = [
     "busy",
+    "chargeback_page",
     "cluster_queue_detail",
     "cluster_queue_list",
     "cohort_detail",
@@ -27,7 +30,9 @@ __all__ = [
     "gpu_detail",
     "node_detail",
     "overview",
+    "search",
     "team_detail",
     "team_list",
     "workload_detail",
+    "workload_list",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -16,7 +17,9 @@ from dashboard.access import allowed_team_ids, get_team_for_user, sees_team
 from dashboard.decorators import choice_param, dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
 from dashboard.queries import teams as queries
+from dashboard.queries.workload_list import workload_charges
 from dashboard.templatetags.formatting import duration, figure, percent
+from ledger.chargeback import Charge
 from ledger.figures import Figures
 from quotas.choices import HOLDING_STATES
 from quotas.models import Team, Workload
@@ -100,9 +103,11 @@ def _workload_row(
     figures: dict[int, Figures],
     allowed: set[int] | None,
     now: datetime,
+    charges: dict[int, Charge] | None = None,
 ) -> dict[str, Any]:
     """A row of a workload table (``quotas/partials/workload_table.html``)."""
     found = figures.get(workload.pk, Figures())
+    charge = (charges or {}).get(workload.pk)
     gpus = workload.admitted_gpus or workload.requested_gpus
     cluster_queue = workload.cluster_queue
     idle_hours = found.idle_gpu_hours / gpus if gpus else None
@@ -114,6 +119,8 @@ def _workload_row(
         "sm_active": percent(found.utilization),
         "tensor": percent(found.tensor_activity),
         "idle_hours": figure(idle_hours) if found.allocated_gpu_hours else "—",
+        "gpu_hours": figure(found.allocated_gpu_hours),
+        "cost": f"{charge.money()['total']:,.2f}" if charge is not None else "0.00",
         "age": duration((now - workload.observed_at).total_seconds())
         if workload.observed_at
         else "—",
@@ -155,8 +162,12 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         )
 
     page, page_query = paginate(request, queries.team_workloads(team, time_range, state))
-    per_workload = queries.workload_figures([w.pk for w in page.object_list], span)
-    workload_rows = [_workload_row(w, per_workload, allowed, now) for w in page.object_list]
+    page_ids = [w.pk for w in page.object_list]
+    per_workload = queries.workload_figures(page_ids, span)
+    charges = workload_charges(span, Q(workload_id__in=page_ids)) if page_ids else {}
+    workload_rows = [
+        _workload_row(w, per_workload, allowed, now, charges) for w in page.object_list
+    ]
 
     stats = [
         stat(
@@ -220,5 +231,6 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         "chart_query": range_query(request, time_range),
         "time_range": time_range,
         "range_hidden": hidden_params(request.GET),
+        "currency": settings.GPULEDGER_CURRENCY,
     }
     return render(request, "quotas/team_detail.html", context)

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
-from urllib.parse import urlencode
 
 import pytest
 import time_machine
@@ -1309,7 +1308,7 @@ def test_workload_page_opens_on_its_whole_life(staff_client, world):
     # Its charts ask for the same range.
     assert f"start={time_range.start:%Y-%m-%dT%H}%3A{time_range.start:%M}" in text(response)
     # The custom form stays shut: the page chose the range, not the user.
-    assert "range-custom\" open" not in response.content.decode()
+    assert 'range-custom" open' not in response.content.decode()
 
 
 def test_workload_page_caps_a_long_life_at_30_days(staff_client, world):
