@@ -8,6 +8,7 @@ from dashboard import charts, views
 app_name = "quotas"
 
 urlpatterns = [
+    path("my-teams/", views.my_teams, name="my-teams"),
     path("teams/", views.team_list, name="team-list"),
     path("teams/<slug:name>/", views.team_detail, name="team-detail"),
     path(

@@ -12,6 +12,7 @@ from dashboard.views.cohorts import cohort_detail, cohort_list
 from dashboard.views.figures import figures
 from dashboard.views.fleet_map import fleet_map
 from dashboard.views.gpus import gpu_detail
+from dashboard.views.my_teams import my_teams
 from dashboard.views.nodes import node_detail
 from dashboard.views.overview import overview
 from dashboard.views.teams import team_detail, team_list
@@ -28,6 +29,7 @@ __all__ = [
     "figures",
     "fleet_map",
     "gpu_detail",
+    "my_teams",
     "node_detail",
     "overview",
     "search",
