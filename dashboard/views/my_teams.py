@@ -3,6 +3,8 @@ workloads and pending work; the fleet overview is one click away."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -15,6 +17,22 @@ from dashboard.queries.teams import figures_by_team
 from dashboard.templatetags.formatting import figure, percent
 from ledger.figures import Figures
 from quotas.models import Team
+
+
+def flavor_rows(uses: list[queries.FlavorUse]) -> list[dict[str, Any]]:
+    """Cells of ``quotas/partials/flavor_use.html``."""
+    return [
+        {
+            "flavor": use.flavor,
+            "nominal": figure(use.nominal),
+            "admitted": figure(use.admitted),
+            "borrowed": figure(use.borrowed),
+            "share": percent(use.share),
+            "bar": min(100.0, (use.share or 0.0) * 100),
+            "over": (use.share or 0.0) > 1.0,
+        }
+        for use in uses
+    ]
 
 
 @dashboard_page
@@ -36,18 +54,7 @@ def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         cards.append(
             {
                 "team": team,
-                "flavors": [
-                    {
-                        "flavor": use.flavor,
-                        "nominal": figure(use.nominal),
-                        "admitted": figure(use.admitted),
-                        "borrowed": figure(use.borrowed),
-                        "share": percent(use.share),
-                        "bar": min(100.0, (use.share or 0.0) * 100),
-                        "over": (use.share or 0.0) > 1.0,
-                    }
-                    for use in flavors.get(team.pk, [])
-                ],
+                "flavors": flavor_rows(flavors.get(team.pk, [])),
                 "admitted": figure(admitted.get(team.pk, 0.0)),
                 "held": figure(held.get(team.pk, 0.0)),
                 "utilization": percent(found.utilization),

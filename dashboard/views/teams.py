@@ -17,8 +17,10 @@ from dashboard.access import allowed_team_ids, get_team_for_user, sees_team
 from dashboard.decorators import choice_param, dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
 from dashboard.queries import teams as queries
+from dashboard.queries.my_teams import flavor_use_by_team, pod_gpus_by_team
 from dashboard.queries.workload_list import workload_charges
 from dashboard.templatetags.formatting import duration, figure, percent
+from dashboard.views.my_teams import flavor_rows
 from ledger.chargeback import Charge
 from ledger.figures import Figures
 from quotas.choices import HOLDING_STATES
@@ -35,6 +37,8 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     figures = queries.figures_by_team(ids, span)
     totals = queries.all_teams_figures(span)
     now_gpus = holding_gpus(Q(cluster_queue__team_id__in=ids), "cluster_queue__team_id")
+    held = pod_gpus_by_team(ids)
+    flavors = flavor_use_by_team(ids, timezone.now())
     table = []
     for team in page.object_list:
         found = figures.get(team.pk, Figures())
@@ -50,6 +54,8 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
                 "idle": figure(found.idle_gpu_hours),
                 "borrowed": figure(found.borrowed_gpu_hours),
                 "now": figure(now_gpus.get(team.pk, 0.0)),
+                "held": figure(held.get(team.pk, 0.0)),
+                "flavors": flavor_rows(flavors.get(team.pk, [])),
                 "idle_share": round(100 * (found.idle_share or 0), 1),
             }
         )
@@ -145,6 +151,8 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
     pending = queries.team_pending(team)
     nominal_now = sum(float(q.nominal) for rows in quotas.values() for q in rows)
     allocated_now = sum(holding.values())
+    held_now = pod_gpus_by_team([team.pk]).get(team.pk, 0.0)
+    team_flavors = flavor_rows(flavor_use_by_team([team.pk], now).get(team.pk, []))
     borrowed_now = sum(s.borrowed for s in samples.values()) if samples else None
 
     queue_rows = []
@@ -171,11 +179,18 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
 
     stats = [
         stat(
-            "Allocated now",
+            "Admitted now (quota)",
             figure(allocated_now),
             "GPUs",
-            "admitted to running workloads",
+            "Kueue quota admitted to workloads",
             testid="stat-allocated-now",
+        ),
+        stat(
+            "Held by running pods",
+            figure(held_now),
+            "GPUs",
+            "in the newest collected window",
+            testid="stat-held-now",
         ),
         stat(
             "Nominal quota",
@@ -223,6 +238,7 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         "stats": stats,
         "figures": figures,
         "queue_rows": queue_rows,
+        "flavors": team_flavors,
         "workload_rows": workload_rows,
         "page_obj": page,
         "page_query": page_query,

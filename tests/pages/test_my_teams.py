@@ -102,3 +102,30 @@ def test_my_teams_renders_in_chromium(
     assert page.url.rstrip("/") == live_server.url
     assert console_errors == []
     assert outside_requests == []
+
+
+@pytest.mark.django_db
+def test_the_team_page_names_both_allocations_and_shows_quota_per_flavor(lead_client, world):
+    response = lead_client.get(reverse("quotas:team-detail", args=["alpha"]))
+
+    stats = {s.get("testid"): s for s in response.context["stats"]}
+    holding = Workload.objects.filter(cluster_queue=world.cq_a, state__in=HOLDING_STATES)
+    assert stats["stat-allocated-now"]["label"] == "Admitted now (quota)"
+    assert stats["stat-allocated-now"]["value"] == fmt(sum(w.admitted_gpus for w in holding))
+    assert stats["stat-held-now"]["label"] == "Held by running pods"
+    assert stats["stat-held-now"]["value"] == fmt(held_by_pods(world.alpha))
+    flavors = {row["flavor"]: row for row in response.context["flavors"]}
+    assert flavors["h100"]["share"] == "125.0" and flavors["h100"]["over"] is True
+    assert flavors["a100"]["share"] == "0.0" and flavors["a100"]["over"] is False
+
+
+@pytest.mark.django_db
+def test_the_team_list_shows_both_allocations_and_quota_used_per_flavor(staff_client, world):
+    response = staff_client.get(reverse("quotas:team-list"))
+
+    rows = {row["team"].name: row for row in response.context["rows"]}
+    assert rows["alpha"]["held"] == fmt(held_by_pods(world.alpha))
+    shares = {f["flavor"]: f["share"] for f in rows["alpha"]["flavors"]}
+    assert shares == {"h100": "125.0", "a100": "0.0"}
+    # team-b: 2 of 8 nominal h100 in its newest sample.
+    assert {f["flavor"]: f["share"] for f in rows["beta"]["flavors"]}["h100"] == "25.0"
