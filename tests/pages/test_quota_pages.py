@@ -1031,14 +1031,15 @@ def test_team_allocation_chart_follows_the_range(lead_client, world):
     assert sum(1 for v in week_y if v is not None) == len(range_hours(world, 7))
 
 
-def test_team_queues_chart_stacks_queue_and_flavor_series(staff_client, world):
+def test_team_queues_chart_draws_each_flavor_against_its_own_quota(staff_client, world):
     fig = figure(staff_client.get(chart_urls(world)["team-queues"]))
 
     names = [t["name"] for t in fig["data"]]
     assert "team-a · h100 allocated" in names
     assert "team-a · a100 nominal" in names
     stacked = trace(fig, "team-a · h100 allocated")
-    assert stacked["stackgroup"] == "allocated"
+    # Unstacked: a line reads against its own nominal, not on top of another flavor's area.
+    assert not any(t.get("stackgroup") for t in fig["data"])
     hours = range_hours(world, 1)
     assert stacked["y"][-1] == rollup_sum(
         "allocated_gpu_hours",
@@ -1055,7 +1056,7 @@ def test_team_queues_chart_folds_many_series_into_other(staff_client, world):
 
     fig = figure(staff_client.get(chart_urls(world)["team-queues"]))
 
-    allocated = [t for t in fig["data"] if t.get("stackgroup") == "allocated"]
+    allocated = [t for t in fig["data"] if t["name"].endswith(" allocated")]
     assert len(allocated) == 10 + 1
     assert allocated[-1]["name"] == "Other allocated"
 
@@ -1605,3 +1606,16 @@ def test_upstream_text_in_chart_hovers_is_literal_never_markup(staff_client, wor
     hover = json.dumps(trace(fig, "Evicted")["customdata"])
     assert "&lt;a href=" in hover and "&lt;b&gt;now&lt;/b&gt;" in hover
     assert "<a " not in hover and "<b>" not in hover and "<span" not in hover
+
+
+def test_team_queues_chart_marks_borrowing_per_flavor(staff_client, world):
+    fig = figure(staff_client.get(chart_urls(world)["team-queues"]))
+
+    # team-a's h100 rollups: 20 allocated on 16 nominal every hour (it borrows on h100 only);
+    # its a100 holds nothing of its 8.
+    band = trace(fig, "team-a · h100 borrowing")
+    allocated = trace(fig, "team-a · h100 allocated")
+    assert band["y"] == [a if a is not None and a > 16 else None for a in allocated["y"]]
+    assert any(value is not None for value in band["y"])
+    assert not any(t["name"] == "team-a · a100 borrowing" for t in fig["data"])
+    assert fig["meta"]["borrowing_series"] == 1
