@@ -203,8 +203,7 @@ STORAGES = {
 }
 
 LOGIN_URL = "/login/"
-# Team leads land on their teams; everyone else is sent on from there to the fleet overview.
-LOGIN_REDIRECT_URL = "/my-teams/"
+LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
 
 # Security headers: on whenever DEBUG is off. TLS is usually terminated by the ingress, so the

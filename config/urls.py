@@ -8,6 +8,8 @@ from drf_spectacular.views import (
     SpectacularSwaggerSplitView,
 )
 
+from dashboard.views.my_teams import LandingLoginView
+
 api_v1 = [
     path("", include("fleet.api.urls")),
     path("", include("quotas.api.urls")),
@@ -20,7 +22,7 @@ urlpatterns = [
     # the page says the site's name instead.
     path(
         "login/",
-        auth_views.LoginView.as_view(
+        LandingLoginView.as_view(
             template_name="front/login.html", extra_context={"site_name": settings.SITE_NAME}
         ),
         name="login",

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render, resolve_url
+from django.urls import reverse
 from django.utils import timezone
 
 from core.ranges import TimeRange
@@ -39,8 +42,11 @@ def flavor_rows(uses: list[queries.FlavorUse]) -> list[dict[str, Any]]:
 def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     teams = list(Team.objects.filter(leads__pk=request.user.pk or 0).order_by("name"))
     if not teams:
-        # Staff, finance and users who lead no team land on the fleet overview.
-        return redirect("fleet:overview")
+        return render(
+            request,
+            "quotas/my_teams.html",
+            {"nav": "my-teams", "page_title": "My teams", "cards": [], "time_range": time_range},
+        )
     ids = [team.pk for team in teams]
     now = timezone.now()
     span = time_range.covered_hours()
@@ -80,3 +86,14 @@ def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "idle_threshold": percent(queries.IDLE_WORKLOAD_SHARE),
     }
     return render(request, "quotas/my_teams.html", context)
+
+
+class LandingLoginView(LoginView):
+    """Sign-in that lands a team lead on My teams, everyone else on ``LOGIN_REDIRECT_URL``
+    (a ``next`` parameter still wins)."""
+
+    def get_default_redirect_url(self) -> str:
+        user = self.request.user
+        if Team.objects.filter(leads__pk=user.pk or 0).exists():
+            return reverse("quotas:my-teams")
+        return resolve_url(settings.LOGIN_REDIRECT_URL)

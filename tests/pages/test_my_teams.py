@@ -60,11 +60,24 @@ def test_a_lead_sees_each_team_with_quota_per_flavor_and_both_allocations(lead_c
 
 
 @pytest.mark.django_db
-def test_staff_who_lead_nothing_go_on_to_the_overview(staff_client, world):
+def test_someone_who_leads_nothing_is_told_so_and_where_to_go(staff_client, world):
     response = staff_client.get(reverse("quotas:my-teams"))
 
-    assert response.status_code == 302
-    assert response["Location"] == reverse("fleet:overview")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert 'data-testid="no-teams"' in body
+    assert reverse("fleet:overview") in body
+
+
+def test_signing_in_lands_staff_on_the_overview(client, staff_user, world):
+    staff_user.set_password("staff-password")
+    staff_user.save()
+
+    response = client.post(
+        reverse("login"), {"username": staff_user.username, "password": "staff-password"}
+    )
+
+    assert response["Location"] == "/"
 
 
 @pytest.mark.django_db
