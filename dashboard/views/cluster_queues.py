@@ -127,7 +127,7 @@ def cluster_queue_detail(
             testid="stat-nominal",
         ),
         stat(
-            "In use now",
+            "Admitted now (quota)",
             figure(holding_total["gpus"] or 0),
             "GPUs",
             f"{plural(holding_total['count'], 'admitted workload')}",
