@@ -22,8 +22,8 @@ from dashboard.queries.now import latest_usage, latest_windows
 from dashboard.queries.teams import workload_figures
 from ledger.figures import Figures
 from quotas.choices import HOLDING_STATES
-from quotas.models import ClusterQueue, Team, Workload
-from quotas.now import gpu_quotas, latest_samples
+from quotas.models import ClusterQueue, ClusterQueueQuota, Team, Workload
+from quotas.now import QueueNow, gpu_quotas, latest_samples
 
 # A holding workload is listed as idle when at least this share of its GPU-hours were idle.
 IDLE_WORKLOAD_SHARE = 0.5
@@ -46,26 +46,40 @@ class FlavorUse:
         return self.admitted / self.nominal if self.nominal > 0 else None
 
 
-def flavor_use_by_team(team_ids: list[int], now: datetime) -> dict[int, list[FlavorUse]]:
-    """Team id → its GPU flavors now (nominal, admitted, borrowed), in quota order: 4 queries.
+def flavor_use_by_team(
+    team_ids: list[int],
+    now: datetime,
+    *,
+    quotas: dict[int, list[ClusterQueueQuota]] | None = None,
+    samples: dict[int, QueueNow] | None = None,
+    team_of: dict[int, int] | None = None,
+) -> dict[int, list[FlavorUse]]:
+    """Team id → its GPU flavors now (nominal, admitted, borrowed), in quota order.
 
     Admitted comes from each queue's newest fresh sample; a queue without one counts the
-    admitted GPUs of its holding workloads (borrowed then stays unknown: 0)."""
+    admitted GPUs of its holding workloads (borrowed then stays unknown: 0). A page that has
+    already read the teams' ``gpu_quotas``, ``latest_samples`` and queue → team map passes
+    them; otherwise up to four queries.
+    """
     if not team_ids:
         return {}
     queue_filter = Q(cluster_queue__team_id__in=team_ids, cluster_queue__deleted_at__isnull=True)
-    team_of = dict(
-        ClusterQueue.objects.present().filter(team_id__in=team_ids).values_list("pk", "team_id")
-    )
+    if team_of is None:
+        team_of = dict(
+            ClusterQueue.objects.present().filter(team_id__in=team_ids).values_list("pk", "team_id")
+        )
+    if quotas is None:
+        quotas = gpu_quotas(queue_filter)
+    if samples is None:
+        samples = latest_samples(queue_filter, now)
     uses: dict[int, dict[str, FlavorUse]] = defaultdict(dict)
-    for queue_id, quotas in gpu_quotas(queue_filter).items():
+    for queue_id, queue_quotas in quotas.items():
         team_id = team_of.get(queue_id)
         if team_id is None:
             continue
-        for quota in quotas:
+        for quota in queue_quotas:
             use = uses[team_id].setdefault(quota.flavor_name, FlavorUse(quota.flavor_name))
             use.nominal += float(quota.nominal)
-    samples = latest_samples(queue_filter, now)
     for queue_id, sample in samples.items():
         team_id = team_of.get(queue_id)
         if team_id is None:
@@ -80,6 +94,8 @@ def flavor_use_by_team(team_ids: list[int], now: datetime) -> dict[int, list[Fla
         Workload.objects.holding()
         .filter(cluster_queue_id__in=unsampled)
         .values_list("cluster_queue_id", "flavors", "admitted_gpus")
+        if unsampled
+        else []
     )
     for queue_id, flavors, gpus in holding:
         flavor = (flavors or {}).get(GPU_RESOURCE, "") if isinstance(flavors, dict) else ""

@@ -152,7 +152,15 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
     nominal_now = sum(float(q.nominal) for rows in quotas.values() for q in rows)
     allocated_now = sum(holding.values())
     held_now = pod_gpus_by_team([team.pk]).get(team.pk, 0.0)
-    team_flavors = flavor_rows(flavor_use_by_team([team.pk], now).get(team.pk, []))
+    team_flavors = flavor_rows(
+        flavor_use_by_team(
+            [team.pk],
+            now,
+            quotas=quotas,
+            samples=samples,
+            team_of={queue.pk: team.pk for queue in queues},
+        ).get(team.pk, [])
+    )
     borrowed_now = sum(s.borrowed for s in samples.values()) if samples else None
 
     queue_rows = []
