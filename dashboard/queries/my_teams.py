@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Q, Sum
+from django.db.models.fields.json import KeyTextTransform
 
 from core.mig import GPU_RESOURCE
 from core.ranges import HourSpan
@@ -93,15 +94,18 @@ def flavor_use_by_team(
     holding = (
         Workload.objects.holding()
         .filter(cluster_queue_id__in=unsampled)
-        .values_list("cluster_queue_id", "flavors", "admitted_gpus")
+        .order_by()
+        .values("cluster_queue_id", gpu_flavor=KeyTextTransform(GPU_RESOURCE, "flavors"))
+        .annotate(gpus=Sum("admitted_gpus"))
         if unsampled
         else []
     )
-    for queue_id, flavors, gpus in holding:
-        flavor = (flavors or {}).get(GPU_RESOURCE, "") if isinstance(flavors, dict) else ""
+    # One row per (queue, flavor), summed in the database.
+    for row in holding:
+        flavor, gpus = row["gpu_flavor"], row["gpus"]
         if not flavor or not gpus:
             continue
-        team_id = team_of[queue_id]
+        team_id = team_of[row["cluster_queue_id"]]
         uses[team_id].setdefault(flavor, FlavorUse(flavor)).admitted += float(gpus)
     return {team_id: list(by_flavor.values()) for team_id, by_flavor in uses.items()}
 
