@@ -43,7 +43,7 @@ vendor: static/vendor/plotly.min.js
 demo: venv vendor .demo-secret-key
 	$(DEV_ENV) $(MANAGE) migrate --no-input
 	$(DEV_ENV) $(MANAGE) simulate --days $(DEMO_DAYS) --seed $(DEMO_SEED) --reset
-	$(DEV_ENV) $(MANAGE) demo_users
+	$(DEV_ENV) $(MANAGE) demo_users --url http://$(HOST):$(PORT)/
 	$(DEV_ENV) $(MANAGE) runserver $(HOST):$(PORT)
 
 ## run: the web server on the current database

@@ -488,7 +488,20 @@ def quota_urls(s: Sample) -> list[tuple[str, str]]:
     ]
 
 
-URL_GROUPS: list[Callable[[Sample], list[tuple[str, str]]]] = [fleet_urls, quota_urls]
+def lead_urls(s: Sample) -> list[tuple[str, str]]:
+    """The workload list, the navigation search and the chargeback page (staff: every team)."""
+    return [
+        ("workloads newest", "/workloads/"),
+        ("workloads by gpu-hours 24h", "/workloads/?sort=gpu_hours"),
+        ("workloads by cost 30d", "/workloads/?sort=cost&range=30d"),
+        ("workloads search", "/workloads/?q=job-00&state=finished"),
+        ("search", "/search/?q=0012"),
+        ("chargeback team 30d", "/chargeback/?range=30d"),
+        ("chargeback queue day 30d", "/chargeback/?range=30d&group_by=cluster_queue&step=day"),
+    ]
+
+
+URL_GROUPS: list[Callable[[Sample], list[tuple[str, str]]]] = [fleet_urls, quota_urls, lead_urls]
 
 
 def measure(requests: int, only: str | None) -> list[tuple[str, str, float, float, int]]:

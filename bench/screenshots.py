@@ -36,6 +36,8 @@ PAGES = [
     ("teams", "/teams/?range=7d"),
     ("cohorts", "/cohorts/?range=7d"),
     ("queues", "/queues/?range=7d"),
+    ("workloads", "/workloads/?range=7d&sort=cost"),
+    ("chargeback", "/chargeback/?range=7d"),
     # Detail pages of the simulated fleet (`make demo`); skipped elsewhere when they 404.
     ("team", "/teams/nlp/?range=7d"),
     ("cohort", "/cohorts/demo/research/?range=7d"),
@@ -102,7 +104,8 @@ def main() -> int:
                 workload_link = workload_link.first
                 if workload_link.count():
                     href = workload_link.get_attribute("href") or ""
-                    shoot(page, args.url, href.split("?")[0] + "?range=7d", out / "workload.png")
+                    # No range: a workload page opens on the workload's whole life.
+                    shoot(page, args.url, href.split("?")[0], out / "workload.png")
 
         page.goto(urljoin(args.url, "/fleet/map/"), wait_until="domcontentloaded")
         node_link = page.locator("[data-testid=nodes-table] a").first

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
@@ -7,6 +8,8 @@ from drf_spectacular.views import (
     SpectacularSwaggerSplitView,
 )
 
+from dashboard.views.my_teams import LandingLoginView
+
 api_v1 = [
     path("", include("fleet.api.urls")),
     path("", include("quotas.api.urls")),
@@ -15,7 +18,15 @@ api_v1 = [
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("login/", auth_views.LoginView.as_view(template_name="front/login.html"), name="login"),
+    # LoginView puts the request's host in site_name (django.contrib.sites is not installed):
+    # the page says the site's name instead.
+    path(
+        "login/",
+        LandingLoginView.as_view(
+            template_name="front/login.html", extra_context={"site_name": settings.SITE_NAME}
+        ),
+        name="login",
+    ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
@@ -29,3 +40,6 @@ urlpatterns = [
     path("", include("dashboard.urls.quotas")),
     path("", include("dashboard.urls.fleet")),
 ]
+
+handler403 = "dashboard.views.errors.permission_denied"
+handler404 = "dashboard.views.errors.page_not_found"

@@ -34,10 +34,20 @@ def allowed_team_ids(request: HttpRequest) -> set[int] | None:
     return cached  # type: ignore[return-value]
 
 
+def owner_sentence(what: str, team: Team | None) -> str:
+    """Why a 403: whose the object is, and whom to ask (shown on the 403 page)."""
+    if team is None:
+        return f"This {what} belongs to no team; only staff see it."
+    return f"This {what} belongs to team {team.name}; ask an admin for access."
+
+
 def get_team_for_user(request: HttpRequest, name: str) -> Team:
     team = get_object_or_404(Team, name=name)
     if not sees_team(allowed_team_ids(request), team.pk):
-        raise PermissionDenied("Only this team's leads (and staff) see its detail.")
+        raise PermissionDenied(
+            f"Only the leads of team {team.name} (and staff) see its detail; ask an admin "
+            "to add you as a lead."
+        )
     return team
 
 
@@ -48,7 +58,7 @@ def get_cluster_queue_for_user(request: HttpRequest, cluster: str, name: str) ->
         name=name,
     )
     if not sees_team(allowed_team_ids(request), cluster_queue.team_id):
-        raise PermissionDenied("Only the owning team's leads (and staff) see this queue.")
+        raise PermissionDenied(owner_sentence("queue", cluster_queue.team))
     return cluster_queue
 
 
@@ -69,5 +79,6 @@ def get_workload_for_user(request: HttpRequest, pk: int) -> Workload:
     )
     team_id = workload.cluster_queue.team_id if workload.cluster_queue else None
     if not sees_team(allowed_team_ids(request), team_id):
-        raise PermissionDenied("Only the owning team's leads (and staff) see this workload.")
+        owner = workload.cluster_queue.team if workload.cluster_queue else None
+        raise PermissionDenied(owner_sentence("workload", owner))
     return workload

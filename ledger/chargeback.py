@@ -179,6 +179,9 @@ class Charge(Figures):
     cost_allocated: Decimal = field(default_factory=Decimal)
     cost_borrowing: Decimal = field(default_factory=Decimal)
     cost_lending_credit: Decimal = field(default_factory=Decimal)
+    # Charged GPU-hours that no rate card priced (counted at 0.00): a row is ``priced`` only
+    # when this stays 0 (and a card exists at all).
+    unpriced_gpu_hours: float = 0.0
 
     def add(self, other: Figures) -> None:
         super().add(other)
@@ -186,10 +189,12 @@ class Charge(Figures):
             self.cost_allocated += other.cost_allocated
             self.cost_borrowing += other.cost_borrowing
             self.cost_lending_credit += other.cost_lending_credit
+            self.unpriced_gpu_hours += other.unpriced_gpu_hours
 
     def add_rounded_costs(self, other: Charge) -> None:
         """Sum hours, and money as printed (rounded per component), for totals."""
         Figures.add(self, other)
+        self.unpriced_gpu_hours += other.unpriced_gpu_hours
         self.cost_allocated += cents(other.cost_allocated)
         self.cost_borrowing += cents(other.cost_borrowing)
         self.cost_lending_credit += cents(other.cost_lending_credit)
@@ -233,10 +238,39 @@ class Report:
     model: str
     rows: list[Row]
     totals: Charge
+    rate_cards: int = 0
 
     @property
     def with_capacity(self) -> bool:
         return self.group_by in CAPACITY_GROUPS
+
+    def priced(self, figures: Charge) -> bool:
+        """Whether every charged GPU-hour of ``figures`` had a rate card (none exist: never)."""
+        return self.rate_cards > 0 and figures.unpriced_gpu_hours <= 0
+
+    def pricing(self) -> dict[str, Any]:
+        """Whether the costs mean anything, said once for the whole answer."""
+        unpriced = [row for row in self.rows if not self.priced(row.figures)]
+        if self.rate_cards == 0:
+            note = (
+                f"No rate card in {self.currency}: every cost is 0.00. Add rate cards "
+                "(admin, Rate cards) to price GPU-hours."
+            )
+        elif unpriced:
+            hours = round(self.totals.unpriced_gpu_hours, 1)
+            note = (
+                f"{len(unpriced)} of {len(self.rows)} rows include GPU-hours no rate card "
+                f"prices ({hours:g} GPU-hours in all), counted at 0.00."
+            )
+        else:
+            note = f"Every charged GPU-hour is priced by a rate card in {self.currency}."
+        return {
+            "complete": self.rate_cards > 0 and not unpriced,
+            "rate_cards": self.rate_cards,
+            "unpriced_rows": len(unpriced),
+            "unpriced_gpu_hours": round(self.totals.unpriced_gpu_hours, HOURS_DIGITS),
+            "note": note,
+        }
 
 
 # --- Prices -----------------------------------------------------------------------------------
@@ -296,9 +330,13 @@ class Pricer:
     def price_piece(self, figures: Charge, flavor: str, gpu_model: str, segment: int) -> None:
         allocated_price = self.price(RateKind.ALLOCATED, flavor, gpu_model, segment)
         if allocated_price is None:
-            hours = figures.nominal_gpu_hours if self.model == "quota" else 0.0
-            if figures.allocated_gpu_hours > 0 or hours > 0:
+            if self.model == "quota":
+                charged = figures.nominal_gpu_hours + figures.borrowed_gpu_hours
+            else:
+                charged = figures.allocated_gpu_hours
+            if charged > 0:
                 self._warn_missing(flavor, gpu_model)
+                figures.unpriced_gpu_hours += charged
             allocated_price = Decimal(0)
         if self.model == "usage":
             figures.cost_allocated = to_decimal(figures.allocated_gpu_hours) * allocated_price
@@ -647,6 +685,7 @@ def build_report(
         model=model,
         rows=report_rows,
         totals=totals,
+        rate_cards=len(pricer.cards),
     )
 
 
@@ -656,6 +695,7 @@ def row_dict(report: Report, row: Row) -> dict[str, Any]:
         values["period_start"] = utc_text(row.period_start) if row.period_start else None
     values.update(row.figures.hours(report.with_capacity))
     values["cost"] = row.figures.money()
+    values["priced"] = report.priced(row.figures)
     return values
 
 
@@ -682,7 +722,7 @@ def csv_columns(report: Report) -> list[str]:
         columns.append("capacity_gpu_hours")
     columns.extend(HOUR_COLUMNS)
     columns.extend(f"cost_{name}" for name in COST_COLUMNS)
-    columns.append("currency")
+    columns.extend(["currency", "priced"])
     return columns
 
 
@@ -696,4 +736,5 @@ def csv_records(report: Report) -> Iterator[list[Any]]:
         for name in COST_COLUMNS:
             values[f"cost_{name}"] = f"{cost[name]:.2f}"
         values["currency"] = report.currency
+        values["priced"] = "true" if values["priced"] else "false"
         yield ["" if values.get(column) is None else values[column] for column in columns]

@@ -80,7 +80,12 @@ def team_allocation_chart(request: HttpRequest, time_range: TimeRange, name: str
 
 @chart_view
 def team_queues_chart(request: HttpRequest, time_range: TimeRange, name: str) -> dict[str, Any]:
-    """Allocated GPUs per ClusterQueue and flavor (stacked) with each one's nominal quota."""
+    """Allocated GPUs per ClusterQueue and flavor against that flavor's own nominal quota.
+
+    Unstacked: each line reads against its own dotted nominal (stacked areas put one flavor's
+    line on another's area, and read as if it were at its nominal). Hours a queue's flavor held
+    more than its nominal quota (borrowing on that flavor) are drawn as a wide band on its line.
+    """
     team = get_team_for_user(request, name)
     span = time_range.covered_hours()
     series_by_queue = team_queue_hours(team, span, ("allocated_gpu_hours", "nominal_gpu_hours"))
@@ -93,34 +98,40 @@ def team_queues_chart(request: HttpRequest, time_range: TimeRange, name: str) ->
     _, nominal = stacked(series_by_queue, label, "nominal_gpu_hours")
     x = x_axis(span.starts())
     data = []
+    borrowing_series = 0
     for position, series in enumerate(names):
         color = plotting.SERIES[position % len(plotting.SERIES)]
-        trace = plotting.line(
-            f"{series} allocated",
-            x,
-            [rounded(v) for v in allocated[series]],
-            color=color,
-            unit="GPUs",
-            stackgroup="allocated",
-        )
+        values = [rounded(v) for v in allocated[series]]
+        trace = plotting.line(f"{series} allocated", x, values, color=color, unit="GPUs")
         trace["legendgroup"] = series
         data.append(trace)
-    for position, series in enumerate(names):
         if series == "Other" or series not in nominal:
             continue
-        color = plotting.SERIES[position % len(plotting.SERIES)]
-        trace = plotting.line(
-            f"{series} nominal",
-            x,
-            [rounded(v) for v in nominal[series]],
-            color=color,
-            unit="GPUs",
-            dash="dot",
-        )
+        quota = [rounded(v) for v in nominal[series]]
+        trace = plotting.line(f"{series} nominal", x, quota, color=color, unit="GPUs", dash="dot")
         trace["legendgroup"] = series
         data.append(trace)
+        above = [
+            a if a is not None and q is not None and a > q else None
+            for a, q in zip(values, quota, strict=True)
+        ]
+        if any(value is not None for value in above):
+            borrowing_series += 1
+            band = plotting.line(f"{series} borrowing", x, above, color=color, unit="GPUs")
+            band["line"]["width"] = 9
+            band["opacity"] = 0.3
+            band["legendgroup"] = series
+            band["showlegend"] = False
+            data.append(band)
     layout = range_layout(
-        time_range, "Allocated GPUs per ClusterQueue and flavor (dotted: nominal)", GPUS_AXIS
+        time_range,
+        "Allocated GPUs per ClusterQueue and flavor (dotted: its nominal; wide: borrowing)",
+        GPUS_AXIS,
     )
-    legend_room(layout, len(data), per_row=3)
-    return plotting.figure(data, layout, empty_message="No queue rollups in this range.")
+    legend_room(layout, sum(1 for trace in data if trace.get("showlegend", True)), per_row=3)
+    return plotting.figure(
+        data,
+        layout,
+        empty_message="No queue rollups in this range.",
+        meta={"borrowing_series": borrowing_series},
+    )

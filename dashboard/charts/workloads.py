@@ -29,6 +29,7 @@ from dashboard.charts.parts import (
 from dashboard.decorators import chart_view, choice_param
 from dashboard.live import WORKLOAD_LIVE_SPAN, live_workload_points, read_live, unavailable_notice
 from dashboard.queries import workloads as queries
+from dashboard.templatetags.formatting import figure
 from quotas.access import hide_queue_path
 from quotas.choices import TransitionKind
 
@@ -253,7 +254,7 @@ def workload_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int
             low,
             high,
             plotting.line(
-                f"Mean of {summary['gpus']} GPUs",
+                f"Mean of {figure(summary['at_once'])} GPUs",
                 x,
                 [plotting.percent(r["value"]) for r in spread],
                 color=color,
@@ -298,6 +299,7 @@ def workload_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int
         meta={
             "metric": metric,
             "gpus": summary["gpus"],
+            "gpus_at_once": summary["at_once"],
             "per_gpu": per_gpu,
             "resolution": "window" if raw else "hour",
             "rollup_hours": len(rollups),

@@ -108,7 +108,7 @@ def _state_order() -> Case:
     )
 
 
-def _state_filter(state: str) -> Q:
+def state_filter(state: str) -> Q:
     if state == "holding":
         return Q(state__in=HOLDING_STATES)
     if state == "pending":
@@ -124,7 +124,7 @@ def team_workloads(team: Team, time_range: TimeRange, state: str) -> QuerySet[Wo
         Workload.objects.filter(cluster_queue__team=team)
         .filter(Q(deleted_at__isnull=True) | Q(deleted_at__gte=time_range.start))
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=time_range.start))
-        .filter(_state_filter(state))
+        .filter(state_filter(state))
         .select_related("cluster_queue", "local_queue", "cluster")
         .annotate(state_order=_state_order())
         .order_by("state_order", "-admitted_at", "namespace", "name")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Avg, Count, F, Max, Min, QuerySet
+from django.db.models import Avg, Count, F, Max, Min, QuerySet, Sum
 from django.db.models.expressions import Combinable
 
 from core.ranges import HourSpan, TimeRange
@@ -100,10 +100,21 @@ def activity_usage(workload: Workload, time_range: TimeRange) -> QuerySet[GpuUsa
 
 
 def activity_summary(usage: QuerySet[GpuUsage]) -> dict[str, Any]:
-    """``first`` and ``last`` stored window and how many ``gpus`` they cover."""
-    return usage.aggregate(
+    """``first`` and ``last`` stored window, how many distinct ``gpus`` they cover, and
+    ``at_once``: the most GPUs held in one window (a gang re-admitted on other GPUs covers more
+    distinct GPUs than it ever held: a 24-GPU gang moved once covers 48)."""
+    summary = usage.aggregate(
         first=Min("window_end"), gpus=Count("gpu_key", distinct=True), last=Max("window_end")
     )
+    summary["at_once"] = (
+        usage.order_by()
+        .values("window_end")
+        .annotate(held=Sum("gpus"))
+        .order_by("-held")
+        .values_list("held", flat=True)
+        .first()
+    ) or 0
+    return summary
 
 
 def gpu_points(

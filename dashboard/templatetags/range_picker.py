@@ -22,4 +22,6 @@ def range_picker(context: template.Context, time_range: TimeRange) -> dict[str, 
         "time_range": time_range,
         "range_links": picker_links(params, time_range),
         "range_hidden": hidden_params(params),
+        # A custom range the page chose itself (a workload's whole life) keeps the form shut.
+        "custom_open": time_range.preset == "custom" and not context.get("range_chosen_by_page"),
     }

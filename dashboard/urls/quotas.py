@@ -8,6 +8,7 @@ from dashboard import charts, views
 app_name = "quotas"
 
 urlpatterns = [
+    path("my-teams/", views.my_teams, name="my-teams"),
     path("teams/", views.team_list, name="team-list"),
     path("teams/<slug:name>/", views.team_detail, name="team-detail"),
     path(
@@ -57,6 +58,9 @@ urlpatterns = [
     path("quota-changes/<int:pk>/", views.quota_change_detail, name="quota-change-detail"),
     path("quota-changes/<int:pk>/apply/", views.quota_change_apply, name="quota-change-apply"),
     path("quota-changes/<int:pk>/patch.yaml", views.quota_change_patch, name="quota-change-patch"),
+    path("workloads/", views.workload_list, name="workload-list"),
+    path("search/", views.search, name="search"),
+    path("chargeback/", views.chargeback_page, name="chargeback"),
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
     path(
         "workloads/<int:pk>/charts/timeline.json",

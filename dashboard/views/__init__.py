@@ -6,10 +6,13 @@ its template; its Plotly figures load from the JSON views of ``dashboard.charts`
 """
 
 from dashboard.views.busy import busy
+from dashboard.views.chargeback import chargeback_page
 from dashboard.views.cluster_queues import cluster_queue_detail, cluster_queue_list
 from dashboard.views.cohorts import cohort_detail, cohort_list
+from dashboard.views.figures import figures
 from dashboard.views.fleet_map import fleet_map
 from dashboard.views.gpus import gpu_detail
+from dashboard.views.my_teams import my_teams
 from dashboard.views.nodes import node_detail
 from dashboard.views.overview import overview
 from dashboard.views.quota_changes import (
@@ -20,16 +23,20 @@ from dashboard.views.quota_changes import (
     quota_change_patch,
 )
 from dashboard.views.teams import team_detail, team_list
+from dashboard.views.workload_list import search, workload_list
 from dashboard.views.workloads import workload_detail
 
 __all__ = [
     "busy",
+    "chargeback_page",
     "cluster_queue_detail",
     "cluster_queue_list",
     "cohort_detail",
     "cohort_list",
+    "figures",
     "fleet_map",
     "gpu_detail",
+    "my_teams",
     "node_detail",
     "overview",
     "quota_change_apply",
@@ -37,7 +44,9 @@ __all__ = [
     "quota_change_list",
     "quota_change_new",
     "quota_change_patch",
+    "search",
     "team_detail",
     "team_list",
     "workload_detail",
+    "workload_list",
 ]

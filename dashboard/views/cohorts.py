@@ -255,7 +255,7 @@ def cohort_detail(
             testid="stat-nominal",
         ),
         stat(
-            "In use now",
+            "Admitted now (quota)",
             figure(sum(holding.values())),
             "GPUs",
             "admitted workloads",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -16,7 +17,11 @@ from dashboard.access import allowed_team_ids, get_team_for_user, sees_team
 from dashboard.decorators import choice_param, dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
 from dashboard.queries import teams as queries
+from dashboard.queries.my_teams import flavor_use_by_team, pod_gpus_by_team
+from dashboard.queries.workload_list import workload_charges
 from dashboard.templatetags.formatting import duration, figure, percent
+from dashboard.views.my_teams import flavor_rows
+from ledger.chargeback import Charge
 from ledger.figures import Figures
 from quotas.access import PUBLIC, leads_team, led_team_ids, other_teams_label, team_visibility
 from quotas.choices import HOLDING_STATES
@@ -54,10 +59,17 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     figures = queries.figures_by_team(ids, span)
     totals = queries.all_teams_figures(span)
     now_gpus = holding_gpus(Q(cluster_queue__team_id__in=ids), "cluster_queue__team_id")
-    table = [
-        _team_row(team, figures.get(team.pk, Figures()), now_gpus.get(team.pk, 0.0), team.pk in led)
-        for team in page.object_list
-    ]
+    held = pod_gpus_by_team(ids)
+    flavors = flavor_use_by_team(ids, timezone.now())
+    table = []
+    for team in page.object_list:
+        row = _team_row(
+            team, figures.get(team.pk, Figures()), now_gpus.get(team.pk, 0.0), team.pk in led
+        )
+        row["visible"] = True
+        row["held"] = figure(held.get(team.pk, 0.0))
+        row["flavors"] = flavor_rows(flavors.get(team.pk, []))
+        table.append(row)
     others = None
     if allowed is not None:
         # The teams this user may not see, summed into one anonymous row (quotas.access).
@@ -127,9 +139,11 @@ def _workload_row(
     figures: dict[int, Figures],
     allowed: set[int] | None,
     now: datetime,
+    charges: dict[int, Charge] | None = None,
 ) -> dict[str, Any]:
     """A row of a workload table (``quotas/partials/workload_table.html``)."""
     found = figures.get(workload.pk, Figures())
+    charge = (charges or {}).get(workload.pk)
     gpus = workload.admitted_gpus or workload.requested_gpus
     cluster_queue = workload.cluster_queue
     idle_hours = found.idle_gpu_hours / gpus if gpus else None
@@ -141,6 +155,8 @@ def _workload_row(
         "sm_active": percent(found.utilization),
         "tensor": percent(found.tensor_activity),
         "idle_hours": figure(idle_hours) if found.allocated_gpu_hours else "—",
+        "gpu_hours": figure(found.allocated_gpu_hours),
+        "cost": f"{charge.money()['total']:,.2f}" if charge is not None else "0.00",
         "age": duration((now - workload.observed_at).total_seconds())
         if workload.observed_at
         else "—",
@@ -165,6 +181,16 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
     pending = queries.team_pending(team)
     nominal_now = sum(float(q.nominal) for rows in quotas.values() for q in rows)
     allocated_now = sum(holding.values())
+    held_now = pod_gpus_by_team([team.pk]).get(team.pk, 0.0)
+    team_flavors = flavor_rows(
+        flavor_use_by_team(
+            [team.pk],
+            now,
+            quotas=quotas,
+            samples=samples,
+            team_of={queue.pk: team.pk for queue in queues},
+        ).get(team.pk, [])
+    )
     borrowed_now = sum(s.borrowed for s in samples.values()) if samples else None
 
     queue_rows = []
@@ -182,16 +208,27 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         )
 
     page, page_query = paginate(request, queries.team_workloads(team, time_range, state))
-    per_workload = queries.workload_figures([w.pk for w in page.object_list], span)
-    workload_rows = [_workload_row(w, per_workload, allowed, now) for w in page.object_list]
+    page_ids = [w.pk for w in page.object_list]
+    per_workload = queries.workload_figures(page_ids, span)
+    charges = workload_charges(span, Q(workload_id__in=page_ids)) if page_ids else {}
+    workload_rows = [
+        _workload_row(w, per_workload, allowed, now, charges) for w in page.object_list
+    ]
 
     stats = [
         stat(
-            "Allocated now",
+            "Admitted now (quota)",
             figure(allocated_now),
             "GPUs",
-            "admitted to running workloads",
+            "Kueue quota admitted to workloads",
             testid="stat-allocated-now",
+        ),
+        stat(
+            "Held by running pods",
+            figure(held_now),
+            "GPUs",
+            "in the newest collected window",
+            testid="stat-held-now",
         ),
         stat(
             "Nominal quota",
@@ -241,6 +278,7 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         "stats": stats,
         "figures": figures,
         "queue_rows": queue_rows,
+        "flavors": team_flavors,
         "workload_rows": workload_rows,
         "page_obj": page,
         "page_query": page_query,
@@ -249,5 +287,6 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         "chart_query": range_query(request, time_range),
         "time_range": time_range,
         "range_hidden": hidden_params(request.GET),
+        "currency": settings.GPULEDGER_CURRENCY,
     }
     return render(request, "quotas/team_detail.html", context)

@@ -11,7 +11,7 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from core.mig import GPU_RESOURCE
-from core.ranges import TimeRange
+from core.ranges import CUSTOM, RANGE_PARAMS, TimeRange
 from core.timewindows import floor_time
 from dashboard.access import allowed_team_ids, get_workload_for_user, sees_team
 from dashboard.decorators import dashboard_page
@@ -22,6 +22,24 @@ from dashboard.templatetags.formatting import duration, figure, percent
 from quotas.access import ANOTHER_TEAMS_WORKLOAD, hide_queue_path
 from quotas.choices import WorkloadState
 from quotas.models import Workload
+
+# A workload page opens on the workload's whole life, at most this long (a serving deployment
+# may live for months: its last 30 days).
+WHOLE_LIFE_CAP = timedelta(days=30)
+
+
+def whole_life(workload: Workload, now: datetime) -> TimeRange | None:
+    """From its first sighting to its end (or now), minute-aligned, capped at the last 30 days."""
+    if workload.observed_at is None:
+        return None
+    last = floor_time(now, 60)
+    end = last
+    if workload.finished_at is not None:
+        end = min(floor_time(workload.finished_at, 60) + timedelta(minutes=1), last)
+    start = max(floor_time(workload.observed_at, 60), end - WHOLE_LIFE_CAP)
+    if start >= end:
+        return None
+    return TimeRange(start, end, CUSTOM)
 
 
 def _team_of(workload: Workload) -> int | None:
@@ -49,6 +67,22 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
     workload = get_workload_for_user(request, pk)
     allowed = allowed_team_ids(request)
     now = timezone.now()
+    life = None
+    if not any(request.GET.get(name) for name in RANGE_PARAMS):
+        # No range asked for: the workload's life, not the last 24 hours (a job that finished
+        # days ago would open on empty charts).
+        life = whole_life(workload, now)
+        if life is not None:
+            time_range = life
+    life_capped = (
+        life is not None
+        and workload.observed_at is not None
+        and life.start > floor_time(workload.observed_at, 60)
+    )
+    if life is None:
+        sm_note = f"mean, {time_range.label}"
+    else:
+        sm_note = "mean over its last 30 days" if life_capped else "mean over its whole life"
     figures = queries.workload_total(workload, time_range.covered_hours())
     transition_rows = []
     for transition in queries.recent_transitions(workload):
@@ -105,7 +139,7 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
             "SM activity",
             percent(figures.utilization),
             "%",
-            f"mean, {time_range.label.lower()}",
+            sm_note,
             tone=utilization_tone(figures.utilization),
             testid="stat-sm",
         ),
@@ -138,14 +172,19 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
     context = {
         "nav": "teams",
         "page_title": f"{workload.namespace}/{workload.name}",
-        "life_query": _life_query(workload, end),
+        "life_query": "" if life is not None else _life_query(workload, end),
+        "whole_life": life,
+        "range_chosen_by_page": life is not None,
+        "life_capped": life_capped,
         "workload": workload,
         "stats": stats,
         "transition_rows": transition_rows,
         "caused": caused,
         "another_teams_workload": ANOTHER_TEAMS_WORKLOAD,
         "allocations": allocations,
-        "chart_query": range_query(request, time_range),
+        "chart_query": urlencode(time_range.query())
+        if life is not None
+        else range_query(request, time_range),
         "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,
         "has_prometheus": bool(workload.cluster.prometheus_url),
         "live_hours": int(WORKLOAD_LIVE_SPAN.total_seconds() // 3600),

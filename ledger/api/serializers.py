@@ -40,6 +40,17 @@ class ChargebackRowSerializer(ChargebackFiguresSerializer):
     group = serializers.CharField()
     cluster = serializers.CharField(allow_null=True)
     period_start = serializers.DateTimeField(required=False, help_text="When stepped.")
+    priced = serializers.BooleanField(
+        help_text="False when some of the row's charged GPU-hours had no rate card (cost 0.00)."
+    )
+
+
+class PricingSerializer(serializers.Serializer):
+    complete = serializers.BooleanField(help_text="Every charged GPU-hour had a rate card.")
+    rate_cards = serializers.IntegerField(help_text="Rate cards in the currency.")
+    unpriced_rows = serializers.IntegerField()
+    unpriced_gpu_hours = serializers.FloatField()
+    note = serializers.CharField()
 
 
 class ChargebackSerializer(serializers.Serializer):
@@ -49,6 +60,7 @@ class ChargebackSerializer(serializers.Serializer):
     step = serializers.CharField()
     currency = serializers.CharField()
     model = serializers.ChoiceField(choices=["usage", "quota"])
+    pricing = PricingSerializer()
     rows = ChargebackRowSerializer(many=True)
     totals = ChargebackFiguresSerializer()
 

@@ -66,6 +66,7 @@ def report_body(report: chargeback.Report) -> dict[str, Any]:
         "step": report.step,
         "currency": report.currency,
         "model": report.model,
+        "pricing": report.pricing(),
         "rows": [chargeback.row_dict(report, row) for row in report.rows],
         "totals": chargeback.totals_dict(report),
     }

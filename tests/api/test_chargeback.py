@@ -454,3 +454,54 @@ def test_chargeback_runs_a_bounded_number_of_queries(
         response = get(staff_client, group_by=group_by, step="day")
 
     assert response.status_code == 200
+
+
+# --- Pricing: whether the costs mean anything ---------------------------------------------------
+
+
+def test_priced_rows_say_so_and_the_note_says_every_hour_is_priced(staff_client, scenario):
+    body = get(staff_client, group_by="team").json()
+
+    rows = by_group(body)
+    # alpha runs on h100 (a flavor card), beta on A100 (a GPU-model card), gamma holds nothing.
+    assert rows["alpha"]["priced"] is True
+    assert rows["beta"]["priced"] is True
+    assert rows["gamma"]["priced"] is True
+    assert body["pricing"]["complete"] is True
+    assert body["pricing"]["unpriced_rows"] == 0
+    # Six USD cards in the scenario; the EUR one is another currency.
+    assert body["pricing"]["rate_cards"] == 6
+
+
+def test_without_any_rate_card_every_row_is_unpriced_and_the_note_says_why(staff_client, scenario):
+    from ledger.models import RateCard
+
+    RateCard.objects.all().delete()
+    body = get(staff_client, group_by="team").json()
+
+    assert all(row["priced"] is False for row in body["rows"])
+    assert all(row["cost"]["total"] == 0 for row in body["rows"])
+    assert body["pricing"]["complete"] is False
+    assert body["pricing"]["rate_cards"] == 0
+    assert "No rate card in USD" in body["pricing"]["note"]
+    assert "0.00" in body["pricing"]["note"]
+
+
+def test_a_row_with_hours_no_card_prices_is_unpriced(staff_client, scenario):
+    from ledger.models import RateCard
+
+    # Only the A100 card stays: alpha's 16 h100 GPU-hours have no price, beta's 8 have one.
+    RateCard.objects.exclude(gpu_model="A100").delete()
+    body = get(staff_client, group_by="team").json()
+    rows = by_group(body)
+
+    assert rows["alpha"]["priced"] is False
+    assert rows["alpha"]["cost"]["total"] == 0
+    assert rows["beta"]["priced"] is True
+    assert body["pricing"]["complete"] is False
+    assert body["pricing"]["unpriced_rows"] == 1
+    assert body["pricing"]["unpriced_gpu_hours"] == pytest.approx(ALPHA["allocated_gpu_hours"])
+    csv_text = b"".join(get(staff_client, group_by="team", format="csv").streaming_content)
+    records = {r["group"]: r for r in csv.DictReader(io.StringIO(csv_text.decode(), newline=""))}
+    assert records["alpha"]["priced"] == "false"
+    assert records["beta"]["priced"] == "true"

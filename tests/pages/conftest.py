@@ -515,6 +515,27 @@ def console_errors(page) -> list[str]:
     return errors
 
 
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+@pytest.fixture
+def outside_requests(page) -> list[str]:
+    """Every request the ``page`` fixture makes to a host that is not loopback (must stay [])."""
+    from urllib.parse import urlsplit
+
+    outside: list[str] = []
+
+    def on_request(request) -> None:
+        parts = urlsplit(request.url)
+        if parts.scheme in ("data", "blob", "about"):
+            return
+        if parts.hostname not in LOCAL_HOSTS:
+            outside.append(request.url)
+
+    page.on("request", on_request)
+    return outside
+
+
 class PrometheusStub(http.server.BaseHTTPRequestHandler):
     """A loopback Prometheus: answers every range query with ``series`` (labels only), each given
     three points from the query's start, 0.25, 0.26 and 0.27; records the queries it was sent.

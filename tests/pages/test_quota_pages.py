@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
-from urllib.parse import urlencode
 
 import pytest
 import time_machine
@@ -1049,14 +1048,15 @@ def test_team_allocation_chart_follows_the_range(lead_client, world):
     assert sum(1 for v in week_y if v is not None) == len(range_hours(world, 7))
 
 
-def test_team_queues_chart_stacks_queue_and_flavor_series(staff_client, world):
+def test_team_queues_chart_draws_each_flavor_against_its_own_quota(staff_client, world):
     fig = figure(staff_client.get(chart_urls(world)["team-queues"]))
 
     names = [t["name"] for t in fig["data"]]
     assert "team-a · h100 allocated" in names
     assert "team-a · a100 nominal" in names
     stacked = trace(fig, "team-a · h100 allocated")
-    assert stacked["stackgroup"] == "allocated"
+    # Unstacked: a line reads against its own nominal, not on top of another flavor's area.
+    assert not any(t.get("stackgroup") for t in fig["data"])
     hours = range_hours(world, 1)
     assert stacked["y"][-1] == rollup_sum(
         "allocated_gpu_hours",
@@ -1073,7 +1073,7 @@ def test_team_queues_chart_folds_many_series_into_other(staff_client, world):
 
     fig = figure(staff_client.get(chart_urls(world)["team-queues"]))
 
-    allocated = [t for t in fig["data"] if t.get("stackgroup") == "allocated"]
+    allocated = [t for t in fig["data"] if t["name"].endswith(" allocated")]
     assert len(allocated) == 10 + 1
     assert allocated[-1]["name"] == "Other allocated"
 
@@ -1306,7 +1306,7 @@ def test_queue_evictions_chart_is_empty_outside_the_range(staff_client, world):
 
 def test_workload_page_shows_gpus_activity_transitions_and_pods(lead_client, world):
     a1 = world.wl["a1"]
-    response = lead_client.get(reverse("quotas:workload-detail", args=[a1.pk]))
+    response = lead_client.get(reverse("quotas:workload-detail", args=[a1.pk]) + "?range=24h")
     stats = {s.get("testid"): s for s in response.context["stats"]}
     body = text(response)
 
@@ -1325,16 +1325,40 @@ def test_workload_page_shows_gpus_activity_transitions_and_pods(lead_client, wor
     assert "stored collection windows" in body
 
 
-def test_workload_page_offers_its_whole_life_as_a_range(staff_client, world):
-    a1 = world.wl["a1"]
-    body = text(staff_client.get(reverse("quotas:workload-detail", args=[a1.pk])))
+def test_workload_page_opens_on_its_whole_life(staff_client, world):
+    a4 = world.wl["a4"]  # finished 30 hours ago, first seen 40 hours ago
 
-    start = floor_time(a1.observed_at, 60).strftime("%Y-%m-%dT%H:%M")
-    assert urlencode({"start": start}) in body
-    life = staff_client.get(
-        reverse("quotas:workload-detail", args=[a1.pk]) + "?" + urlencode({"start": start})
-    )
-    assert life.status_code == 200
+    response = staff_client.get(reverse("quotas:workload-detail", args=[a4.pk]))
+
+    time_range = response.context["time_range"]
+    assert time_range.start == floor_time(a4.observed_at, 60)
+    assert time_range.end == floor_time(a4.finished_at, 60) + timedelta(minutes=1)
+    assert "Showing its whole life" in text(response)
+    # Its charts ask for the same range.
+    assert f"start={time_range.start:%Y-%m-%dT%H}%3A{time_range.start:%M}" in text(response)
+    # The custom form stays shut: the page chose the range, not the user.
+    assert 'range-custom" open' not in response.content.decode()
+
+
+def test_workload_page_caps_a_long_life_at_30_days(staff_client, world):
+    a1 = world.wl["a1"]
+    a1.observed_at = world.now - timedelta(days=45)
+    a1.save(update_fields=["observed_at"])
+
+    response = staff_client.get(reverse("quotas:workload-detail", args=[a1.pk]))
+
+    time_range = response.context["time_range"]
+    assert time_range.end - time_range.start == timedelta(days=30)
+    assert "capped at its last 30 days" in text(response)
+
+
+def test_an_explicit_range_still_wins_over_the_whole_life(staff_client, world):
+    a4 = world.wl["a4"]
+
+    response = staff_client.get(reverse("quotas:workload-detail", args=[a4.pk]) + "?range=7d")
+
+    assert response.context["time_range"].preset == "7d"
+    assert "Showing its whole life" not in text(response)
 
 
 def test_workload_page_links_the_preemptor_only_when_visible(staff_client, lead_client, world):
@@ -1425,6 +1449,11 @@ def test_workload_activity_chart_shows_a_big_gang_as_mean_and_range(staff_client
     assert fig["meta"]["per_gpu"] is False
     gpus = len({u.gpu_key for u in world.usage} | {u.gpu_key for u in extra})
     assert fig["meta"]["gpus"] == gpus
+    # The legend counts the GPUs held at once (the most in one window), not distinct GPUs seen.
+    held: dict = {}
+    for u in [*world.usage, *extra]:
+        held[u.window_end] = held.get(u.window_end, 0.0) + u.gpus
+    at_once = max(held.values())
     low, high = trace(fig, "Lowest GPU"), trace(fig, "Highest GPU")
     hour = floor_time(end - timedelta(seconds=1), 3600).isoformat()
     rows = [
@@ -1436,7 +1465,42 @@ def test_workload_activity_chart_shows_a_big_gang_as_mean_and_range(staff_client
     position = low["x"].index(hour)
     assert low["y"][position] == pytest.approx(min(u.activity for u in rows) * 100)
     assert high["y"][position] == pytest.approx(max(u.activity for u in rows) * 100)
-    assert trace(fig, f"Mean of {gpus} GPUs")
+    assert trace(fig, f"Mean of {fmt(at_once)} GPUs")
+
+
+def test_a_gang_moved_to_other_gpus_is_still_counted_at_its_size(staff_client, world):
+    # Given a 10-GPU gang that ran on ten GPUs, then (re-admitted) on ten others
+    a1 = world.wl["a1"]
+    GpuUsage.objects.filter(workload=a1).delete()
+    end = floor_time(world.now, 60) - timedelta(minutes=1)
+    rows = []
+    for moved, window_end in enumerate([end - timedelta(minutes=30), end]):
+        rows += [
+            GpuUsage(
+                cluster=world.cluster,
+                window_start=window_end - timedelta(seconds=60),
+                window_end=window_end,
+                gpu_key=f"gpu-node-x/GPU-{moved}-{i}/",
+                namespace="team-a",
+                pod=f"gang-{moved}-{i}",
+                workload=a1,
+                allocated=True,
+                gpus=1.0,
+                activity=0.5,
+            )
+            for i in range(10)
+        ]
+    GpuUsage.objects.bulk_create(rows)
+    url = reverse("quotas:workload-chart-activity", args=[a1.pk])
+
+    # When its activity chart is drawn
+    fig = figure(staff_client.get(url))
+
+    # Then the legend says 10 GPUs, though 20 distinct GPUs reported
+    assert fig["meta"]["gpus"] == 20
+    assert fig["meta"]["gpus_at_once"] == 10
+    assert trace(fig, "Mean of 10 GPUs")
+    assert not any("20 GPUs" in (t.get("name") or "") for t in fig["data"])
 
 
 def test_workload_activity_chart_plots_tensor_activity(staff_client, world):
@@ -1570,3 +1634,16 @@ def test_upstream_text_in_chart_hovers_is_literal_never_markup(staff_client, wor
     hover = json.dumps(trace(fig, "Evicted")["customdata"])
     assert "&lt;a href=" in hover and "&lt;b&gt;now&lt;/b&gt;" in hover
     assert "<a " not in hover and "<b>" not in hover and "<span" not in hover
+
+
+def test_team_queues_chart_marks_borrowing_per_flavor(staff_client, world):
+    fig = figure(staff_client.get(chart_urls(world)["team-queues"]))
+
+    # team-a's h100 rollups: 20 allocated on 16 nominal every hour (it borrows on h100 only);
+    # its a100 holds nothing of its 8.
+    band = trace(fig, "team-a · h100 borrowing")
+    allocated = trace(fig, "team-a · h100 allocated")
+    assert band["y"] == [a if a is not None and a > 16 else None for a in allocated["y"]]
+    assert any(value is not None for value in band["y"])
+    assert not any(t["name"] == "team-a · a100 borrowing" for t in fig["data"])
+    assert fig["meta"]["borrowing_series"] == 1

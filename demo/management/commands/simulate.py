@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from tqdm import tqdm
 
+from demo.rates import seed_rate_cards
 from demo.simulation import SCRAPE_SECONDS, FleetSimulator
 from fleet.choices import IngestSource, IngestStatus
 from fleet.constants import DCGM_METRICS
@@ -123,11 +124,12 @@ class Command(BaseCommand):
         run.status = IngestStatus.PARTIAL if run.skipped else IngestStatus.SUCCESS
         run.finished_at = timezone.now()
         run.save()
+        cards = seed_rate_cards(sim.start, sim.end)
         self.stdout.write(
             self.style.SUCCESS(
                 f"Simulated {days:g} days ({len(windows)} windows of {step} s) on cluster "
                 f"{cluster.name}: {len(sim.nodes)} nodes, {len(sim.workloads)} workloads, "
-                f"{rows} rows written."
+                f"{rows} rows written; {cards} demo rate cards (per flavor, one price change)."
             )
         )
 

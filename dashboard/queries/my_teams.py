@@ -1,0 +1,162 @@
+"""Quota per flavor now, GPUs held by running pods now, and a lead's teams at a glance.
+
+"Allocated now" is two numbers, named the same on every page: **admitted (quota)** is the
+Kueue quota admitted to workloads (the ClusterQueue's newest ``flavorsUsage`` sample, or the
+admitted GPUs of holding workloads without one), and **held by running pods** is the GPUs the
+newest collected window found allocated to running pods. A workload admitted but still
+pulling images holds quota, not GPUs; the two differ, and both are shown.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q, Sum
+from django.db.models.fields.json import KeyTextTransform
+
+from core.mig import GPU_RESOURCE
+from core.ranges import HourSpan
+from dashboard.queries.now import latest_usage, latest_windows
+from dashboard.queries.teams import workload_figures
+from ledger.figures import Figures
+from quotas.choices import HOLDING_STATES
+from quotas.models import ClusterQueue, ClusterQueueQuota, Team, Workload
+from quotas.now import QueueNow, gpu_quotas, latest_samples
+
+# A holding workload is listed as idle when at least this share of its GPU-hours were idle.
+IDLE_WORKLOAD_SHARE = 0.5
+# Rows per list on a team card (idle and pending workloads).
+CARD_ROWS = 5
+
+
+@dataclass
+class FlavorUse:
+    """One flavor of a team (summed over its ClusterQueues) now."""
+
+    flavor: str
+    nominal: float = 0.0
+    admitted: float = 0.0
+    borrowed: float = 0.0
+
+    @property
+    def share(self) -> float | None:
+        """Admitted quota ÷ nominal quota (above 1 = borrowing); None without nominal quota."""
+        return self.admitted / self.nominal if self.nominal > 0 else None
+
+
+def flavor_use_by_team(
+    team_ids: list[int],
+    now: datetime,
+    *,
+    quotas: dict[int, list[ClusterQueueQuota]] | None = None,
+    samples: dict[int, QueueNow] | None = None,
+    team_of: dict[int, int] | None = None,
+) -> dict[int, list[FlavorUse]]:
+    """Team id → its GPU flavors now (nominal, admitted, borrowed), in quota order.
+
+    Admitted comes from each queue's newest fresh sample; a queue without one counts the
+    admitted GPUs of its holding workloads (borrowed then stays unknown: 0). A page that has
+    already read the teams' ``gpu_quotas``, ``latest_samples`` and queue → team map passes
+    them; otherwise up to four queries.
+    """
+    if not team_ids:
+        return {}
+    queue_filter = Q(cluster_queue__team_id__in=team_ids, cluster_queue__deleted_at__isnull=True)
+    if team_of is None:
+        team_of = dict(
+            ClusterQueue.objects.present().filter(team_id__in=team_ids).values_list("pk", "team_id")
+        )
+    if quotas is None:
+        quotas = gpu_quotas(queue_filter)
+    if samples is None:
+        samples = latest_samples(queue_filter, now)
+    uses: dict[int, dict[str, FlavorUse]] = defaultdict(dict)
+    for queue_id, queue_quotas in quotas.items():
+        team_id = team_of.get(queue_id)
+        if team_id is None:
+            continue
+        for quota in queue_quotas:
+            use = uses[team_id].setdefault(quota.flavor_name, FlavorUse(quota.flavor_name))
+            use.nominal += float(quota.nominal)
+    for queue_id, sample in samples.items():
+        team_id = team_of.get(queue_id)
+        if team_id is None:
+            continue
+        for flavor, values in sample.flavors.items():
+            use = uses[team_id].setdefault(flavor, FlavorUse(flavor))
+            use.admitted += values["total"]
+            use.borrowed += values["borrowed"]
+    # Queues without a fresh sample: the admitted GPUs of their holding workloads, per flavor.
+    unsampled = [queue_id for queue_id in team_of if queue_id not in samples]
+    holding = (
+        Workload.objects.holding()
+        .filter(cluster_queue_id__in=unsampled)
+        .order_by()
+        .values("cluster_queue_id", gpu_flavor=KeyTextTransform(GPU_RESOURCE, "flavors"))
+        .annotate(gpus=Sum("admitted_gpus"))
+        if unsampled
+        else []
+    )
+    # One row per (queue, flavor), summed in the database.
+    for row in holding:
+        flavor, gpus = row["gpu_flavor"], row["gpus"]
+        if not flavor or not gpus:
+            continue
+        team_id = team_of[row["cluster_queue_id"]]
+        uses[team_id].setdefault(flavor, FlavorUse(flavor)).admitted += float(gpus)
+    return {team_id: list(by_flavor.values()) for team_id, by_flavor in uses.items()}
+
+
+def pod_gpus_by_team(team_ids: list[int]) -> dict[int, float]:
+    """Team id → GPUs held by running pods in each cluster's newest window: 2 queries."""
+    if not team_ids:
+        return {}
+    rows = (
+        latest_usage(latest_windows())
+        .filter(allocated=True, team_id__in=team_ids)
+        .order_by()
+        .values("team_id")
+        .annotate(gpus=Sum("gpus"))
+    )
+    return {row["team_id"]: float(row["gpus"] or 0.0) for row in rows}
+
+
+def admitted_gpus_by_team(team_ids: list[int]) -> dict[int, float]:
+    """Team id → GPUs admitted (quota) to its holding workloads: one query."""
+    rows = (
+        Workload.objects.holding()
+        .filter(cluster_queue__team_id__in=team_ids)
+        .order_by()
+        .values("cluster_queue__team_id")
+        .annotate(gpus=Sum("admitted_gpus"))
+    )
+    return {row["cluster_queue__team_id"]: float(row["gpus"] or 0.0) for row in rows}
+
+
+def idle_workloads(team: Team, span: HourSpan) -> list[tuple[Workload, Figures]]:
+    """The team's holding workloads that sat mostly idle over the span, idlest first."""
+    holding = list(
+        Workload.objects.filter(cluster_queue__team=team, state__in=HOLDING_STATES)
+        .select_related("cluster_queue")
+        .order_by("-admitted_at")[:200]
+    )
+    figures = workload_figures([w.pk for w in holding], span)
+    idle = [
+        (workload, figures[workload.pk])
+        for workload in holding
+        if workload.pk in figures
+        and (figures[workload.pk].idle_share or 0.0) >= IDLE_WORKLOAD_SHARE
+    ]
+    idle.sort(key=lambda pair: pair[1].idle_gpu_hours, reverse=True)
+    return idle[:CARD_ROWS]
+
+
+def pending_workloads(team: Team) -> dict[str, Any]:
+    """The team's pending workloads: how many, how many GPUs, and the longest-waiting few."""
+    pending = Workload.objects.pending().filter(cluster_queue__team=team)
+    summary = pending.aggregate(gpus=Sum("requested_gpus"))
+    rows = list(pending.select_related("cluster_queue").order_by("observed_at", "pk")[:CARD_ROWS])
+    return {"count": pending.count(), "gpus": float(summary["gpus"] or 0.0), "rows": rows}

@@ -1,0 +1,99 @@
+"""A team lead's landing: each team they lead, its quota use per flavor, real use, idle
+workloads and pending work; the fleet overview is one click away."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.views import LoginView
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render, resolve_url
+from django.urls import reverse
+from django.utils import timezone
+
+from core.ranges import TimeRange
+from dashboard.decorators import dashboard_page
+from dashboard.frame import utilization_tone
+from dashboard.queries import my_teams as queries
+from dashboard.queries.teams import figures_by_team
+from dashboard.templatetags.formatting import figure, percent
+from ledger.figures import Figures
+from quotas.models import Team
+
+
+def flavor_rows(uses: list[queries.FlavorUse]) -> list[dict[str, Any]]:
+    """Cells of ``quotas/partials/flavor_use.html``."""
+    return [
+        {
+            "flavor": use.flavor,
+            "nominal": figure(use.nominal),
+            "admitted": figure(use.admitted),
+            "borrowed": figure(use.borrowed),
+            "share": percent(use.share),
+            "bar": min(100.0, (use.share or 0.0) * 100),
+            "over": (use.share or 0.0) > 1.0,
+        }
+        for use in uses
+    ]
+
+
+@dashboard_page
+def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
+    teams = list(Team.objects.filter(leads__pk=request.user.pk or 0).order_by("name"))
+    if not teams:
+        return render(
+            request,
+            "quotas/my_teams.html",
+            {"nav": "my-teams", "page_title": "My teams", "cards": [], "time_range": time_range},
+        )
+    ids = [team.pk for team in teams]
+    now = timezone.now()
+    span = time_range.covered_hours()
+    flavors = queries.flavor_use_by_team(ids, now)
+    admitted = queries.admitted_gpus_by_team(ids)
+    held = queries.pod_gpus_by_team(ids)
+    figures = figures_by_team(ids, span)
+    cards = []
+    for team in teams:
+        found = figures.get(team.pk, Figures())
+        cards.append(
+            {
+                "team": team,
+                "flavors": flavor_rows(flavors.get(team.pk, [])),
+                "admitted": figure(admitted.get(team.pk, 0.0)),
+                "held": figure(held.get(team.pk, 0.0)),
+                "utilization": percent(found.utilization),
+                "utilization_tone": utilization_tone(found.utilization),
+                "allocated_hours": figure(found.allocated_gpu_hours),
+                "idle_hours": figure(found.idle_gpu_hours),
+                "idle": [
+                    {
+                        "workload": workload,
+                        "idle_share": percent(workload_figures.idle_share),
+                        "idle_hours": figure(workload_figures.idle_gpu_hours),
+                    }
+                    for workload, workload_figures in queries.idle_workloads(team, span)
+                ],
+                "pending": queries.pending_workloads(team),
+            }
+        )
+    context = {
+        "nav": "my-teams",
+        "page_title": "My teams",
+        "cards": cards,
+        "time_range": time_range,
+        "idle_threshold": percent(queries.IDLE_WORKLOAD_SHARE),
+    }
+    return render(request, "quotas/my_teams.html", context)
+
+
+class LandingLoginView(LoginView):
+    """Sign-in that lands a team lead on My teams, everyone else on ``LOGIN_REDIRECT_URL``
+    (a ``next`` parameter still wins)."""
+
+    def get_default_redirect_url(self) -> str:
+        user = self.request.user
+        if Team.objects.filter(leads__pk=user.pk or 0).exists():
+            return reverse("quotas:my-teams")
+        return resolve_url(settings.LOGIN_REDIRECT_URL)

@@ -1,0 +1,226 @@
+"""The workload list (search, filters, sorting by figures) and the navigation's search box."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.core.paginator import Paginator
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+
+from core.mig import GPU_RESOURCE
+from core.ranges import TimeRange, hidden_params
+from dashboard.access import allowed_team_ids
+from dashboard.decorators import choice_param, dashboard_page, int_param
+from dashboard.frame import PAGE_SIZE, paginate
+from dashboard.queries import workload_list as queries
+from dashboard.templatetags.formatting import duration, figure, percent
+from fleet.models import Gpu, Node
+from ledger.chargeback import Charge
+from quotas.models import ClusterQueue, Team, Workload
+
+# Results per kind in the navigation search.
+SEARCH_LIMIT = 10
+MAX_SEARCH = 200
+
+
+def _text(request: HttpRequest, name: str) -> str:
+    return request.GET.get(name, "").strip()[:MAX_SEARCH]
+
+
+def _row(workload: Workload, charge: Charge | None, now: datetime) -> dict[str, Any]:
+    money = charge.money()["total"] if charge is not None else Decimal(0)
+    return {
+        "workload": workload,
+        "team": workload.cluster_queue.team if workload.cluster_queue else None,
+        "gpus": figure(workload.admitted_gpus or workload.requested_gpus),
+        "flavor": (workload.flavors or {}).get(GPU_RESOURCE, ""),
+        "gpu_hours": figure(charge.allocated_gpu_hours) if charge else "0",
+        "utilization": percent(charge.utilization) if charge else "—",
+        "idle_share": percent(charge.idle_share) if charge else "—",
+        "cost": f"{money:,.2f}",
+        "age": duration((now - workload.observed_at).total_seconds())
+        if workload.observed_at
+        else "—",
+    }
+
+
+@dashboard_page
+def workload_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
+    allowed = allowed_team_ids(request)
+    now = timezone.now()
+    search = _text(request, "q")
+    state = choice_param(request, "state", queries.STATE_FILTERS, "all")
+    sort = choice_param(request, "sort", queries.SORTS, "newest")
+    queue = _text(request, "queue")
+    owner_kind = _text(request, "owner_kind")
+    team = _text(request, "team")
+    matched = queries.matching_workloads(
+        allowed, search=search, state=state, queue=queue, owner_kind=owner_kind, team=team
+    )
+    span = time_range.covered_hours()
+    related = ("cluster", "cluster_queue", "cluster_queue__team", "local_queue")
+    if sort in queries.FIGURE_SORTS:
+        # Sorting by a figure ranks every match: one aggregate over the matches, then a page.
+        ids = list(matched.order_by("-observed_at", "pk").values_list("pk", flat=True))
+        charges = queries.workload_charges(span, Q(workload_id__in=matched.values("pk")))
+        ids.sort(key=lambda pk: queries.figure_sort_key(sort, charges.get(pk)), reverse=True)
+        page = Paginator(ids, PAGE_SIZE).get_page(int_param(request, "page", 1))
+        page_ids: list[int] = list(page.object_list)  # type: ignore[arg-type]
+        by_id = Workload.objects.select_related(*related).in_bulk(page_ids)
+        workloads = [by_id[pk] for pk in page_ids if pk in by_id]
+        query = request.GET.copy()
+        query.pop("page", None)
+        page_query = query.urlencode()
+    else:
+        ordering = ("namespace", "name") if sort == "name" else ("-observed_at", "-pk")
+        page, page_query = paginate(request, matched.select_related(*related).order_by(*ordering))
+        workloads = list(page.object_list)  # type: ignore[arg-type]
+        charges = queries.workload_charges(
+            span, Q(workload_id__in=[workload.pk for workload in workloads])
+        )
+    rows = [_row(workload, charges.get(workload.pk), now) for workload in workloads]
+    sort_query = request.GET.copy()
+    sort_query.pop("page", None)
+    sort_query.pop("sort", None)
+    context = {
+        "nav": "workloads",
+        "page_title": "Workloads",
+        "rows": rows,
+        "page_obj": page,
+        "page_query": page_query,
+        "search": search,
+        "state": state,
+        "state_choices": queries.STATE_FILTERS,
+        "sort": sort,
+        "sort_query": sort_query.urlencode(),
+        "sorts": [
+            ("newest", "Newest"),
+            ("gpu_hours", "GPU-hours"),
+            ("idle_share", "Idle share"),
+            ("cost", "Cost"),
+            ("name", "Name"),
+        ],
+        "queue": queue,
+        "owner_kind": owner_kind,
+        "owner_kinds": queries.owner_kinds(allowed),
+        "team": team,
+        "currency": settings.GPULEDGER_CURRENCY,
+        "time_range": time_range,
+        "range_hidden": hidden_params(request.GET),
+        "user_sees_all": allowed is None,
+        "filtered": bool(search or state != "all" or queue or owner_kind or team),
+    }
+    return render(request, "quotas/workload_list.html", context)
+
+
+def _workload_note(workload: Workload) -> str:
+    team = workload.cluster_queue.team if workload.cluster_queue else None
+    return workload.get_state_display() + (f" · team {team}" if team else "")
+
+
+@dashboard_page(uses_range=False)
+def search(request: HttpRequest) -> HttpResponse:
+    """Workloads, ClusterQueues, teams, nodes and GPUs (by UUID) whose name contains ``q``."""
+    allowed = allowed_team_ids(request)
+    term = _text(request, "q")
+    groups: list[dict[str, Any]] = []
+    if term:
+        workloads = (
+            queries.visible_workloads(allowed)
+            .filter(Q(name__icontains=term) | Q(namespace__icontains=term))
+            .select_related("cluster_queue__team")
+            .order_by("-observed_at", "-pk")[:SEARCH_LIMIT]
+        )
+        queues = (
+            ClusterQueue.objects.present()
+            .filter(name__icontains=term)
+            .select_related("cluster", "team")
+            .order_by("name")[:SEARCH_LIMIT]
+        )
+        teams = Team.objects.filter(
+            Q(name__icontains=term) | Q(display_name__icontains=term)
+        ).order_by("name")[:SEARCH_LIMIT]
+        nodes = (
+            Node.objects.filter(name__icontains=term)
+            .select_related("cluster")
+            .order_by("name")[:SEARCH_LIMIT]
+        )
+        gpus = (
+            Gpu.objects.filter(uuid__icontains=term)
+            .select_related("node")
+            .order_by("uuid", "gi_id")[:SEARCH_LIMIT]
+        )
+        groups = [
+            {
+                "kind": "Workloads",
+                "more": reverse("quotas:workload-list") + "?" + urlencode({"q": term}),
+                "items": [
+                    (
+                        f"{w.namespace}/{w.name}",
+                        reverse("quotas:workload-detail", args=[w.pk]),
+                        f"{w.get_state_display()}"
+                        + (
+                            f" · team {w.cluster_queue.team}"
+                            if w.cluster_queue and w.cluster_queue.team
+                            else ""
+                        ),
+                    )
+                    for w in workloads
+                ],
+            },
+            {
+                "kind": "ClusterQueues",
+                "more": reverse("quotas:cluster-queue-list") + "?" + urlencode({"q": term}),
+                "items": [
+                    (
+                        q.name,
+                        reverse("quotas:cluster-queue-detail", args=[q.cluster.name, q.name]),
+                        f"{q.cluster}" + (f" · team {q.team}" if q.team else ""),
+                    )
+                    for q in queues
+                ],
+            },
+            {
+                "kind": "Teams",
+                "more": "",
+                "items": [
+                    (str(t), reverse("quotas:team-detail", args=[t.name]), t.name) for t in teams
+                ],
+            },
+            {
+                "kind": "Nodes",
+                "more": "",
+                "items": [
+                    (n.name, reverse("fleet:node", args=[n.pk]), str(n.cluster)) for n in nodes
+                ],
+            },
+            {
+                "kind": "GPUs",
+                "more": "",
+                "items": [
+                    (
+                        g.uuid + (f" GI {g.gi_id}" if g.gi_id else ""),
+                        reverse("fleet:gpu", args=[g.pk]),
+                        g.host,
+                    )
+                    for g in gpus
+                ],
+            },
+        ]
+    found = sum(len(group["items"]) for group in groups)
+    context = {
+        "page_title": "Search",
+        "search": term,
+        "groups": [group for group in groups if group["items"]],
+        "found": found,
+        "limit": SEARCH_LIMIT,
+    }
+    return render(request, "front/search.html", context)

@@ -1,0 +1,151 @@
+"""The chargeback page: the API's report as a table, totals, CSV and API links, the pricing
+note, and who sees which teams; figures checked against the ``build_world`` rollups."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from ledger.choices import RateKind, RollupScope
+from ledger.models import HourlyRollup, RateCard
+from tests.pages.test_quota_pages import NOW, build_world
+
+H100_PRICE = Decimal("3.00")
+
+
+@pytest.fixture
+def beta_lead(django_user_model):
+    return django_user_model.objects.create_user(username="beta-lead", password="beta-password")
+
+
+@pytest.fixture
+def finance_user(django_user_model):
+    from django.conf import settings
+    from django.contrib.auth.models import Group
+
+    user = django_user_model.objects.create_user(username="money", password="money-password")
+    user.groups.add(Group.objects.create(name=settings.GPULEDGER_FINANCE_GROUP))
+    return user
+
+
+def priced_world(cluster, lead_user, beta_lead, now):
+    world = build_world(cluster, lead_user, beta_lead, now)
+    RateCard.objects.create(
+        kind=RateKind.ALLOCATED,
+        flavor="h100",
+        price_per_gpu_hour=H100_PRICE,
+        effective_from=now.replace(year=2020),
+    )
+    return world
+
+
+@pytest.fixture
+def world(cluster, lead_user, beta_lead, time_machine):
+    time_machine.move_to(NOW, tick=False)
+    return priced_world(cluster, lead_user, beta_lead, NOW)
+
+
+def team_hours(response, team: str) -> float:
+    report = response.context["report"]
+    return sum(
+        HourlyRollup.objects.filter(
+            scope=RollupScope.TEAM,
+            key=team,
+            hour__gte=report.start,
+            hour__lt=report.end,
+        ).values_list("allocated_gpu_hours", flat=True)
+    )
+
+
+@pytest.mark.django_db
+def test_finance_sees_every_team_with_cost_and_totals(login_client, finance_user, world):
+    response = login_client(finance_user).get(reverse("quotas:chargeback"), {"range": "7d"})
+
+    assert response.status_code == 200
+    rows = {row["group"]: row for row in response.context["rows"]}
+    assert set(rows) == {"alpha", "beta"}
+    alpha = team_hours(response, "alpha")
+    beta = team_hours(response, "beta")
+    assert alpha > 0 and beta > 0
+    # alpha's a100 rows have no allocation; its h100 hours are priced at 3.00.
+    assert rows["alpha"]["cost_total"] == f"{Decimal(str(alpha)) * H100_PRICE:,.2f}"
+    assert rows["beta"]["cost_total"] == f"{Decimal(str(beta)) * H100_PRICE:,.2f}"
+    total = (Decimal(str(alpha)) + Decimal(str(beta))) * H100_PRICE
+    assert response.context["totals"]["cost_total"] == f"{total:,.2f}"
+    assert response.context["pricing"]["complete"] is True
+    assert 'data-testid="pricing-note"' not in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_lead_sees_only_their_teams(lead_client, world):
+    response = lead_client.get(reverse("quotas:chargeback"), {"range": "7d"})
+
+    assert [row["group"] for row in response.context["rows"]] == ["alpha"]
+
+
+@pytest.mark.django_db
+def test_the_page_links_the_same_report_from_the_api(staff_client, world):
+    response = staff_client.get(
+        reverse("quotas:chargeback"), {"range": "7d", "group_by": "namespace", "step": "day"}
+    )
+
+    report = response.context["report"]
+    api_url = response.context["api_url"]
+    assert f"start={report.start:%Y-%m-%dT%H:%M:%SZ}" in api_url
+    assert "group_by=namespace" in api_url and "step=day" in api_url
+    api = staff_client.get(api_url.replace("http://testserver", "")).json()
+    cost = sum(Decimal(str(row["cost"]["total"])) for row in api["rows"])
+    assert response.context["totals"]["cost_total"] == f"{cost:,.2f}"
+    csv = staff_client.get(response.context["csv_url"])
+    assert csv.status_code == 200 and csv["Content-Type"].startswith("text/csv")
+
+
+@pytest.mark.django_db
+def test_without_a_rate_card_the_page_says_costs_are_zero_for_a_reason(staff_client, world):
+    RateCard.objects.all().delete()
+
+    response = staff_client.get(reverse("quotas:chargeback"), {"range": "7d"})
+
+    body = response.content.decode()
+    assert 'data-testid="pricing-note"' in body
+    assert "No rate card in" in body
+    assert "unpriced" in body
+
+
+@pytest.mark.django_db
+def test_a_bad_grouping_is_a_400_naming_it(staff_client, world):
+    response = staff_client.get(reverse("quotas:chargeback"), {"group_by": "planet"})
+
+    assert response.status_code == 400
+    assert "group_by" in response.content.decode()
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_chargeback_page_in_chromium(
+    page, live_server, browser_login, finance_user, cluster, lead_user, beta_lead,
+    console_errors, outside_requests,
+):  # fmt: skip
+    priced_world(cluster, lead_user, beta_lead, timezone.now())
+    browser_login(page, live_server.url, finance_user)
+
+    page.goto(f"{live_server.url}/chargeback/?range=7d")
+
+    table = page.get_by_test_id("chargeback-table")
+    groups = table.locator("tbody tr").evaluate_all("rows => rows.map(r => r.dataset.group)")
+    assert groups == ["alpha", "beta"]
+    costs = table.locator("tbody tr").evaluate_all("rows => rows.map(r => r.dataset.cost)")
+    total = page.get_by_test_id("chargeback-totals").get_attribute("data-cost")
+    assert sum(Decimal(c.replace(",", "")) for c in costs) == Decimal(total.replace(",", ""))
+    api_url = page.get_by_test_id("chargeback-api-url").input_value()
+    assert api_url.startswith(live_server.url + "/api/v1/chargeback/?start=")
+    page.get_by_test_id("chargeback-copy").click()
+    assert page.get_by_test_id("chargeback-copy").inner_text() == "Copied"
+    with page.expect_download() as download:
+        page.get_by_test_id("chargeback-csv").click()
+    assert download.value.suggested_filename.startswith("chargeback_team_")
+    assert console_errors == []
+    assert outside_requests == []

@@ -1,0 +1,144 @@
+"""A lead's "My teams" landing on the ``build_world`` scenario: quota per flavor now, admitted
+(quota) vs held by running pods, real use, idle workloads and pending work."""
+
+from __future__ import annotations
+
+import pytest
+from django.db.models import Max
+from django.urls import reverse
+from django.utils import timezone
+
+from dashboard.templatetags.formatting import figure as fmt
+from ledger.models import GpuUsage
+from quotas.choices import HOLDING_STATES
+from quotas.models import Workload
+from tests.pages.test_quota_pages import NOW, build_world
+
+
+@pytest.fixture
+def beta_lead(django_user_model):
+    return django_user_model.objects.create_user(username="beta-lead", password="beta-password")
+
+
+@pytest.fixture
+def world(cluster, lead_user, beta_lead, time_machine):
+    time_machine.move_to(NOW, tick=False)
+    return build_world(cluster, lead_user, beta_lead, NOW)
+
+
+def held_by_pods(team) -> float:
+    newest = GpuUsage.objects.aggregate(end=Max("window_end"))["end"]
+    rows = GpuUsage.objects.filter(window_end=newest, allocated=True, team=team)
+    return sum(row.gpus for row in rows)
+
+
+@pytest.mark.django_db
+def test_a_lead_sees_each_team_with_quota_per_flavor_and_both_allocations(lead_client, world):
+    response = lead_client.get(reverse("quotas:my-teams"))
+
+    assert response.status_code == 200
+    (card,) = response.context["cards"]
+    assert card["team"] == world.alpha
+    flavors = {row["flavor"]: row for row in card["flavors"]}
+    # team-a's newest h100 sample: 20 in use of 16 nominal, 4 borrowed.
+    assert flavors["h100"]["nominal"] == "16"
+    assert flavors["h100"]["admitted"] == "20"
+    assert flavors["h100"]["share"] == "125.0"
+    assert flavors["h100"]["borrowed"] == "4"
+    assert flavors["a100"]["nominal"] == "8"
+    assert flavors["a100"]["share"] == "0.0"
+    holding = Workload.objects.filter(cluster_queue=world.cq_a, state__in=HOLDING_STATES)
+    assert card["admitted"] == fmt(sum(w.admitted_gpus for w in holding))
+    assert card["held"] == fmt(held_by_pods(world.alpha))
+    pending = [world.wl["a3"], world.wl["a5"]]
+    assert card["pending"]["count"] == len(pending)
+    assert card["pending"]["gpus"] == sum(w.requested_gpus for w in pending)
+    # a2 spent 9 of every 12 GPU-hours idle (75 %); a1 0.5 of 8.
+    assert [row["workload"] for row in card["idle"]] == [world.wl["a2"]]
+    body = response.content.decode()
+    assert reverse("fleet:overview") in body
+
+
+@pytest.mark.django_db
+def test_someone_who_leads_nothing_is_told_so_and_where_to_go(staff_client, world):
+    response = staff_client.get(reverse("quotas:my-teams"))
+
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert 'data-testid="no-teams"' in body
+    assert reverse("fleet:overview") in body
+
+
+def test_signing_in_lands_staff_on_the_overview(client, staff_user, world):
+    staff_user.set_password("staff-password")
+    staff_user.save()
+
+    response = client.post(
+        reverse("login"), {"username": staff_user.username, "password": "staff-password"}
+    )
+
+    assert response["Location"] == "/"
+
+
+@pytest.mark.django_db
+def test_signing_in_lands_a_lead_on_my_teams(client, lead_user, world):
+    lead_user.set_password("lead-password")
+    lead_user.save()
+
+    response = client.post(
+        reverse("login"), {"username": lead_user.username, "password": "lead-password"}
+    )
+
+    assert response.status_code == 302
+    assert response["Location"] == reverse("quotas:my-teams")
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_my_teams_renders_in_chromium(
+    page, live_server, browser_login, cluster, lead_user, beta_lead, console_errors,
+    outside_requests,
+):  # fmt: skip
+    world = build_world(cluster, lead_user, beta_lead, timezone.now())
+    browser_login(page, live_server.url, lead_user)
+
+    page.goto(f"{live_server.url}/my-teams/")
+
+    cards = page.get_by_test_id("team-card")
+    assert cards.count() == 1
+    assert cards.first.get_attribute("data-team") == world.alpha.name
+    row = page.locator('[data-testid="flavor-table"] tr[data-flavor="h100"]')
+    assert row.get_attribute("data-share") == "125.0"
+    assert page.get_by_test_id("idle-workloads").get_by_text(world.wl["a2"].name).count() == 1
+    page.get_by_test_id("to-overview").click()
+    page.wait_for_load_state()
+    assert page.url.rstrip("/") == live_server.url
+    assert console_errors == []
+    assert outside_requests == []
+
+
+@pytest.mark.django_db
+def test_the_team_page_names_both_allocations_and_shows_quota_per_flavor(lead_client, world):
+    response = lead_client.get(reverse("quotas:team-detail", args=["alpha"]))
+
+    stats = {s.get("testid"): s for s in response.context["stats"]}
+    holding = Workload.objects.filter(cluster_queue=world.cq_a, state__in=HOLDING_STATES)
+    assert stats["stat-allocated-now"]["label"] == "Admitted now (quota)"
+    assert stats["stat-allocated-now"]["value"] == fmt(sum(w.admitted_gpus for w in holding))
+    assert stats["stat-held-now"]["label"] == "Held by running pods"
+    assert stats["stat-held-now"]["value"] == fmt(held_by_pods(world.alpha))
+    flavors = {row["flavor"]: row for row in response.context["flavors"]}
+    assert flavors["h100"]["share"] == "125.0" and flavors["h100"]["over"] is True
+    assert flavors["a100"]["share"] == "0.0" and flavors["a100"]["over"] is False
+
+
+@pytest.mark.django_db
+def test_the_team_list_shows_both_allocations_and_quota_used_per_flavor(staff_client, world):
+    response = staff_client.get(reverse("quotas:team-list"))
+
+    rows = {row["team"].name: row for row in response.context["rows"]}
+    assert rows["alpha"]["held"] == fmt(held_by_pods(world.alpha))
+    shares = {f["flavor"]: f["share"] for f in rows["alpha"]["flavors"]}
+    assert shares == {"h100": "125.0", "a100": "0.0"}
+    # team-b: 2 of 8 nominal h100 in its newest sample.
+    assert {f["flavor"]: f["share"] for f in rows["beta"]["flavors"]}["h100"] == "25.0"

@@ -1,0 +1,220 @@
+"""/workloads/ (search, filters, sorting by GPU-hours, idle share and cost) and the navigation
+search, on the ``build_world`` scenario; expected figures are summed from the created rollups."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from core.ranges import covered_hours
+from core.timewindows import floor_time
+from dashboard.templatetags.formatting import figure as fmt
+from ledger.choices import RateKind, RollupScope
+from ledger.models import RateCard
+from tests.pages.test_quota_pages import NOW, build_world, range_hours, rollup_sum
+
+H100_PRICE = Decimal("2.50")
+
+
+@pytest.fixture
+def beta_lead(django_user_model):
+    return django_user_model.objects.create_user(username="beta-lead", password="beta-password")
+
+
+@pytest.fixture
+def world(cluster, lead_user, beta_lead, time_machine):
+    time_machine.move_to(NOW, tick=False)
+    world = build_world(cluster, lead_user, beta_lead, NOW)
+    RateCard.objects.create(
+        kind=RateKind.ALLOCATED,
+        flavor="h100",
+        price_per_gpu_hour=H100_PRICE,
+        effective_from=NOW.replace(year=2020),
+    )
+    return world
+
+
+def rows(response) -> list[str]:
+    return [row["workload"].name for row in response.context["rows"]]
+
+
+def expected(world, key: str) -> dict:
+    hours = range_hours(world, 1)
+    workload = world.wl[key]
+    filters = {"scope": RollupScope.WORKLOAD, "workload": workload}
+    allocated = rollup_sum("allocated_gpu_hours", hours, **filters)
+    idle = rollup_sum("idle_gpu_hours", hours, **filters)
+    return {
+        "gpu_hours": allocated,
+        "idle_share": idle / allocated,
+        "cost": Decimal(str(allocated)) * H100_PRICE,
+    }
+
+
+@pytest.mark.django_db
+def test_the_list_shows_gpu_hours_idle_share_and_cost_per_workload(staff_client, world):
+    response = staff_client.get(reverse("quotas:workload-list"), {"range": "24h"})
+
+    assert response.status_code == 200
+    by_name = {row["workload"].name: row for row in response.context["rows"]}
+    assert set(by_name) == {w.name for w in world.wl.values()}
+    for key in ("a1", "a2"):
+        want = expected(world, key)
+        row = by_name[world.wl[key].name]
+        assert row["gpu_hours"] == fmt(want["gpu_hours"])
+        assert row["idle_share"] == f"{want['idle_share'] * 100:.1f}"
+        assert row["cost"] == f"{want['cost']:,.2f}"
+    # No rollups: no GPU-hours and no cost, never a crash.
+    assert by_name[world.wl["b2"].name]["gpu_hours"] == "0"
+    assert by_name[world.wl["b2"].name]["cost"] == "0.00"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("sort", ["gpu_hours", "idle_share", "cost"])
+def test_the_list_sorts_by_a_figure_highest_first(staff_client, world, sort):
+    response = staff_client.get(reverse("quotas:workload-list"), {"sort": sort})
+
+    names = rows(response)
+    ranked = sorted(("a1", "a2"), key=lambda key: expected(world, key)[sort], reverse=True)
+    assert names[:2] == [world.wl[key].name for key in ranked]
+
+
+@pytest.mark.django_db
+def test_the_list_sorts_by_name(staff_client, world):
+    names = rows(staff_client.get(reverse("quotas:workload-list"), {"sort": "name"}))
+
+    keys = sorted((w.namespace, w.name) for w in world.wl.values())
+    assert names == [name for _, name in keys]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("params", "keys"),
+    [
+        ({"q": "llama"}, {"a1", "a3"}),
+        ({"q": "team-b"}, {"b1", "b2", "c1"}),  # namespace and queue
+        ({"q": "pending"}, {"a3", "a5", "b2"}),  # state
+        ({"state": "finished"}, {"a4"}),
+        ({"queue": "team-a", "state": "holding"}, {"a1", "a2"}),
+        ({"owner_kind": "Job"}, {"a1"}),
+        ({"team": "beta"}, {"b1", "b2", "c1"}),
+    ],
+)
+def test_the_list_searches_and_filters(staff_client, world, params, keys):
+    names = set(rows(staff_client.get(reverse("quotas:workload-list"), params)))
+
+    assert names == {world.wl[key].name for key in keys}
+
+
+@pytest.mark.django_db
+def test_a_lead_lists_only_their_teams_workloads(lead_client, world):
+    names = set(rows(lead_client.get(reverse("quotas:workload-list"))))
+
+    assert names == {w.name for w in world.wl.values() if w.cluster_queue == world.cq_a}
+
+
+@pytest.mark.django_db
+def test_bad_list_parameters_are_a_400_naming_them(staff_client, world):
+    response = staff_client.get(reverse("quotas:workload-list"), {"sort": "gpu"})
+
+    assert response.status_code == 400
+    assert "sort" in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_sorting_by_a_figure_reads_a_bounded_number_of_queries(
+    staff_client, world, django_assert_max_num_queries
+):
+    with django_assert_max_num_queries(20):
+        staff_client.get(reverse("quotas:workload-list"), {"sort": "cost"})
+
+
+@pytest.mark.django_db
+def test_the_navigation_search_finds_every_kind(staff_client, world):
+    gpu = world.gpus[0]
+    for term, kind, label in [
+        ("mixtral", "Workloads", f"team-a/{world.wl['a2'].name}"),
+        ("team-b", "ClusterQueues", "team-b"),
+        ("alph", "Teams", str(world.alpha)),
+        (gpu.node.name, "Nodes", gpu.node.name),
+        (gpu.uuid[-8:], "GPUs", gpu.uuid),
+    ]:
+        response = staff_client.get(reverse("quotas:search"), {"q": term})
+        groups = {
+            group["kind"]: [item[0] for item in group["items"]]
+            for group in response.context["groups"]
+        }
+        assert label in groups.get(kind, []), (term, groups)
+
+
+@pytest.mark.django_db
+def test_the_navigation_search_hides_other_teams_workloads(lead_client, world):
+    response = lead_client.get(reverse("quotas:search"), {"q": "job-"})
+
+    groups = {g["kind"]: [item[0] for item in g["items"]] for g in response.context["groups"]}
+    assert groups["Workloads"]
+    assert all(label.startswith("team-a/") for label in groups["Workloads"])
+
+
+# --- Chromium -----------------------------------------------------------------------------------
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_list_and_search_render_in_chromium(
+    page,
+    live_server,
+    browser_login,
+    staff_user,
+    cluster,
+    lead_user,
+    beta_lead,
+    console_errors,
+    outside_requests,
+):
+    now = timezone.now()
+    world = build_world(cluster, lead_user, beta_lead, now)
+    RateCard.objects.create(
+        kind=RateKind.ALLOCATED, flavor="h100", price_per_gpu_hour=H100_PRICE,
+        effective_from=now.replace(year=2020),
+    )  # fmt: skip
+    browser_login(page, live_server.url, staff_user)
+
+    page.goto(f"{live_server.url}/workloads/?sort=cost&range=24h")
+
+    table = page.get_by_test_id("workload-list")
+    first = table.locator("tbody tr").first
+    assert first.get_attribute("data-workload") == f"team-a/{world.wl['a2'].name}"
+    # The hours the page's "24h" counted: read the clock after it loaded (the world may have
+    # been built in the previous hour).
+    loaded = floor_time(timezone.now(), 60)
+    span = covered_hours(loaded - timedelta(days=1), loaded)
+    gpu_hours = rollup_sum(
+        "allocated_gpu_hours", span.starts(), scope=RollupScope.WORKLOAD, workload=world.wl["a2"]
+    )
+    assert gpu_hours > 0, span
+    assert first.get_attribute("data-gpu-hours") == fmt(gpu_hours)
+    assert first.get_attribute("data-cost") == f"{Decimal(str(gpu_hours)) * H100_PRICE:,.2f}"
+    # The navigation search box finds a GPU by UUID prefix and opens the results.
+    page.get_by_test_id("nav-search").fill(world.gpus[0].uuid[:14])
+    page.get_by_test_id("nav-search").press("Enter")
+    page.wait_for_load_state()
+    assert page.get_by_test_id("search-gpus").get_by_text(world.gpus[0].uuid).count() == 1
+    assert console_errors == []
+    assert outside_requests == []
+
+
+@pytest.mark.django_db
+def test_the_team_workload_table_shows_gpu_hours_and_cost(staff_client, world):
+    response = staff_client.get(reverse("quotas:team-detail", args=["alpha"]), {"range": "24h"})
+
+    by_name = {row["workload"].name: row for row in response.context["workload_rows"]}
+    for key in ("a1", "a2"):
+        want = expected(world, key)
+        assert by_name[world.wl[key].name]["gpu_hours"] == fmt(want["gpu_hours"])
+        assert by_name[world.wl[key].name]["cost"] == f"{want['cost']:,.2f}"
+    assert 'data-testid="workload-cost"' in response.content.decode()
