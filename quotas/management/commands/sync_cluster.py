@@ -45,10 +45,9 @@ class Command(BaseCommand):
             raise CommandError("--watch must be zero or more seconds")
         if not name:
             try:
-                cluster = Cluster.objects.unnamed()
+                name = Cluster.objects.unnamed().name
             except ClusterChoiceError as exc:
                 raise CommandError(str(exc)) from exc
-            name = cluster.name
         cluster = Cluster.objects.filter(name=name).first()
         if cluster is None:
             if not options["create"]:
