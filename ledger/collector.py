@@ -70,6 +70,8 @@ AVG = "avg:"
 COUNT = "count:"
 REQUESTS = "requests"
 POD_LABELS = "pod_labels"
+POD_OWNERS = "pod_owners"
+JOB_OWNERS = "job_owners"
 KUEUE = "kueue:"
 
 
@@ -124,6 +126,8 @@ def window_queries(label_style: str, window_seconds: int) -> dict[str, str]:
         )
     queries[REQUESTS] = c.PROMQL_GPU_REQUESTS
     queries[POD_LABELS] = c.PROMQL_POD_LABELS
+    queries[POD_OWNERS] = c.PROMQL_POD_OWNERS
+    queries[JOB_OWNERS] = c.PROMQL_JOB_OWNERS
     # Kueue's own metrics: the quota history of windows the API server sync did not sample.
     for name, promql in KUEUE_QUERIES.items():
         queries[KUEUE + name] = promql
@@ -148,6 +152,8 @@ def window_input(window: Window, answers: dict[str, list[dict]], label_style: st
         dcgm_count=counts,
         gpu_requests=answers.get(REQUESTS, []),
         pod_labels=answers.get(POD_LABELS, []),
+        pod_owners=answers.get(POD_OWNERS, []),
+        job_owners=answers.get(JOB_OWNERS, []),
         label_style=label_style,
         expected_samples=_expected_samples(counts),
     )

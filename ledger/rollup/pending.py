@@ -86,8 +86,10 @@ def waited_gpu_hours(
     if not workloads:
         return []
     history: dict[int, list[tuple[str, datetime]]] = defaultdict(list)
+    # The whole history, not only up to the hour's end: a later eviction tells when an
+    # admission we never saw ended (``quotas.waiting``).
     for workload_id, kind, at in WorkloadTransition.objects.filter(
-        workload_id__in=list(workloads), at__lt=end
+        workload_id__in=list(workloads)
     ).values_list("workload_id", "kind", "at"):
         history[workload_id].append((kind, at))
     found = []
