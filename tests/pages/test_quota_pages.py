@@ -29,7 +29,7 @@ from fleet.choices import IngestSource, IngestStatus
 from fleet.models import Gpu, IngestRun, Node
 from ledger.choices import RollupScope
 from ledger.models import GpuUsage, HourlyRollup
-from quotas.choices import TransitionKind, WorkloadState
+from quotas.choices import SampleSource, TransitionKind, WorkloadState
 from quotas.models import (
     Allocation,
     ClusterQueue,
@@ -1542,3 +1542,20 @@ def test_upstream_text_in_chart_hovers_is_literal_never_markup(staff_client, wor
     hover = json.dumps(trace(fig, "Evicted")["customdata"])
     assert "&lt;a href=" in hover and "&lt;b&gt;now&lt;/b&gt;" in hover
     assert "<a " not in hover and "<b>" not in hover and "<span" not in hover
+
+
+def test_queue_page_says_quota_history_starts_at_the_first_sync_without_kueue_metrics(
+    staff_client, world
+):
+    # given: only the API server sync has sampled this cluster's queues
+    response = staff_client.get(page_urls(world)["queue"])
+    assert "Quota history starts at the first sync" in text(response)
+
+    # when: Kueue's metrics filled some window
+    ClusterQueueSample.objects.filter(pk=ClusterQueueSample.objects.first().pk).update(
+        source=SampleSource.METRICS
+    )
+
+    # then: the hours before the sync have quota history; no note
+    response = staff_client.get(page_urls(world)["queue"])
+    assert "Quota history starts at the first sync" not in text(response)
