@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import time_machine
 from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.core.management import call_command
@@ -39,9 +40,13 @@ from rest_framework.test import APIClient
 
 from core.timewindows import hour_floor
 from fleet.models import Cluster
+from ledger.collector import Collector
+from ledger.models import HourlyRollup
+from ledger.rollup import roll_up_range
 from quotas.choices import SampleSource
 from quotas.models import ClusterQueueSample
-from tests.kube_api_server import FakeKubeAPI
+from quotas.sync import sync_cluster
+from tests.kube_api_server import KIND_TO_PLURAL, FakeKubeAPI
 from tests.prometheus_server import (
     OpenMetricsWriter,
     PrometheusServer,
@@ -336,14 +341,17 @@ def condition(kind: str, status: str, reason: str, at: float) -> dict[str, Any]:
             "lastTransitionTime": iso(minute(at)), "observedGeneration": 1}  # fmt: skip
 
 
-def workload_object(job: Job) -> dict[str, Any]:
+def workload_object(job: Job, at: float = 239.5) -> dict[str, Any]:
+    """The Workload as the API server shows it at minute ``at``."""
     count = 1 if job.key in ("sweep", "big", "solo") else len(job.pods)
     per_pod = job.gpus // count
     conditions = []
     status: dict[str, Any] = {}
-    holding = job.admitted and job.admitted[-1][1] is None
-    if job.admitted:
-        since = job.admitted[-1][0]
+    spans = [(s, 240 if e is None else e) for s, e in job.admitted if s <= at]
+    finished = job.finished is not None and job.finished <= at
+    holding = any(s <= at < e for s, e in spans)
+    if spans and (holding or finished):
+        since = spans[-1][0]
         conditions += [
             condition("QuotaReserved", "True", "QuotaReserved", since),
             condition("Admitted", "True", "Admitted", since),
@@ -353,21 +361,29 @@ def workload_object(job: Job) -> dict[str, Any]:
             "podSetAssignments": [{"name": "main", "count": count, "flavors": {GPU: "h100"},
                                    "resourceUsage": {GPU: str(job.gpus)}}],
         }  # fmt: skip
+    elif spans:
+        # Evicted and waiting again: Kueue keeps the eviction's conditions.
+        evicted = spans[-1][1]
+        conditions += [
+            condition("QuotaReserved", "False", "Pending", evicted),
+            condition("Admitted", "False", "NoReservation", evicted),
+            condition("Evicted", "True", "Preempted", evicted),
+            condition("Preempted", "True", "InCohortReclamation", evicted),
+        ]
     else:
         conditions.append(condition("QuotaReserved", "False", "Pending", job.created))
-    if job.requeued is not None:
-        # Re-admitted: Kueue set Evicted/Preempted back to False at the re-admission and kept
-        # only Requeued=True from the eviction.
-        since = job.admitted[-1][0]
-        conditions += [
-            condition("Evicted", "False", "QuotaReserved", since),
-            condition("Preempted", "False", "QuotaReserved", since),
-            condition("Requeued", "True", "Preempted", job.requeued),
-        ]
+    if job.requeued is not None and job.requeued <= at:
+        conditions.append(condition("Requeued", "True", "Preempted", job.requeued))
         status["accumulatedPastExecutionTimeSeconds"] = job.accumulated
-    if job.finished is not None:
-        conditions.append(condition("Finished", "True", "Succeeded", job.finished))
-    assert holding or job.finished is not None or not job.admitted
+        if holding:
+            # Re-admitted: Kueue set Evicted/Preempted back to False at the re-admission.
+            since = spans[-1][0]
+            conditions += [
+                condition("Evicted", "False", "QuotaReserved", since),
+                condition("Preempted", "False", "QuotaReserved", since),
+            ]
+    if finished:
+        conditions.append(condition("Finished", "True", "Succeeded", job.finished or 0))
     status["conditions"] = conditions
     return {
         "apiVersion": KUEUE_API,
@@ -415,14 +431,14 @@ def workload_object(job: Job) -> dict[str, Any]:
     }
 
 
-def queue_object(name: str) -> dict[str, Any]:
+def queue_object(name: str, at: float = 239.5) -> dict[str, Any]:
     cohort, nominal, borrowing, lending, namespace, _ = QUEUES[name]
     resource: dict[str, Any] = {"name": GPU, "nominalQuota": str(nominal)}
     if borrowing is not None:
         resource["borrowingLimit"] = str(borrowing)
     if lending is not None:
         resource["lendingLimit"] = str(lending)
-    used = queue_usage(name, 239)
+    used = queue_usage(name, at)
     borrowed = str(max(0, used - nominal))
     usage = [
         {"name": "h100", "resources": [{"name": GPU, "total": str(used), "borrowed": borrowed}]}
@@ -496,19 +512,27 @@ def pod_object(job: Job, pod: Pod) -> dict[str, Any]:
     }
 
 
-def load_now(api: FakeKubeAPI) -> None:
-    api.load("ResourceFlavor", [{"apiVersion": KUEUE_API, "kind": "ResourceFlavor",
-                                 "metadata": {"name": "h100", "uid": uid("rf", "h100")},
-                                 "spec": {}}])  # fmt: skip
-    api.load("Cohort", [])
-    api.load("ClusterQueue", [queue_object(name) for name in QUEUES])
-    api.load("LocalQueue", [local_queue_object(name) for name in QUEUES])
-    api.load("Workload", [workload_object(job) for job in JOBS])
-    api.load("WorkloadPriorityClass", [])
-    api.load(
-        "Pod", [pod_object(job, pod) for job in JOBS for pod in job.pods if pod.running[1] >= 240]
-    )
-    api.load("Node", [])
+def load_now(api: FakeKubeAPI, at: float = 239.5) -> None:
+    """Serve the objects as they are at minute ``at`` (default: the last minute)."""
+    objects = {
+        "ResourceFlavor": [{"apiVersion": KUEUE_API, "kind": "ResourceFlavor",
+                            "metadata": {"name": "h100", "uid": uid("rf", "h100")},
+                            "spec": {}}],
+        "Cohort": [],
+        "ClusterQueue": [queue_object(name, at) for name in QUEUES],
+        "LocalQueue": [local_queue_object(name) for name in QUEUES],
+        "Workload": [workload_object(job, at) for job in JOBS if job.created <= at],
+        "WorkloadPriorityClass": [],
+        "Pod": [pod_object(job, pod) for job in JOBS for pod in job.pods
+                if pod.running[0] <= at < pod.running[1]],
+        "Node": [],
+    }  # fmt: skip
+    for kind, items in objects.items():
+        store = api._stores[KIND_TO_PLURAL[kind]]
+        with api._lock:
+            store.objects.clear()
+            store.encoded.clear()
+        api.load(kind, items)
 
 
 # --- the test -----------------------------------------------------------------------------------
@@ -622,3 +646,49 @@ def test_per_hour_figures_are_true_too(prometheus, kube, settings):
                     assert not any(figures.values()), (group_by, key, period)
                     continue
                 assert_close(got, figures, f"{group_by} {key} {period}")
+
+
+def rollup_figures(cluster: str) -> dict[tuple[str, str, datetime], dict[str, float]]:
+    found: dict[tuple[str, str, datetime], dict[str, float]] = defaultdict(
+        lambda: dict.fromkeys(FIGURES, 0.0)
+    )
+    rows = HourlyRollup.objects.filter(cluster__name=cluster, hour__lt=NOW).values_list(
+        "scope", "key", "hour", *FIGURES
+    )
+    for scope, key, hour, *values in rows:
+        key = "(the cluster)" if scope == "fleet" else key
+        for figure, value in zip(FIGURES, values, strict=True):
+            found[(scope, key, hour)][figure] += value
+    return found
+
+
+def test_the_same_history_collected_live_gives_the_same_rollups(prometheus, kube, settings):
+    # given: the backfill of a fresh install, as above
+    backfill(prometheus, kube, settings)
+    # and: the same history collected live, the API server showing each window's state
+    live = Cluster.objects.create(name="live", prometheus_url=prometheus.url)
+    end = START
+    while end < NOW:
+        end += timedelta(seconds=WINDOW_SECONDS)
+        at = end + timedelta(seconds=45)
+        load_now(kube, (end - START).total_seconds() / 60 - 0.5)
+        with time_machine.travel(at, tick=True):
+            run = sync_cluster(live.pk, kubeconfig=str(kube.kubeconfig))
+            assert run.status == "success", run.error
+            Collector(live).run(now=at)
+    with time_machine.travel(NOW + timedelta(minutes=1), tick=True):
+        roll_up_range(live.pk, START, NOW)
+
+    # then: the same figures for every group and hour
+    backfilled, collected = rollup_figures("hist"), rollup_figures("live")
+    only_live = sorted(set(collected) - set(backfilled))
+    only_backfill = sorted(set(backfilled) - set(collected))
+    assert (only_live, only_backfill) == ([], []), (only_live[:6], only_backfill[:6])
+    for identity, figures in backfilled.items():
+        for figure, value in figures.items():
+            got = collected[identity][figure]
+            assert got == pytest.approx(value, rel=TOLERANCE, abs=1e-6), (identity, figure)
+    # and: live quota samples came from the API server, not the metrics
+    assert not ClusterQueueSample.objects.filter(
+        cluster_queue__cluster=live, source=SampleSource.METRICS
+    ).exists()
