@@ -138,9 +138,16 @@ PROMQL_POD_LABELS = (
 # Owners of the pods that request GPUs (pod -> Job / JobSet child Job / RayCluster / ...), and
 # the owners of those Jobs (JobSet): how a pod long gone is joined to its Workload.
 _GPU_PODS = f'{KSM_RESOURCE_REQUESTS}{{resource=~"{KSM_GPU_RESOURCE_REGEX}"}}'
+# kube_pod_info{created_by_kind, created_by_name} stands in where kube_pod_owner is missing
+# (not scraped, or dropped by a relabelling).
 PROMQL_POD_OWNERS = (
-    "max by (namespace, pod, uid, owner_kind, owner_name) ("
-    f'{KSM_POD_OWNER}{{owner_is_controller="true"}} and on (namespace, pod, uid) {_GPU_PODS})'
+    "max by (namespace, pod, uid, owner_kind, owner_name) (("
+    f'{KSM_POD_OWNER}{{owner_is_controller="true"}} or '
+    "label_replace(label_replace("
+    f'{KSM_POD_INFO}{{created_by_kind!~"{KSM_NO_OWNER}|"}}, '
+    '"owner_kind", "$1", "created_by_kind", "(.+)"), '
+    '"owner_name", "$1", "created_by_name", "(.+)")'
+    f") and on (namespace, pod, uid) {_GPU_PODS})"
 )
 PROMQL_JOB_OWNERS = (
     "max by (namespace, job_name, owner_kind, owner_name) ("

@@ -49,7 +49,6 @@ from ledger.choices import RateKind, RollupScope
 from ledger.figures import Figures
 from ledger.models import HourlyRollup, RateCard
 from ledger.rollup.groups import NO_COHORT
-from ledger.rollup.groups import UNATTRIBUTED as UNATTRIBUTED_GROUP
 from quotas.models import (
     ClusterQueue,
     Cohort,
@@ -78,7 +77,7 @@ CAPACITY_GROUPS = frozenset({"cluster", "node", "flavor"})
 AGGREGATE_GROUPS = frozenset({"cohort", "cluster", "node", "flavor"})
 STEPS = ("none", "hour", "day", "month")
 MODELS = ("usage", "quota")
-UNATTRIBUTED = UNATTRIBUTED_GROUP
+UNATTRIBUTED = "(unattributed)"
 CENT = Decimal("0.01")
 HOURS_DIGITS = 6
 # Zero rows for groups without rollups are padded per period; past this many the request is
