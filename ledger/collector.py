@@ -61,7 +61,7 @@ from ledger.rollup.completeness import mark_changed
 from ledger.rollup.sweep import due_hours, roll_up_or_log
 from ledger.store import write_window
 from quotas.constants import KUEUE_QUERIES
-from quotas.ingest.metrics import build_metric_samples
+from quotas.ingest.metrics import build_metric_samples, route_answers
 from quotas.store import metric_sample_context, write_metric_samples
 
 logger = logging.getLogger(__name__)
@@ -134,9 +134,11 @@ def window_queries(label_style: str, window_seconds: int) -> dict[str, str]:
     return queries
 
 
-def kueue_answers(answers: dict[str, list[dict]]) -> dict[str, list[dict]]:
-    """The Kueue metric answers of one window, by ``KUEUE_QUERIES`` name."""
-    return {name[len(KUEUE) :]: items for name, items in answers.items() if name.startswith(KUEUE)}
+def kueue_answers(answers: dict[str, list[dict]]) -> dict[str, list[object]]:
+    """The Kueue metric answers of one window, as ``build_metric_samples`` inputs."""
+    return route_answers(
+        {name[len(KUEUE) :]: items for name, items in answers.items() if name.startswith(KUEUE)}
+    )
 
 
 def window_input(window: Window, answers: dict[str, list[dict]], label_style: str) -> WindowInput:
@@ -197,7 +199,7 @@ class Collector:
         self.label_style = str(cluster.pod_label_style or PodLabelStyle.AUTO)
         self.queries = window_queries(self.label_style, self.window_seconds)
         # Per window end: Kueue's metric answers, until the window is written.
-        self._kueue: dict[datetime, dict[str, list[dict]]] = {}
+        self._kueue: dict[datetime, dict[str, list[object]]] = {}
         self._kueue_context: tuple[dict[str, list[str]], dict[tuple[str, str], Decimal]] | None = (
             None
         )

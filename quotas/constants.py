@@ -115,34 +115,51 @@ KUEUE_METRIC_RESOURCE_PENDING = "kueue_cluster_queue_resource_pending"
 KUEUE_METRIC_PENDING_WORKLOADS = "kueue_pending_workloads"
 KUEUE_METRIC_ADMITTED_WORKLOADS = "kueue_admitted_active_workloads"
 KUEUE_METRIC_CQ_INFO = "kueue_cluster_queue_info"
-# answer name -> PromQL, evaluated at a window's end like the DCGM queries. `max by` merges the
-# copies two scrape jobs (or a restarted pod) make of one series; the GPU resource only, which is
-# all the rollups read.
-_KUEUE_GPU = f'resource="{mig.GPU_RESOURCE}", {KUEUE_REPLICA_FILTER}'
+# Three queries per window, whatever the number of queues: the per-flavor gauges in one
+# (grouped by metric name), the per-queue ones in another, the hierarchy in a third; `max by`
+# merges the copies two scrape jobs (or a restarted pod) make of one series. The GPU resource
+# only, which is all the rollups read. ``KUEUE_ANSWERS`` routes each answered series, by its
+# metric name, to the input ``quotas.ingest.metrics.build_metric_samples`` reads.
+_PER_FLAVOR = "|".join(
+    (
+        KUEUE_METRIC_NOMINAL,
+        KUEUE_METRIC_BORROWING_LIMIT,
+        KUEUE_METRIC_LENDING_LIMIT,
+        KUEUE_METRIC_USAGE,
+        KUEUE_METRIC_RESERVATION,
+    )
+)
+_PER_QUEUE = "|".join(
+    (
+        KUEUE_METRIC_RESOURCE_PENDING,
+        KUEUE_METRIC_PENDING_WORKLOADS,
+        KUEUE_METRIC_ADMITTED_WORKLOADS,
+    )
+)
 KUEUE_QUERIES: dict[str, str] = {
-    "nominal": f"max by (cluster_queue, cohort, flavor) ({KUEUE_METRIC_NOMINAL}{{{_KUEUE_GPU}}})",
-    "borrowing_limit": (
-        f"max by (cluster_queue, cohort, flavor) ({KUEUE_METRIC_BORROWING_LIMIT}{{{_KUEUE_GPU}}})"
+    "per_flavor": (
+        "max by (__name__, cluster_queue, cohort, flavor) ("
+        f'{{__name__=~"{_PER_FLAVOR}", resource="{mig.GPU_RESOURCE}", {KUEUE_REPLICA_FILTER}}})'
     ),
-    "lending_limit": (
-        f"max by (cluster_queue, cohort, flavor) ({KUEUE_METRIC_LENDING_LIMIT}{{{_KUEUE_GPU}}})"
-    ),
-    "usage": f"max by (cluster_queue, cohort, flavor) ({KUEUE_METRIC_USAGE}{{{_KUEUE_GPU}}})",
-    "reservation": (
-        f"max by (cluster_queue, cohort, flavor) ({KUEUE_METRIC_RESERVATION}{{{_KUEUE_GPU}}})"
-    ),
-    "resource_pending": (
-        f"max by (cluster_queue) ({KUEUE_METRIC_RESOURCE_PENDING}{{{_KUEUE_GPU}}})"
-    ),
-    "pending_workloads": (
-        "sum by (cluster_queue) (max by (cluster_queue, status) "
-        f"({KUEUE_METRIC_PENDING_WORKLOADS}{{{KUEUE_REPLICA_FILTER}}}))"
-    ),
-    "admitted_workloads": (
-        f"max by (cluster_queue) ({KUEUE_METRIC_ADMITTED_WORKLOADS}{{{KUEUE_REPLICA_FILTER}}})"
+    # Series without a resource label (the workload counts) match resource="" here.
+    "per_queue": (
+        "max by (__name__, cluster_queue, status) ("
+        f'{{__name__=~"{_PER_QUEUE}", resource=~"{mig.GPU_RESOURCE}|", {KUEUE_REPLICA_FILTER}}})'
     ),
     "info": (
         "max by (cluster_queue, parent_cohort, root_cohort) "
         f"({KUEUE_METRIC_CQ_INFO}{{{KUEUE_REPLICA_FILTER}}})"
     ),
+}
+# metric name -> the build_metric_samples input it feeds.
+KUEUE_ANSWERS: dict[str, str] = {
+    KUEUE_METRIC_NOMINAL: "nominal",
+    KUEUE_METRIC_BORROWING_LIMIT: "borrowing_limit",
+    KUEUE_METRIC_LENDING_LIMIT: "lending_limit",
+    KUEUE_METRIC_USAGE: "usage",
+    KUEUE_METRIC_RESERVATION: "reservation",
+    KUEUE_METRIC_RESOURCE_PENDING: "resource_pending",
+    KUEUE_METRIC_PENDING_WORKLOADS: "pending_workloads",
+    KUEUE_METRIC_ADMITTED_WORKLOADS: "admitted_workloads",
+    KUEUE_METRIC_CQ_INFO: "info",
 }

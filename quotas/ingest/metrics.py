@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 from core.mig import GPU_RESOURCE
+from quotas.constants import KUEUE_ANSWERS
 from quotas.ingest.fields import ZERO
 from quotas.ingest.rows import QueueSampleRow
 from quotas.ingest.samples import attribute_lending
@@ -56,6 +57,31 @@ class KueueMetricsWindow:
     # ClusterQueue -> direct cohort ("" = standalone), as the metrics name it.
     cohorts: dict[str, str]
     stats: MetricStats
+
+
+def route_answers(answers: Mapping[str, Sequence[object]]) -> dict[str, list[object]]:
+    """The answers to ``quotas.constants.KUEUE_QUERIES``, split by metric name into the inputs
+    of ``build_metric_samples``; ``kueue_pending_workloads`` is summed over its statuses."""
+    routed: dict[str, list[object]] = defaultdict(list)
+    pending: dict[str, float] = defaultdict(float)
+    for name, items in answers.items():
+        for item in items:
+            metric = item.get("metric") if isinstance(item, dict) else None
+            metric_name = metric.get("__name__", "") if isinstance(metric, dict) else ""
+            target = "info" if name == "info" else KUEUE_ANSWERS.get(str(metric_name), "")
+            if target == "pending_workloads" and isinstance(item, dict):
+                value = item.get("value")
+                try:
+                    pending[str(metric.get("cluster_queue") or "")] += float(value[1])  # type: ignore[index, union-attr]
+                except (TypeError, ValueError, IndexError):
+                    routed["pending_workloads"].append(item)
+                continue
+            routed[target or "unknown"].append(item)
+    for queue, count in pending.items():
+        routed["pending_workloads"].append(
+            {"metric": {"cluster_queue": queue}, "value": [0, repr(count)]}
+        )
+    return dict(routed)
 
 
 def _value(item: object, stats: MetricStats) -> tuple[dict, float] | None:
