@@ -1,6 +1,7 @@
 """Benchmark: one collection window of a 50,000-GPU cluster from a real Prometheus into PostgreSQL.
 
     .venv/bin/python bench/collect.py [--gpus 50000] [--minutes 15] [--backfill-gpus 5000]
+        [--queues 1000] [--database NAME] [--no-backfill]
 
 1. Generates an OpenMetrics backfill (DCGM exporter series with exported_* pod labels, 6 fields,
    30 s scrape interval, plus kube-state-metrics for the pods) and imports it with promtool.
@@ -9,6 +10,8 @@
    collection window fetched raw, undecoded (the floor: Prometheus alone), then one window end to
    end through ``Collector.run`` (queries + parse + build + write), reported without and with the
    hourly rollup.
+   With ``--queues N`` (default 1,000) the history also holds Kueue's ClusterQueue gauges of N
+   queues, and the window is re-run with and without the Kueue queries (best of three each).
 4. Backfills N minutes of a 5,000-GPU cluster window by window and extrapolates to 24 h.
 
 Targets (issue 3): <= 10 s and <= 1 GB peak RSS per window at 50,000 GPUs, within 3x the floor.
@@ -46,8 +49,9 @@ FIELDS = (
 )
 
 
-def write_fleet(path: Path, gpus: int, minutes: int, seed: int = 7) -> int:
-    """Nodes of 8 GPUs; 8 of every 10 nodes run one 8-GPU pod; returns samples written."""
+def write_fleet(path: Path, gpus: int, minutes: int, seed: int = 7, queues: int = 0) -> int:
+    """Nodes of 8 GPUs; 8 of every 10 nodes run one 8-GPU pod; ``queues`` ClusterQueues of
+    Kueue metrics (2 flavors each, in 50 cohorts); returns samples written."""
     from tests.prometheus_server import OpenMetricsWriter
 
     rng = random.Random(seed)
@@ -116,20 +120,70 @@ def write_fleet(path: Path, gpus: int, minutes: int, seed: int = 7) -> int:
                     prefix = f"{family}{{{pod_labels(node)}{extra}{target}}} {value}"
                     chunks.extend(f"{prefix}{stamp}" for stamp in stamps)
             out.lines("".join(chunks), len(chunks))
+        write_kueue(out, queues, stamps)
         return out.samples
 
 
-def prepare_prometheus(work: Path, gpus: int, minutes: int):
+KUEUE_TARGET = ',instance="10.255.0.10:8443",job="kueue-controller-manager",replica_role="leader"'
+
+
+def write_kueue(out: object, queues: int, stamps: list[str]) -> None:
+    """Kueue's ClusterQueue gauges (``metrics.enableClusterQueueResources``) for ``queues``
+    queues, two GPU flavors each, as Kueue v0.19 labels them."""
+    per_flavor = {
+        "kueue_cluster_queue_nominal_quota": lambda q: 16,
+        "kueue_cluster_queue_borrowing_limit": lambda q: "+Inf",
+        "kueue_cluster_queue_lending_limit": lambda q: 8,
+        "kueue_cluster_queue_resource_usage": lambda q: 8 + q % 16,
+        "kueue_cluster_queue_resource_reservation": lambda q: 8 + q % 16,
+    }
+    for family, value in per_flavor.items():
+        out.family(family)  # type: ignore[attr-defined]
+        chunks = []
+        for q in range(queues):
+            for flavor in ("h100", "a100"):
+                prefix = (
+                    f'{family}{{cohort="cohort-{q % 50:02d}",cluster_queue="cq-{q:04d}",'
+                    f'flavor="{flavor}",resource="nvidia.com/gpu"{KUEUE_TARGET}}} {value(q)}'
+                )
+                chunks.extend(f"{prefix}{stamp}" for stamp in stamps)
+        out.lines("".join(chunks), len(chunks))  # type: ignore[attr-defined]
+    per_queue = {
+        "kueue_cluster_queue_resource_pending": (',resource="nvidia.com/gpu"', 4),
+        "kueue_admitted_active_workloads": ("", 3),
+        "kueue_cluster_queue_info": (',parent_cohort="cohort-X",root_cohort="cohort-X"', 1),
+    }
+    for family, (extra, value) in per_queue.items():
+        out.family(family)  # type: ignore[attr-defined]
+        chunks = []
+        for q in range(queues):
+            labels = f'cluster_queue="cq-{q:04d}"{extra.replace("X", f"{q % 50:02d}")}'
+            prefix = f"{family}{{{labels}{KUEUE_TARGET}}} {value}"
+            chunks.extend(f"{prefix}{stamp}" for stamp in stamps)
+        out.lines("".join(chunks), len(chunks))  # type: ignore[attr-defined]
+    out.family("kueue_pending_workloads")  # type: ignore[attr-defined]
+    chunks = []
+    for q in range(queues):
+        for status in ("active", "inadmissible"):
+            prefix = (
+                f'kueue_pending_workloads{{cluster_queue="cq-{q:04d}",status="{status}"'
+                f"{KUEUE_TARGET}}} 1"
+            )
+            chunks.extend(f"{prefix}{stamp}" for stamp in stamps)
+    out.lines("".join(chunks), len(chunks))  # type: ignore[attr-defined]
+
+
+def prepare_prometheus(work: Path, gpus: int, minutes: int, queues: int = 0):
     from tests.prometheus_server import PrometheusServer, create_blocks
 
-    tsdb = work / f"tsdb-{gpus}"
+    tsdb = work / f"tsdb-{gpus}-{queues}"
     if tsdb.exists():
         # --work of an earlier run: the same generated fleet, already imported.
         print(f"  {gpus:,} GPUs: reusing {tsdb}", flush=True)
         return PrometheusServer(tsdb).start()
     om = work / f"fleet-{gpus}.om"
     started = time.perf_counter()
-    samples = write_fleet(om, gpus, minutes)
+    samples = write_fleet(om, gpus, minutes, queues=queues)
     generated = time.perf_counter() - started
     started = time.perf_counter()
     create_blocks(om, tsdb)
@@ -172,21 +226,28 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure_window(url: str, database_url: str) -> dict:
+def measure_window(url: str, database_url: str, queues: int = 0) -> dict:
     """Child process: floor, then one window end to end, then the rollup."""
     setup_django(database_url)
     from fleet import constants as c
     from fleet.choices import IngestSource
     from fleet.models import Cluster, CollectionCursor
     from fleet.prometheus import PrometheusClient
-    from ledger.collector import Collector, window_queries
+    from ledger.collector import KUEUE, Collector, window_queries
     from ledger.models import GpuUsage
     from ledger.rollup import roll_up_hour
+    from quotas.models import ClusterQueue
 
     cluster = Cluster.objects.create(name="bench", prometheus_url=url)
+    # The ClusterQueues an earlier sync listed: Kueue's samples are written for known queues.
+    ClusterQueue.objects.bulk_create(
+        [ClusterQueue(cluster=cluster, name=f"cq-{q:04d}") for q in range(queues)],
+        batch_size=1000,
+    )
     window_end = END - timedelta(minutes=2)
     client = PrometheusClient(url, timeout=120)
     queries = window_queries("auto", 60)
+    kueue_queries = {name: q for name, q in queries.items() if name.startswith(KUEUE)}
     params = {"time": f"{window_end.timestamp():.3f}"}
 
     def raw(promql: str) -> int:
@@ -203,19 +264,42 @@ def measure_window(url: str, database_url: str) -> dict:
         raw(promql)
     floor_sequential = time.perf_counter() - started
 
-    results = []
-    for attempt in range(2):
+    kueue_floor = []
+    for _ in range(3):
+        started = time.perf_counter()
+        with ThreadPoolExecutor(c.QUERY_CONCURRENCY) as pool:
+            list(pool.map(raw, kueue_queries.values()))
+        kueue_floor.append(time.perf_counter() - started)
+
+    def window_run(with_kueue: bool) -> tuple[float, int]:
         CollectionCursor.objects.update_or_create(
             cluster=cluster,
             source=IngestSource.DCGM,
             defaults={"last_window_end": window_end - timedelta(minutes=1)},
         )
         collector = Collector(cluster, client=client)
+        if not with_kueue:
+            collector.queries = {
+                n: q for n, q in collector.queries.items() if n not in kueue_queries
+            }
         # Rollups timed on their own: patch them out of the window run.
         collector._roll_up = lambda hour, result, **_: None  # type: ignore[method-assign]
         started = time.perf_counter()
         result = collector.run(now=window_end + timedelta(seconds=c.COLLECT_DELAY_SECONDS + 1))
-        results.append((time.perf_counter() - started, result.windows, attempt))
+        return time.perf_counter() - started, result.windows
+
+    results = []
+    for attempt in range(2):
+        seconds, windows = window_run(with_kueue=True)
+        results.append((seconds, windows, attempt))
+    # Re-runs (rows replaced) alternately with and without Kueue's queries, best of three each.
+    with_kueue, without_kueue = [], []
+    for _ in range(3):
+        without_kueue.append(window_run(with_kueue=False)[0])
+        with_kueue.append(window_run(with_kueue=True)[0])
+    from quotas.models import ClusterQueueSample
+
+    kueue_samples = ClusterQueueSample.objects.filter(sampled_at=window_end).count()
     rows = GpuUsage.objects.filter(cluster=cluster, window_end=window_end).count()
     started = time.perf_counter()
     roll_up_hour(cluster.pk, window_end - timedelta(minutes=1))
@@ -230,6 +314,11 @@ def measure_window(url: str, database_url: str) -> dict:
         "usage_rows": rows,
         "rollup_seconds": rollup_seconds,
         "peak_rss_mib": peak_rss_mib(),
+        "kueue_queries": len(kueue_queries),
+        "kueue_floor_seconds": min(kueue_floor),
+        "window_with_kueue_seconds": min(with_kueue),
+        "window_without_kueue_seconds": min(without_kueue),
+        "kueue_samples": kueue_samples,
     }
 
 
@@ -270,13 +359,18 @@ def main() -> None:
     parser.add_argument("--minutes", type=int, default=15)
     parser.add_argument("--backfill-gpus", type=int, default=5_000)
     parser.add_argument("--backfill-minutes", type=int, default=60)
+    parser.add_argument(
+        "--queues", type=int, default=1000, help="ClusterQueues of Kueue metrics (0: none)."
+    )
+    parser.add_argument("--database", default="gl_bench_collect", help="Scratch database name.")
+    parser.add_argument("--no-backfill", action="store_true", help="Only the one-window part.")
     parser.add_argument("--work", type=Path, help="Work directory; reuses imported TSDBs in it.")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         kind, *rest = args.child
         if kind == "window":
-            print(json.dumps(measure_window(rest[0], rest[1])))
+            print(json.dumps(measure_window(rest[0], rest[1], int(rest[2]))))
         else:
             print(json.dumps(measure_backfill(rest[0], rest[1], int(rest[2]))))
         return
@@ -284,9 +378,9 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="gl-bench-collect-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"bench/collect.py (work dir {work})")
-    server = prepare_prometheus(work, args.gpus, args.minutes)
+    server = prepare_prometheus(work, args.gpus, args.minutes, args.queues)
     try:
-        window = child("window", server.url, fresh_database("gl_bench_collect"))
+        window = child("window", server.url, fresh_database(args.database), str(args.queues))
     finally:
         server.cleanup()
     ratio = window["window_seconds_first"] / window["floor_seconds"]
@@ -301,13 +395,24 @@ def main() -> None:
         f"{window['floor_sequential_seconds']:.2f} s sequential; ratio {ratio:.2f}x"
     )
     print(f"  hourly rollup of that hour: {window['rollup_seconds']:.2f} s")
+    if args.queues:
+        extra = window["window_with_kueue_seconds"] / window["window_without_kueue_seconds"] - 1
+        print(
+            f"  Kueue metrics of {args.queues:,} ClusterQueues ({window['kueue_queries']} queries, "
+            f"{window['kueue_samples']:,} samples written): window re-run "
+            f"{window['window_with_kueue_seconds']:.2f} s with them, "
+            f"{window['window_without_kueue_seconds']:.2f} s without (best of 3 each): "
+            f"{extra:+.1%}; the Kueue queries alone {window['kueue_floor_seconds']:.2f} s"
+        )
+    if args.no_backfill:
+        return
 
     server = prepare_prometheus(work, args.backfill_gpus, args.backfill_minutes + 5)
     try:
         backfill = child(
             "backfill",
             server.url,
-            fresh_database("gl_bench_collect"),
+            fresh_database(args.database),
             str(args.backfill_minutes),
         )
     finally:

@@ -62,6 +62,14 @@ KSM_LABEL_CLUSTER_QUEUE = "label_kueue_x_k8s_io_cluster_queue_name"
 KSM_LABEL_LOCAL_QUEUE = "label_kueue_x_k8s_io_local_queue_name"
 # Older Kueue and most Job manifests set only the LocalQueue as `kueue.x-k8s.io/queue-name`.
 KSM_LABEL_QUEUE_NAME = "label_kueue_x_k8s_io_queue_name"
+# A plain pod group's Workload is named by this pod label (when allowlisted).
+KSM_LABEL_POD_GROUP = "label_kueue_x_k8s_io_pod_group_name"
+# Owners: kube_pod_owner{owner_kind, owner_name, owner_is_controller} per pod (owner_kind
+# "<none>" for a bare pod), kube_job_owner{job_name, owner_kind, owner_name} per Job (a JobSet's
+# child Jobs name the JobSet). History of pods long gone stays in Prometheus.
+KSM_POD_OWNER = "kube_pod_owner"
+KSM_JOB_OWNER = "kube_job_owner"
+KSM_NO_OWNER = "<none>"
 
 # Gpu.last_seen_at is refreshed at most this often: rewriting 50,000 GPU rows every window was
 # 0.8 s of PostgreSQL time per window (bench/ingest_pure.py) for a date nobody reads to the minute.
@@ -122,9 +130,31 @@ PROMQL_GPU_REQUESTS = (
 # Kueue queue labels of the pods that request GPUs (not of every pod in the cluster).
 PROMQL_POD_LABELS = (
     "max by (namespace, pod, uid, "
-    f"{KSM_LABEL_CLUSTER_QUEUE}, {KSM_LABEL_LOCAL_QUEUE}, {KSM_LABEL_QUEUE_NAME}) ("
+    f"{KSM_LABEL_CLUSTER_QUEUE}, {KSM_LABEL_LOCAL_QUEUE}, {KSM_LABEL_QUEUE_NAME}, "
+    f"{KSM_LABEL_POD_GROUP}) ("
     f"{KSM_POD_LABELS} and on (namespace, pod, uid) "
     f'{KSM_RESOURCE_REQUESTS}{{resource=~"{KSM_GPU_RESOURCE_REGEX}"}})'
+)
+# Owners of the pods that request GPUs (pod -> Job / JobSet child Job / RayCluster / ...), and
+# the owners of those Jobs (JobSet): how a pod long gone is joined to its Workload.
+_GPU_PODS = f'{KSM_RESOURCE_REQUESTS}{{resource=~"{KSM_GPU_RESOURCE_REGEX}"}}'
+# kube_pod_info{created_by_kind, created_by_name} stands in where kube_pod_owner is missing
+# (not scraped, or dropped by a relabelling).
+PROMQL_POD_OWNERS = (
+    "max by (namespace, pod, uid, owner_kind, owner_name) (("
+    f'{KSM_POD_OWNER}{{owner_is_controller="true"}} or '
+    "label_replace(label_replace("
+    f'{KSM_POD_INFO}{{created_by_kind!~"{KSM_NO_OWNER}|"}}, '
+    '"owner_kind", "$1", "created_by_kind", "(.+)"), '
+    '"owner_name", "$1", "created_by_name", "(.+)")'
+    f") and on (namespace, pod, uid) {_GPU_PODS})"
+)
+PROMQL_JOB_OWNERS = (
+    "max by (namespace, job_name, owner_kind, owner_name) ("
+    f'{KSM_JOB_OWNER}{{owner_kind!="{KSM_NO_OWNER}"}} and on (namespace, job_name) '
+    "label_replace(max by (namespace, owner_name) ("
+    f'{KSM_POD_OWNER}{{owner_kind="Job"}} and on (namespace, pod, uid) {_GPU_PODS}), '
+    '"job_name", "$1", "owner_name", "(.+)"))'
 )
 # Seconds a window must be over before it is collected: samples carry the scrape's start time
 # and land in Prometheus after the scrape (and after remote-write to Thanos/Mimir).

@@ -41,6 +41,31 @@ class ClusterQuerySet(models.QuerySet["Cluster"]):
         )
         return cluster
 
+    def unnamed(self) -> Cluster:
+        """The cluster a management command means when given no ``--cluster``.
+
+        The environment's cluster is made first (``ensure_from_settings``, as the Celery tasks
+        do); then the only cluster there is. With several the caller must name one, and
+        ``ClusterChoiceError`` says so and lists them; with none it says what to set.
+        """
+        self.ensure_from_settings()
+        names = list(self.order_by("name").values_list("name", flat=True)[:6])
+        if len(names) > 1:
+            listed = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            raise ClusterChoiceError(
+                f"there are several clusters ({listed}); name one with --cluster"
+            )
+        if not names:
+            raise ClusterChoiceError(
+                "no cluster yet: set PROMETHEUS_URL and/or KUBECONFIG (the single-cluster "
+                "install), or name one with --cluster"
+            )
+        return self.get(name=names[0])
+
+
+class ClusterChoiceError(Exception):
+    """A command given no ``--cluster`` cannot tell which cluster it is meant for."""
+
 
 class Cluster(models.Model):
     """A Kubernetes cluster with its Prometheus (DCGM, kube-state-metrics) and its API server."""

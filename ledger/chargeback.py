@@ -24,7 +24,9 @@ API" has the worked example):
   rounded rows, so every printed figure adds up exactly.
 - Groups that existed in the window (teams; ClusterQueues, LocalQueues, cohorts, nodes, flavors
   not deleted before it and not created after it; clusters) appear with zeros when they have no
-  rollups; namespaces and workloads appear only with rollups.
+  rollups. So do the workloads that lived in it (created before its end, not finished or deleted
+  before its start: each waited or held quota there) and their namespaces, with their
+  ``pending_gpu_hours``. Standalone ClusterQueues are the cohort group ``(no cohort)``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from fleet.models import Cluster, Node
 from ledger.choices import RateKind, RollupScope
 from ledger.figures import Figures
 from ledger.models import HourlyRollup, RateCard
+from ledger.rollup.groups import NO_COHORT
 from quotas.models import (
     ClusterQueue,
     Cohort,
@@ -541,12 +544,73 @@ def known_groups(
             local = local.filter(cluster_queue__team_id__in=team_ids)
         return lifecycle(local, "namespace", "name")
     if group_by == "cohort":
-        return lifecycle(Cohort.objects.all(), "name")
+        # Standalone ClusterQueues make the "(no cohort)" group of their cluster.
+        standalone = ClusterQueue.objects.filter(cohort__isnull=True, cohort_name="")
+        alone = [
+            KnownGroup(group.cluster_id, NO_COHORT, group.since, group.until)
+            for group in lifecycle(standalone, "name")
+        ]
+        return lifecycle(Cohort.objects.all(), "name") + alone
+    if group_by in ("workload", "namespace"):
+        return waiting_or_holding(group_by, start, end, cluster, team_ids)
     if group_by == "node":
         return lifecycle(Node.objects.all(), "name")
     if group_by == "flavor":
         return lifecycle(ResourceFlavor.objects.all(), "name")
     return []
+
+
+def waiting_or_holding(
+    group_by: str,
+    start: datetime,
+    end: datetime,
+    cluster: Cluster | None,
+    team_ids: set[int] | None,
+) -> list[KnownGroup]:
+    """Workloads (or their namespaces) that lived in the window: each waited for quota or held
+    it there, so each gets a row, with zeros where it held no GPUs (README "Chargeback API").
+
+    A workload lives from its creation until it finished or was deleted; one never seen created
+    (no ``observed_at``) counts from the start.
+    """
+    workloads = Workload.objects.filter(Q(observed_at__isnull=True) | Q(observed_at__lt=end))
+    workloads = workloads.filter(Q(finished_at__isnull=True) | Q(finished_at__gt=start)).filter(
+        Q(deleted_at__isnull=True) | Q(deleted_at__gt=start)
+    )
+    if cluster is not None:
+        workloads = workloads.filter(cluster=cluster)
+    if group_by == "workload":
+        if team_ids is not None:
+            workloads = workloads.filter(cluster_queue__team_id__in=team_ids)
+        values = workloads.values_list(
+            "cluster_id", "namespace", "name", "observed_at", "finished_at", "deleted_at"
+        )
+        return [
+            KnownGroup(
+                cluster_id,
+                f"{namespace}/{name}",
+                since,
+                min((t for t in (finished, deleted) if t is not None), default=None),
+            )
+            for cluster_id, namespace, name, since, finished, deleted in values
+        ]
+    spans: dict[tuple[int, str], tuple[datetime | None, datetime | None]] = {}
+    visible = visible_namespaces(team_ids) if team_ids is not None else None
+    for cluster_id, namespace, since, finished, deleted in workloads.values_list(
+        "cluster_id", "namespace", "observed_at", "finished_at", "deleted_at"
+    ):
+        if visible is not None and (cluster_id, namespace) not in visible:
+            continue
+        until = min((t for t in (finished, deleted) if t is not None), default=None)
+        known = spans.get((cluster_id, namespace))
+        if known is not None:
+            since = None if since is None or known[0] is None else min(since, known[0])
+            until = None if until is None or known[1] is None else max(until, known[1])
+        spans[(cluster_id, namespace)] = (since, until)
+    return [
+        KnownGroup(cluster_id, namespace, since, until)
+        for (cluster_id, namespace), (since, until) in spans.items()
+    ]
 
 
 # --- The report ---------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ One run (``Collector.run``), driven by Celery beat every ``GPULEDGER_COLLECT_SEC
    ``GPULEDGER_CATCHUP_HOURS`` back (an outage longer than that leaves a gap, logged).
 3. Ask Prometheus a handful of aggregated queries (``fleet.constants.PROMQL_*``): per DCGM metric
    ``avg_over_time`` per GPU series, ``count_over_time`` of the activity metrics for coverage,
-   kube-state-metrics GPU requests of Running pods with their node, and the pods' Kueue labels.
+   kube-state-metrics GPU requests of Running pods with their node, and the pods' Kueue labels;
+   and Kueue's own quota gauges (``quotas.constants.KUEUE_QUERIES``), which become ClusterQueue
+   samples (source ``metrics``) wherever the API server sync left the window without one.
    One window → instant queries at its end; several → range queries with step = window, chunked so
    an answer stays under ``RANGE_POINTS_PER_QUERY`` points and Prometheus' 11,000 points/series.
 4. Per window, oldest first: ``fleet.ingest.build_window`` → ``ledger.store.write_window``, the
@@ -37,6 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -57,6 +60,9 @@ from ledger.rollup import hours_touched
 from ledger.rollup.completeness import mark_changed
 from ledger.rollup.sweep import due_hours, roll_up_or_log
 from ledger.store import write_window
+from quotas.constants import KUEUE_QUERIES
+from quotas.ingest.metrics import build_metric_samples, route_answers
+from quotas.store import metric_sample_context, write_metric_samples
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +70,9 @@ AVG = "avg:"
 COUNT = "count:"
 REQUESTS = "requests"
 POD_LABELS = "pod_labels"
+POD_OWNERS = "pod_owners"
+JOB_OWNERS = "job_owners"
+KUEUE = "kueue:"
 
 
 class ClaimLostError(Exception):
@@ -117,7 +126,19 @@ def window_queries(label_style: str, window_seconds: int) -> dict[str, str]:
         )
     queries[REQUESTS] = c.PROMQL_GPU_REQUESTS
     queries[POD_LABELS] = c.PROMQL_POD_LABELS
+    queries[POD_OWNERS] = c.PROMQL_POD_OWNERS
+    queries[JOB_OWNERS] = c.PROMQL_JOB_OWNERS
+    # Kueue's own metrics: the quota history of windows the API server sync did not sample.
+    for name, promql in KUEUE_QUERIES.items():
+        queries[KUEUE + name] = promql
     return queries
+
+
+def kueue_answers(answers: dict[str, list[dict]]) -> dict[str, list[object]]:
+    """The Kueue metric answers of one window, as ``build_metric_samples`` inputs."""
+    return route_answers(
+        {name[len(KUEUE) :]: items for name, items in answers.items() if name.startswith(KUEUE)}
+    )
 
 
 def window_input(window: Window, answers: dict[str, list[dict]], label_style: str) -> WindowInput:
@@ -133,6 +154,8 @@ def window_input(window: Window, answers: dict[str, list[dict]], label_style: st
         dcgm_count=counts,
         gpu_requests=answers.get(REQUESTS, []),
         pod_labels=answers.get(POD_LABELS, []),
+        pod_owners=answers.get(POD_OWNERS, []),
+        job_owners=answers.get(JOB_OWNERS, []),
         label_style=label_style,
         expected_samples=_expected_samples(counts),
     )
@@ -175,6 +198,11 @@ class Collector:
         self._series_estimate = 0
         self.label_style = str(cluster.pod_label_style or PodLabelStyle.AUTO)
         self.queries = window_queries(self.label_style, self.window_seconds)
+        # Per window end: Kueue's metric answers, until the window is written.
+        self._kueue: dict[datetime, dict[str, list[object]]] = {}
+        self._kueue_context: tuple[dict[str, list[str]], dict[tuple[str, str], Decimal]] | None = (
+            None
+        )
 
     # --- claim ------------------------------------------------------------------------------
 
@@ -397,6 +425,7 @@ class Collector:
             + [len(items) for name, items in answers.items() if name.startswith(AVG)]
         )
         if len(chunk) == 1:
+            self._kueue[chunk[0].end] = kueue_answers(answers)
             return {chunk[0].end: window_input(chunk[0], answers, self.label_style)}
 
         stats = IngestStats()
@@ -410,6 +439,7 @@ class Collector:
         for window in chunk:
             ts = window.end.timestamp()
             per_window = {name: by_ts.pop(ts, []) for name, by_ts in split.items()}
+            self._kueue[window.end] = kueue_answers(per_window)
             inputs[window.end] = window_input(window, per_window, self.label_style)
         return inputs
 
@@ -422,8 +452,16 @@ class Collector:
             if stats.skipped or stats.nonfinite_skipped
             else IngestStatus.SUCCESS
         )
+        kueue = build_metric_samples(
+            self._kueue.pop(window.end, {}),
+            flavor_order=self._sample_context()[0],
+            cohort_quota=self._sample_context()[1],
+        )
         with transaction.atomic():
             written = write_window(self.cluster, batch)
+            quota_rows = write_metric_samples(
+                self.cluster, kueue.samples, window.end, self.window_seconds
+            )
             failpoint("collect.write")
             # With the rows, so the hour is dirty exactly when its rollup may lack this window.
             mark_changed(self.cluster.pk, hours_touched([window.end])[0])
@@ -436,15 +474,21 @@ class Collector:
                 window_end=window.end,
                 started_at=started_at,
                 finished_at=timezone.now(),
-                records_read=stats.records_read,
-                rows_written=written.rows_written,
-                skipped=stats.skipped,
+                records_read=stats.records_read + kueue.stats.records_read,
+                rows_written=written.rows_written + quota_rows,
+                skipped=stats.skipped + kueue.stats.skipped,
                 nonfinite_skipped=stats.nonfinite_skipped,
-                skip_reasons=dict(stats.skip_reasons),
+                skip_reasons=dict(stats.skip_reasons + kueue.stats.skip_reasons),
             )
             failpoint("collect.advance")
         failpoint("collect.committed")
         return written.usage_rows
+
+    def _sample_context(self) -> tuple[dict[str, list[str]], dict[tuple[str, str], Decimal]]:
+        """Flavor order and cohort pools for the Kueue metric samples, read once per run."""
+        if self._kueue_context is None:
+            self._kueue_context = metric_sample_context(self.cluster)
+        return self._kueue_context
 
     def _advance(self, window: Window, contiguous_only: bool) -> None:
         """Renew the lease and move the cursor to ``window``; ClaimLostError if not ours."""

@@ -37,6 +37,7 @@ from core.params import InvalidParameter, check_moment
 from core.ranges import covered_hours
 from fleet.models import Cluster
 from ledger.chargeback import (
+    NO_COHORT,
     UNATTRIBUTED,
     Charge,
     ChargebackError,
@@ -358,7 +359,7 @@ def workload_pieces(
             elif key == "clusterqueue":
                 prop, value = "clusterQueue", queue[0] if queue else UNATTRIBUTED
             elif key == "cohort":
-                prop, value = "cohort", (queue[1] or UNATTRIBUTED) if queue else UNATTRIBUTED
+                prop, value = "cohort", (queue[1] or NO_COHORT) if queue else UNATTRIBUTED
             elif key == "localqueue":
                 prop, value = "localQueue", workload[1] if workload else UNALLOCATED
             else:

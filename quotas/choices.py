@@ -35,6 +35,13 @@ class TransitionKind(models.TextChoices):
     DELETED = "deleted", "Deleted"
 
 
+class SampleSource(models.TextChoices):
+    """Where a ClusterQueue sample came from; the API server's status wins over the metrics."""
+
+    API = "api", "Kubernetes API: ClusterQueue status"
+    METRICS = "metrics", "Prometheus: Kueue's own metrics"
+
+
 class ApiTokenScope(models.TextChoices):
     FULL = "full", "Full read access (as the user)"
     CHARGEBACK = "chargeback", "Chargeback and allocation only (finance scripts)"

@@ -96,3 +96,70 @@ WATCH_RETRY_MAX_SECONDS = 8.0
 # A watch stream asks the server to end it with the watch (timeoutSeconds, rounded up to a whole
 # second); one still open this long after the watch's end is cut, and its kind recorded as failed.
 WATCH_END_GRACE_SECONDS = 5.0
+
+# --- Kueue's own Prometheus metrics (quota history; quotas/ingest/metrics.py) --------------------
+# Exported with `metrics.enableClusterQueueResources: true` in Kueue's configuration. Names and
+# labels checked in kubernetes-sigs/kueue pkg/metrics/metrics.go: the per-ClusterQueue resource
+# gauges carry cohort (the direct parent, "" for a standalone queue), cluster_queue, flavor and
+# resource since v0.9 at least; `replica_role` (leader / follower / standalone) since v0.16;
+# `kueue_cluster_queue_resource_pending` and `kueue_cluster_queue_info` since v0.18. Followers
+# of a leader-elected deployment report what they last knew, so their series are left out;
+# series without the label (before v0.16) are taken as they are.
+KUEUE_REPLICA_FILTER = 'replica_role!="follower"'
+KUEUE_METRIC_NOMINAL = "kueue_cluster_queue_nominal_quota"
+KUEUE_METRIC_BORROWING_LIMIT = "kueue_cluster_queue_borrowing_limit"
+KUEUE_METRIC_LENDING_LIMIT = "kueue_cluster_queue_lending_limit"
+KUEUE_METRIC_USAGE = "kueue_cluster_queue_resource_usage"
+KUEUE_METRIC_RESERVATION = "kueue_cluster_queue_resource_reservation"
+KUEUE_METRIC_RESOURCE_PENDING = "kueue_cluster_queue_resource_pending"
+KUEUE_METRIC_PENDING_WORKLOADS = "kueue_pending_workloads"
+KUEUE_METRIC_ADMITTED_WORKLOADS = "kueue_admitted_active_workloads"
+KUEUE_METRIC_CQ_INFO = "kueue_cluster_queue_info"
+# Three queries per window, whatever the number of queues: the per-flavor gauges in one
+# (grouped by metric name), the per-queue ones in another, the hierarchy in a third; `max by`
+# merges the copies two scrape jobs (or a restarted pod) make of one series. The GPU resource
+# only, which is all the rollups read. ``KUEUE_ANSWERS`` routes each answered series, by its
+# metric name, to the input ``quotas.ingest.metrics.build_metric_samples`` reads.
+_PER_FLAVOR = "|".join(
+    (
+        KUEUE_METRIC_NOMINAL,
+        KUEUE_METRIC_BORROWING_LIMIT,
+        KUEUE_METRIC_LENDING_LIMIT,
+        KUEUE_METRIC_USAGE,
+        KUEUE_METRIC_RESERVATION,
+    )
+)
+_PER_QUEUE = "|".join(
+    (
+        KUEUE_METRIC_RESOURCE_PENDING,
+        KUEUE_METRIC_PENDING_WORKLOADS,
+        KUEUE_METRIC_ADMITTED_WORKLOADS,
+    )
+)
+KUEUE_QUERIES: dict[str, str] = {
+    "per_flavor": (
+        "max by (__name__, cluster_queue, cohort, flavor) ("
+        f'{{__name__=~"{_PER_FLAVOR}", resource="{mig.GPU_RESOURCE}", {KUEUE_REPLICA_FILTER}}})'
+    ),
+    # Series without a resource label (the workload counts) match resource="" here.
+    "per_queue": (
+        "max by (__name__, cluster_queue, status) ("
+        f'{{__name__=~"{_PER_QUEUE}", resource=~"{mig.GPU_RESOURCE}|", {KUEUE_REPLICA_FILTER}}})'
+    ),
+    "info": (
+        "max by (cluster_queue, parent_cohort, root_cohort) "
+        f"({KUEUE_METRIC_CQ_INFO}{{{KUEUE_REPLICA_FILTER}}})"
+    ),
+}
+# metric name -> the build_metric_samples input it feeds.
+KUEUE_ANSWERS: dict[str, str] = {
+    KUEUE_METRIC_NOMINAL: "nominal",
+    KUEUE_METRIC_BORROWING_LIMIT: "borrowing_limit",
+    KUEUE_METRIC_LENDING_LIMIT: "lending_limit",
+    KUEUE_METRIC_USAGE: "usage",
+    KUEUE_METRIC_RESERVATION: "reservation",
+    KUEUE_METRIC_RESOURCE_PENDING: "resource_pending",
+    KUEUE_METRIC_PENDING_WORKLOADS: "pending_workloads",
+    KUEUE_METRIC_ADMITTED_WORKLOADS: "admitted_workloads",
+    KUEUE_METRIC_CQ_INFO: "info",
+}

@@ -15,6 +15,7 @@ from quotas.choices import (
     FINISHED_STATES,
     HOLDING_STATES,
     ApiTokenScope,
+    SampleSource,
     TransitionKind,
     WorkloadState,
 )
@@ -506,6 +507,12 @@ class ClusterQueueSample(models.Model):
     pending_demand = quantity_field(default=Decimal(0), help_text="Requested by pending workloads.")
     pending_workloads = models.PositiveIntegerField(default=0)
     admitted_workloads = models.PositiveIntegerField(default=0)
+    source = models.CharField(
+        max_length=16,
+        choices=SampleSource.choices,
+        default=SampleSource.API,
+        help_text="The API server's status (the sync), or Kueue's metrics where it has none.",
+    )
 
     class Meta:
         ordering = ["-sampled_at", "cluster_queue", "flavor_name"]

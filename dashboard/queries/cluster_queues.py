@@ -17,8 +17,8 @@ from dashboard.frame import bounded
 from ledger.choices import RollupScope
 from ledger.figures import Figures
 from ledger.models import HourlyRollup, HourlyRollupQuerySet
-from quotas.choices import TransitionKind
-from quotas.models import ClusterQueue, Workload, WorkloadTransition
+from quotas.choices import SampleSource, TransitionKind
+from quotas.models import ClusterQueue, ClusterQueueSample, Workload, WorkloadTransition
 
 EVICTION_KINDS = [TransitionKind.EVICTED, TransitionKind.PREEMPTED]
 
@@ -49,6 +49,21 @@ def _queue_rollups(queue: ClusterQueue) -> HourlyRollupQuerySet:
 def queue_total(queue: ClusterQueue, span: HourSpan) -> Figures:
     """The queue's figures over the span: one aggregate."""
     return _queue_rollups(queue).covering(span).total()
+
+
+def quota_history_start(queue: ClusterQueue) -> datetime | None:
+    """When the queue's quota history starts, if only the API server sync feeds it (Kueue
+    exports no quota metrics for this cluster): its first sample. None when Kueue's metrics
+    fill the hours before, or there is no sample yet."""
+    samples = ClusterQueueSample.objects.filter(cluster_queue__cluster_id=queue.cluster_id)
+    if samples.filter(source=SampleSource.METRICS).exists():
+        return None
+    return (
+        samples.filter(cluster_queue=queue)
+        .order_by("sampled_at")
+        .values_list("sampled_at", flat=True)
+        .first()
+    )
 
 
 def holding_workloads(queue: ClusterQueue) -> tuple[list[Workload], bool, dict[str, Any]]:

@@ -190,5 +190,6 @@ def cluster_queue_detail(
         "chart_query": range_query(request, time_range),
         "visible_all": allowed is None,
         "time_range": time_range,
+        "quota_history_start": queries.quota_history_start(queue),
     }
     return render(request, "quotas/cluster_queue_detail.html", context)

@@ -147,3 +147,51 @@ def _gpu_values(seed: int, gpu: SimGpu, workload: SimWorkload | None, window: Wi
     if not gpu.profile:  # DCGM does not report GPU_UTIL on MIG instances.
         values["gpu_util"] = round(util, 1)
     return values
+
+
+def kueue_answers(fleet: SimFleet, window: Window) -> dict[str, list[dict]]:
+    """What Kueue's own metrics (``metrics.enableClusterQueueResources``) say at the window's
+    end, as answers to ``quotas.constants.KUEUE_QUERIES``: each team's ClusterQueue quota
+    (``+Inf`` for an unset limit), usage and reservation per GPU flavor, pending GPUs and
+    workloads, admitted workloads, and its cohort."""
+    from demo.simulation.scenario import TEAMS
+
+    ts = window.end.timestamp()
+
+    def item(labels: dict[str, str], value: float | str) -> dict:
+        return {"metric": labels, "value": [ts, str(value)]}
+
+    answers: dict[str, list[dict]] = {
+        name: []
+        for name in (
+            "nominal",
+            "borrowing_limit",
+            "lending_limit",
+            "usage",
+            "reservation",
+            "resource_pending",
+            "pending_workloads",
+            "admitted_workloads",
+            "info",
+        )
+    }
+    for team, (_namespace, cohort, quotas) in TEAMS.items():
+        mine = [w for w in fleet.workloads if w.team == team and w.created <= fleet.now]
+        for flavor, (nominal, borrow, lend) in quotas.items():
+            labels = {"cluster_queue": team, "cohort": cohort, "flavor": flavor}
+            held = fleet.held_gpus(team, flavor)
+            answers["nominal"].append(item(labels, nominal))
+            answers["borrowing_limit"].append(item(labels, "+Inf" if borrow is None else borrow))
+            answers["lending_limit"].append(item(labels, "+Inf" if lend is None else lend))
+            answers["usage"].append(item(labels, held))
+            answers["reservation"].append(item(labels, held))
+        waiting = [w for w in mine if w.admitted_at is None and w.finished_at is None]
+        pending_gpus = sum(w.gpus for w in waiting if w.resource == "nvidia.com/gpu")
+        queue = {"cluster_queue": team}
+        answers["resource_pending"].append(item(queue, pending_gpus))
+        answers["pending_workloads"].append(item(queue, len(waiting)))
+        answers["admitted_workloads"].append(item(queue, sum(1 for w in mine if w.holding)))
+        answers["info"].append(
+            item({"cluster_queue": team, "parent_cohort": cohort, "root_cohort": cohort}, 1)
+        )
+    return answers

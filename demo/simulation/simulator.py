@@ -24,6 +24,10 @@ class FleetSimulator(SimFleet):
         """
         return prometheus.window_answers(self, window)
 
+    def kueue_window(self, window: Window) -> dict[str, list[dict]]:
+        """Kueue's own metric answers for ``window`` (``quotas.constants.KUEUE_QUERIES``)."""
+        return prometheus.kueue_answers(self, window)
+
     def kube_lists(self, at: datetime) -> dict[str, dict]:
         """LIST payloads per ``quotas.ingest.snapshot_from_lists`` keyword, as of ``at``."""
         return kubernetes.list_payloads(self, at)

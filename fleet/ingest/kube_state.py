@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from core.mig import GPU_RESOURCE, MIG_COMPUTE_SLICES, MIG_RESOURCE_PREFIX, mig_slices
 from fleet import constants as c
-from fleet.ingest.rows import IngestStats
+from fleet.ingest.rows import IngestStats, PodOwner
 from fleet.ingest.samples import label_sort_key, parse_sample
 
 
@@ -143,3 +143,79 @@ def collect_pod_labels(
         ident: max(options, key=lambda o: (bool(o[1] or o[2]), o))
         for ident, options in found.items()
     }
+
+
+def collect_pod_owners(
+    pod_owners: list[dict],
+    job_owners: list[dict],
+    pod_labels: list[dict],
+    stats: IngestStats,
+) -> dict[tuple[str, str], PodOwner]:
+    """(namespace, pod) -> its owner chain (kube_pod_owner, kube_job_owner) and pod group.
+
+    Items without namespace and pod are skipped and counted; a pod seen with several
+    controllers (two kube-state-metrics replicas disagreeing) keeps the highest sorted one, so
+    the choice does not depend on answer order.
+    """
+    if not isinstance(pod_owners, list) or not isinstance(job_owners, list):
+        stats.skip("malformed_metric_result")
+        return {}
+    stats.records_read += len(pod_owners) + len(job_owners)
+    jobs: dict[tuple[str, str], tuple[str, str]] = {}
+    for item in job_owners:
+        metric = item.get("metric") if isinstance(item, dict) else None
+        if not isinstance(metric, dict):
+            stats.skip("missing_metric")
+            continue
+        namespace, job = str(metric.get("namespace") or ""), str(metric.get("job_name") or "")
+        kind, name = str(metric.get("owner_kind") or ""), str(metric.get("owner_name") or "")
+        if not namespace or not job or not kind or kind == c.KSM_NO_OWNER:
+            continue
+        jobs[(namespace, job)] = max(jobs.get((namespace, job), ("", "")), (kind, name))
+    groups: dict[tuple[str, str], str] = {}
+    for item in pod_labels if isinstance(pod_labels, list) else []:
+        metric = item.get("metric") if isinstance(item, dict) else None
+        if isinstance(metric, dict) and metric.get(c.KSM_LABEL_POD_GROUP):
+            key = (str(metric.get(c.LABEL_NAMESPACE) or ""), str(metric.get(c.LABEL_POD) or ""))
+            groups[key] = str(metric[c.KSM_LABEL_POD_GROUP])
+    owners: dict[tuple[str, str], PodOwner] = {}
+    for item in pod_owners:
+        metric = item.get("metric") if isinstance(item, dict) else None
+        if not isinstance(metric, dict):
+            stats.skip("missing_metric")
+            continue
+        namespace, pod = str(metric.get("namespace") or ""), str(metric.get("pod") or "")
+        if not namespace or not pod:
+            stats.skip("pod_owner_missing_labels")
+            continue
+        kind, name = str(metric.get("owner_kind") or ""), str(metric.get("owner_name") or "")
+        if kind == c.KSM_NO_OWNER:
+            kind = name = ""
+        top_kind, top_name = (
+            jobs.get((namespace, name), (kind, name))
+            if kind == "Job"
+            else (
+                kind,
+                name,
+            )
+        )
+        found = PodOwner(
+            uid=str(metric.get(c.KSM_LABEL_UID) or ""),
+            kind=kind,
+            name=name,
+            top_kind=top_kind,
+            top_name=top_name,
+            pod_group=groups.get((namespace, pod), ""),
+        )
+        previous = owners.get((namespace, pod))
+        if previous is None or (found.kind, found.name, found.uid) > (
+            previous.kind,
+            previous.name,
+            previous.uid,
+        ):
+            owners[(namespace, pod)] = found
+    for key, group in groups.items():
+        # A pod group member whose owner series is missing still names its Workload.
+        if key not in owners and key[0] and key[1]:
+            owners[key] = PodOwner(uid="", pod_group=group)
+    return owners

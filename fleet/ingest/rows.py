@@ -52,6 +52,9 @@ class WindowInput:
     gpu_requests: list[dict] = field(default_factory=list)
     # kube_pod_labels items (Kueue queue labels when allowlisted).
     pod_labels: list[dict] = field(default_factory=list)
+    # kube_pod_owner items of the GPU pods, and kube_job_owner items of their Jobs.
+    pod_owners: list[dict] = field(default_factory=list)
+    job_owners: list[dict] = field(default_factory=list)
     label_style: str = PodLabelStyle.AUTO
     # Samples expected per series in the window (0 = unknown).
     expected_samples: int = 0
@@ -126,6 +129,20 @@ class PodAllocationRow:
     local_queue_name: str = ""
 
 
+@dataclass(frozen=True)
+class PodOwner:
+    """What owns a pod, as kube-state-metrics saw it: its controller (``kind``/``name``), the
+    top of the chain that is known (a JobSet child Job's JobSet, else the controller), and the
+    Kueue pod group it belongs to (``kueue.x-k8s.io/pod-group-name``, when allowlisted)."""
+
+    uid: str
+    kind: str = ""
+    name: str = ""
+    top_kind: str = ""
+    top_name: str = ""
+    pod_group: str = ""
+
+
 @dataclass
 class WindowBatch:
     window: Window
@@ -134,3 +151,5 @@ class WindowBatch:
     allocations: list[PodAllocationRow]
     stats: IngestStats
     label_style_used: str
+    # (namespace, pod) -> owner, for the pods of the window that kube-state-metrics names.
+    owners: dict[tuple[str, str], PodOwner] = field(default_factory=dict)

@@ -15,7 +15,12 @@ from fleet import constants as c
 from fleet.choices import ActivitySource
 from fleet.ingest.answers import gc_paused
 from fleet.ingest.dcgm import Series, collect_dcgm, resolve_style
-from fleet.ingest.kube_state import PodRequest, collect_pod_labels, collect_requests
+from fleet.ingest.kube_state import (
+    PodRequest,
+    collect_pod_labels,
+    collect_pod_owners,
+    collect_requests,
+)
 from fleet.ingest.rows import (
     GpuRow,
     IngestStats,
@@ -43,6 +48,7 @@ def _build_window(inp: WindowInput) -> WindowBatch:
     gpus, series = collect_dcgm(inp, style, stats)
     requests = collect_requests(inp.gpu_requests, stats)
     labels = collect_pod_labels(inp.pod_labels, stats)
+    owners = collect_pod_owners(inp.pod_owners, inp.job_owners, inp.pod_labels, stats)
 
     # Per GPU: the pods seen on it. A GPU seen with pods and also without (a pod started or
     # ended inside the window) is held: the pod series win and the bare series is dropped.
@@ -253,6 +259,7 @@ def _build_window(inp: WindowInput) -> WindowBatch:
         allocations=sorted(allocations, key=lambda a: (a.namespace, a.pod, a.pod_uid)),
         stats=stats,
         label_style_used=style,
+        owners=owners,
     )
 
 

@@ -25,11 +25,12 @@ By concept:
 - ``prune``: retention of usage, samples and rollups.
 """
 
-from ledger.rollup.groups import UNATTRIBUTED
+from ledger.rollup.groups import NO_COHORT, UNATTRIBUTED
 from ledger.rollup.hour import hours_touched, roll_up_hour, roll_up_range
 from ledger.rollup.prune import prune_rollups, prune_usage
 
 __all__ = [
+    "NO_COHORT",
     "UNATTRIBUTED",
     "hours_touched",
     "prune_rollups",

@@ -20,12 +20,16 @@ A row's GPU-hours are ``gpus × window seconds / 3600``:
 - ``peak_allocated_gpus``: the largest allocated GPUs of the row's group (and flavor / GPU model)
   in any one window of the hour. ``windows``: distinct windows rolled into the row; on rows that
   also carry queue samples, the larger of the usage and the sample window counts.
-- ``nominal_gpu_hours``, ``borrowed_gpu_hours``, ``lent_gpu_hours``, ``pending_gpu_hours`` (from
-  ``pending_demand``): Σ value × ``window_seconds`` / 3600 over the ``nvidia.com/gpu`` samples, on
-  cluster_queue rows and summed to team (``ClusterQueue.team``), cohort (``ClusterQueue.cohort``),
-  flavor and fleet rows. MIG quota resources are in MIG-instance units, not GPUs, and are left out.
-  Namespace, local_queue, workload and node rows carry no quota figures: Kueue reports quota per
-  ClusterQueue. Workload rows leave ``pending_gpu_hours`` at 0.
+- ``nominal_gpu_hours``, ``borrowed_gpu_hours``, ``lent_gpu_hours``: Σ value ×
+  ``window_seconds`` / 3600 over the ``nvidia.com/gpu`` samples (from the API server's status,
+  or Kueue's metrics for windows the sync did not sample), on cluster_queue rows and summed to
+  team (``ClusterQueue.team``), cohort (``ClusterQueue.cohort``; ``(no cohort)`` for a
+  standalone queue), flavor and fleet rows. MIG quota resources are in MIG-instance units, not
+  GPUs, and are left out. Namespace, local_queue, workload and node rows carry none of these:
+  Kueue reports quota per ClusterQueue.
+- ``pending_gpu_hours``: GPUs requested × hours waited, from each Workload's waiting intervals
+  (``ledger.rollup.pending``), on workload, namespace, local_queue, cluster_queue, cohort, team,
+  flavor and fleet rows alike.
 
 Both usage paths first sum each window's rows into the ``f_…`` GPU columns of ``WINDOW_SUMS``
 (one per usage figure), then sum those × the window's hours over the hour.
@@ -59,6 +63,8 @@ QUOTA_FIGURES = (
     "lent_gpu_hours",
     "pending_gpu_hours",
 )
+# The quota figures summed from ClusterQueue samples; pending comes from waiting intervals.
+SAMPLE_FIGURES = QUOTA_FIGURES[:3]
 
 
 class Thresholds(NamedTuple):

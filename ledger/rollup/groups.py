@@ -1,7 +1,8 @@
 """The nine rollup scopes: how a usage row or queue sample maps to a group, and what a row carries.
 
 Scopes and keys: fleet → cluster name; node → node name; flavor → flavor; team → team name;
-cohort → the ClusterQueue's cohort name (the direct cohort; parents are not summed); cluster_queue
+cohort → the ClusterQueue's cohort name (the direct cohort; parents are not summed; a standalone
+queue's is ``(no cohort)``, which is attributed, unlike ``(unattributed)``); cluster_queue
 → queue name; local_queue and workload → ``namespace/name``; namespace → namespace. Usage with no
 such group (no team, no queue, no workload, empty node or flavor name) goes to the key
 ``(unattributed)`` (a string no Kubernetes name can take), so every scope's rows sum to the fleet
@@ -23,13 +24,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import CharField, Expression, F, Max, Value
+from django.db.models import Case, CharField, Expression, F, Max, Value, When
 from django.db.models.functions import Coalesce, NullIf
 
 from ledger.choices import RollupScope
 from quotas.models import ClusterQueue, LocalQueue, Team, Workload
 
 UNATTRIBUTED = "(unattributed)"
+# The cohort group of a standalone ClusterQueue: attributed (to its queue), just in no cohort.
+NO_COHORT = "(no cohort)"
 FOREIGN_KEYS = ("team_id", "cluster_queue_id", "workload_id")
 
 
@@ -72,12 +75,18 @@ def _named(field: str) -> Coalesce:
     return Coalesce(NullIf(F(field), Value("")), Value(UNATTRIBUTED), output_field=CharField())
 
 
-def _cohort(prefix: str) -> Coalesce:
-    """The cohort of a ClusterQueue: the Cohort row, else the name an implicit cohort goes by."""
-    return Coalesce(
-        F(f"{prefix}cohort__name"),
-        NullIf(F(f"{prefix}cohort_name"), Value("")),
-        Value(UNATTRIBUTED),
+def _cohort(prefix: str) -> Case:
+    """The cohort of a ClusterQueue: the Cohort row, else the name an implicit cohort goes by,
+    else ``(no cohort)`` for a standalone queue; no queue at all is unattributed."""
+    queue = prefix.rstrip("_") or "cluster_queue"
+    return Case(
+        When(**{f"{queue}__isnull": True}, then=Value(UNATTRIBUTED)),
+        default=Coalesce(
+            F(f"{prefix}cohort__name"),
+            NullIf(F(f"{prefix}cohort_name"), Value("")),
+            Value(NO_COHORT),
+            output_field=CharField(),
+        ),
         output_field=CharField(),
     )
 

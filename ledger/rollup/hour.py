@@ -2,7 +2,8 @@
 
 ``roll_up_hour`` locks the cluster, computes the usage figures of every scope (``postgres`` on
 PostgreSQL, else ``portable``), names the groups, adds the quota figures of the hour's
-ClusterQueue samples (``quota``), then deletes the cluster-hour's rows and inserts the new ones
+ClusterQueue samples (``quota``) and the pending GPU-hours of the Workloads that waited in it
+(``pending``), then deletes the cluster-hour's rows and inserts the new ones
 in the same transaction, which also records which windows they include (``completeness``).
 ``roll_up_range`` does that hour by hour; ``hours_touched`` says which hours newly written windows
 belong to.
@@ -25,8 +26,9 @@ from fleet.models import Cluster
 from ledger.choices import RollupScope
 from ledger.models import GpuUsage, HourlyRollup
 from ledger.rollup.completeness import changes_of, record_rollup
-from ledger.rollup.figures import QUOTA_FIGURES, USAGE_FIGURES
+from ledger.rollup.figures import SAMPLE_FIGURES, USAGE_FIGURES
 from ledger.rollup.groups import FOREIGN_KEYS, name_rows, quota_groups, usage_groups
+from ledger.rollup.pending import pending_rows, sync_horizon
 from ledger.rollup.portable import usage_rows
 from ledger.rollup.postgres import copy_rollups, fast_path_applies, fast_usage_rows
 from ledger.rollup.quota import flavor_models, quota_rows
@@ -92,12 +94,26 @@ def _compute_rows(cluster: Cluster, hour: datetime) -> list[dict[str, Any]]:
                 identity,
                 {"key": row["key"], "flavor": row["flavor"], "gpu_model": model, "windows": 0},
             )
-            for figure in QUOTA_FIGURES:
+            for figure in SAMPLE_FIGURES:
                 target[figure] = row[figure] or 0.0
             target["windows"] = max(target["windows"], row["windows"])
             for name in FOREIGN_KEYS:
                 if target.get(name) is None:
                     target[name] = row.get(name)
+
+    for row in pending_rows(cluster, hour, sync_horizon(cluster.pk)):
+        model = models.get(row["flavor"], "")
+        identity = (row["scope"], row["key"], row["flavor"], model)
+        target = rows.setdefault(
+            identity,
+            {"key": row["key"], "flavor": row["flavor"], "gpu_model": model, "windows": 0},
+        )
+        target["pending_gpu_hours"] = (
+            target.get("pending_gpu_hours", 0.0) + row["pending_gpu_hours"]
+        )
+        for name in FOREIGN_KEYS:
+            if target.get(name) is None:
+                target[name] = row.get(name)
 
     return [
         {"cluster_id": cluster.pk, "scope": scope, "hour": hour, **values}

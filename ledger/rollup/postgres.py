@@ -29,7 +29,7 @@ from fleet.models import Cluster
 from ledger.choices import RollupScope
 from ledger.models import GpuUsage, HourlyRollup
 from ledger.rollup.figures import USAGE_FIGURES, WINDOW_SUMS, thresholds
-from ledger.rollup.groups import UNATTRIBUTED, Group, usage_groups
+from ledger.rollup.groups import NO_COHORT, UNATTRIBUTED, Group, usage_groups
 from ledger.store import copy_rows
 from quotas.models import ClusterQueue, Cohort
 
@@ -201,7 +201,11 @@ def _grain_key(group: Group) -> tuple[str, list[Any], str]:
             f"LEFT JOIN {ClusterQueue._meta.db_table} cq ON cq.id = g.cluster_queue_id "
             f"LEFT JOIN {Cohort._meta.db_table} co ON co.id = cq.cohort_id"
         )
-        return "COALESCE(co.name, NULLIF(cq.cohort_name, ''), %s)", [UNATTRIBUTED], joins
+        cohort = (
+            "CASE WHEN cq.id IS NULL THEN %s "
+            "ELSE COALESCE(co.name, NULLIF(cq.cohort_name, ''), %s) END"
+        )
+        return cohort, [UNATTRIBUTED, NO_COHORT], joins
     return f"g.{group.named_by}_id", [], ""
 
 

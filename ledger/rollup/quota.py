@@ -34,7 +34,6 @@ def quota_rows(samples: QuerySet[ClusterQueueSample], group: Group) -> list[dict
             nominal_gpu_hours=gpu_hours("nominal"),
             borrowed_gpu_hours=gpu_hours("borrowed"),
             lent_gpu_hours=gpu_hours("lent"),
-            pending_gpu_hours=gpu_hours("pending_demand"),
             windows=Count("sampled_at", distinct=True),
             **group.fk_maxima(),
         )

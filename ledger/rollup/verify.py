@@ -29,6 +29,7 @@ from ledger.models import GpuUsage, HourlyRollup
 from ledger.rollup.completeness import usage_gone
 from ledger.rollup.groups import UNATTRIBUTED
 from ledger.rollup.hour import HOUR, roll_up_hour
+from ledger.rollup.pending import sync_horizon, waited_gpu_hours
 from quotas.models import ClusterQueueSample
 
 USAGE_CHECKED = (
@@ -44,12 +45,12 @@ QUOTA_CHECKED = (
     "lent_gpu_hours",
     "pending_gpu_hours",
 )
-# Figure → (sample field) for the quota figures, as ``window_seconds`` × value / 3600.
+# Figure → (sample field) for the quota figures, as ``window_seconds`` × value / 3600;
+# pending_gpu_hours comes from the Workloads' waiting intervals (``ledger.rollup.pending``).
 QUOTA_SOURCES = {
     "nominal_gpu_hours": "nominal",
     "borrowed_gpu_hours": "borrowed",
     "lent_gpu_hours": "lent",
-    "pending_gpu_hours": "pending_demand",
 }
 # Sums over the same rows in another order differ in the last bits only.
 RELATIVE_TOLERANCE = 1e-6
@@ -132,6 +133,8 @@ def usage_totals(cluster: Cluster, hour: datetime) -> Totals:
     for window_seconds, *values in samples:
         for figure, value in zip(QUOTA_SOURCES, values, strict=True):
             fleet[figure] += float(value or 0) * window_seconds / 3600
+    for _row, gpu_hours in waited_gpu_hours(cluster, hour, sync_horizon(cluster.pk)):
+        fleet["pending_gpu_hours"] += gpu_hours
     return totals
 
 

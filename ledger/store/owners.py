@@ -1,8 +1,12 @@
 """Who a window's pods are charged to: Workload, LocalQueue, ClusterQueue and Team.
 
 A pod resolves through, in order: the workload of a stored Allocation of the same pod (the same
-uid first, else the newest), the Kueue pod labels kube-state-metrics exposes (ClusterQueue, then
-LocalQueue), the namespace's only live LocalQueue, and finally the namespace's TeamNamespace.
+uid first, else the newest); for a pod no stored allocation links (one gone before any sync saw
+it), its owner chain from kube-state-metrics (``kube_pod_owner``, ``kube_job_owner``, the pod
+group label) to the Workload that owns that job; the Kueue pod labels kube-state-metrics exposes
+(ClusterQueue, then LocalQueue), the namespace's only live LocalQueue, and finally the
+namespace's TeamNamespace. So a workload preempted and admitted again keeps the hours of its
+first pods too.
 A few set-based queries serve the whole window.
 """
 
@@ -12,12 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Q
+
 from core import bulk
+from core.timewindows import Window
 from fleet import constants as c
-from fleet.ingest import WindowBatch
+from fleet.ingest import PodOwner, WindowBatch
 from fleet.models import Cluster
 from quotas.allocations import AllocationKey, PodKey
-from quotas.models import ClusterQueue, LocalQueue, TeamNamespace
+from quotas.models import ClusterQueue, LocalQueue, TeamNamespace, Workload
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,14 @@ def resolve_owners(
         ):
             by_workload[(namespace, pod)] = stored
 
+    # Pods no stored allocation links (gone before any sync saw them): their owner chain.
+    unlinked = {
+        pod_key: owner
+        for pod_key, owner in batch.owners.items()
+        if pod_key in queue_names and pod_key not in by_workload
+    }
+    by_owner = _workloads_by_owner(cluster, batch, unlinked)
+
     namespaces = sorted({namespace for namespace, _ in queue_names})
     # .values() rows (TypedDicts for mypy), read by key.
     local_queues: dict[tuple[str, str], Mapping[str, Any]] = {}
@@ -96,7 +111,7 @@ def resolve_owners(
 
     owners: dict[PodKey, Owner] = {}
     for (namespace, pod), (cq_name, lq_name) in queue_names.items():
-        workload = by_workload.get((namespace, pod))
+        workload = by_workload.get((namespace, pod)) or by_owner.get((namespace, pod))
         workload_id = lq_id = cq_id = team_id = None
         if workload is not None:
             workload_id = workload["workload_id"]
@@ -122,3 +137,79 @@ def resolve_owners(
             team_id = teams.get(namespace)
         owners[(namespace, pod)] = Owner(workload_id, lq_id, cq_id, team_id)
     return owners
+
+
+_WORKLOAD_FIELDS = (
+    "id",
+    "namespace",
+    "name",
+    "owner_kind",
+    "owner_name",
+    "owner_uid",
+    "job_uid",
+    "observed_at",
+    "finished_at",
+    "deleted_at",
+    "local_queue_id",
+    "cluster_queue_id",
+    "cluster_queue__team_id",
+)
+
+
+def _workloads_by_owner(
+    cluster: Cluster, batch: WindowBatch, owners: Mapping[PodKey, PodOwner]
+) -> dict[PodKey, Mapping[str, Any]]:
+    """The Workload of each pod through its owner chain, in the shape of a stored allocation.
+
+    A pod joins the Workload whose ``job-uid`` (or controller uid) is the pod's own uid (a plain
+    pod), else the Workload owned by the top of its chain (Job, a JobSet child Job's JobSet,
+    RayCluster, ...), else the Workload named by its pod group. Several Workloads of one owner
+    (a Job recreated under the same name): the one alive in the window, else the newest.
+    """
+    if not owners:
+        return {}
+    uids = sorted({owner.uid for owner in owners.values() if owner.uid})
+    names = sorted({owner.top_name for owner in owners.values() if owner.top_name})
+    groups = sorted({owner.pod_group for owner in owners.values() if owner.pod_group})
+    query = Q(job_uid__in=uids) | Q(owner_uid__in=uids) | Q(owner_name__in=names)
+    query |= Q(name__in=groups)
+    by_uid: dict[str, list[Mapping[str, Any]]] = {}
+    by_owner: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    by_name: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for row in Workload.objects.filter(cluster=cluster).filter(query).values(*_WORKLOAD_FIELDS):
+        for uid in {row["job_uid"], row["owner_uid"]} - {""}:
+            by_uid.setdefault(uid, []).append(row)
+        key = (row["namespace"], row["owner_kind"], row["owner_name"])
+        by_owner.setdefault(key, []).append(row)
+        by_name.setdefault((row["namespace"], row["name"]), []).append(row)
+    window = batch.window
+    found: dict[PodKey, Mapping[str, Any]] = {}
+    for (namespace, pod), owner in owners.items():
+        candidates = (
+            [r for r in by_uid.get(owner.uid, []) if r["namespace"] == namespace]
+            or by_owner.get((namespace, owner.top_kind, owner.top_name), [])
+            or by_name.get((namespace, owner.pod_group), [])
+        )
+        if candidates:
+            found[(namespace, pod)] = _as_allocation(_alive_in(candidates, window))
+    return found
+
+
+def _alive_in(rows: list[Mapping[str, Any]], window: Window) -> Mapping[str, Any]:
+    def alive(row: Mapping[str, Any]) -> bool:
+        ends = [t for t in (row["finished_at"], row["deleted_at"]) if t is not None]
+        started = row["observed_at"] is None or row["observed_at"] < window.end
+        return started and (not ends or min(ends) > window.start)
+
+    return max(
+        rows, key=lambda r: (alive(r), r["observed_at"] is not None, r["observed_at"] or 0, r["id"])
+    )
+
+
+def _as_allocation(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "workload_id": row["id"],
+        "workload__local_queue_id": row["local_queue_id"],
+        "workload__cluster_queue_id": row["cluster_queue_id"],
+        "workload__cluster_queue__team_id": row["cluster_queue__team_id"],
+    }

@@ -4,6 +4,7 @@ cohort totals."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from decimal import Decimal
 
 from core.mig import GPU_RESOURCE
@@ -132,14 +133,27 @@ def build_queue_samples(batch: KueueBatch, resource: str = GPU_RESOURCE) -> list
 def _attribute_lending(batch: KueueBatch, samples: list[QueueSampleRow], resource: str) -> None:
     """Set each sample's ``lent`` (see ``build_queue_samples``)."""
     cohort_of = {cq.meta.name: cq.cohort_name for cq in batch.cluster_queues if cq.cohort_name}
-    own_quota = _cohort_quota(batch, resource)
+    attribute_lending(samples, cohort_of, _cohort_quota(batch, resource))
+
+
+def attribute_lending(
+    samples: list[QueueSampleRow],
+    cohort_of: Mapping[str, str],
+    own_quota: Mapping[tuple[str, str], Decimal],
+) -> None:
+    """Set each sample's ``lent`` from its direct cohort's borrowing (``build_queue_samples``).
+
+    ``cohort_of``: ClusterQueue name -> direct cohort (standalone queues absent);
+    ``own_quota``: (cohort, flavor) -> the cohort's own nominal quota. Used for the API server's
+    samples and for those made from Kueue's metrics alike, so both infer lending one way.
+    """
     groups: dict[tuple[str, str], list[QueueSampleRow]] = defaultdict(list)
     for sample in samples:
         cohort = cohort_of.get(sample.cluster_queue_name)
         if cohort:
             groups[(cohort, sample.flavor_name)].append(sample)
     for key, members in groups.items():
-        to_place = sum((m.borrowed for m in members), ZERO) - own_quota[key]
+        to_place = sum((m.borrowed for m in members), ZERO) - own_quota.get(key, ZERO)
         if to_place <= 0:
             continue
         lendable = {}

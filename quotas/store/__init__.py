@@ -21,14 +21,22 @@ rows are replaced by what its spec says now.
 Modules: ``writer`` (the batch's state and the upsert every kind goes through), ``queues``
 (flavors, cohorts, teams, ClusterQueues and quotas, LocalQueues, namespaces, priority classes),
 ``workloads`` (Workloads, transitions), ``snapshot`` (``write_snapshot``, in foreign-key order),
-``deletions`` (``mark_deleted``), ``samples`` (``write_queue_samples``). Nodes are written by
+``deletions`` (``mark_deleted``), ``samples`` (``write_queue_samples``, and
+``write_metric_samples`` for the windows Kueue's metrics fill). Nodes are written by
 ``fleet.inventory`` and pods' allocations by ``quotas.allocations``, which the DCGM windows'
 writer (``ledger.store``) shares.
 """
 
 from quotas.store.deletions import mark_deleted
-from quotas.store.samples import write_queue_samples
+from quotas.store.samples import metric_sample_context, write_metric_samples, write_queue_samples
 from quotas.store.snapshot import write_snapshot
 from quotas.store.writer import WriteResult
 
-__all__ = ["WriteResult", "mark_deleted", "write_queue_samples", "write_snapshot"]
+__all__ = [
+    "WriteResult",
+    "mark_deleted",
+    "metric_sample_context",
+    "write_metric_samples",
+    "write_queue_samples",
+    "write_snapshot",
+]

@@ -128,8 +128,9 @@ def test_an_expired_token_is_refused(finance_user, scenario):
         ("local_queue", {"alpha-ns/lq-a"}),
         ("namespace", {"alpha-ns"}),
         ("workload", {"alpha-ns/train-1"}),
-        # Fleet-level aggregates are visible to every signed-in user.
-        ("cohort", {"research"}),
+        # Fleet-level aggregates are visible to every signed-in user; the standalone cq-gamma
+        # is the "(no cohort)" group.
+        ("cohort", {"research", "(no cohort)"}),
         ("node", {"node-1", "node-2"}),
         ("cluster", {"test"}),
         ("flavor", {"h100", "a100"}),

@@ -146,3 +146,53 @@ def _table_figures() -> tuple:
         round(rollups["a"], 6),
         round(rollups["b"], 6),
     )
+
+
+def test_the_simulators_kueue_metrics_match_its_clusterqueue_status():
+    from quotas.ingest import build_queue_samples, build_snapshot, snapshot_from_lists
+    from quotas.ingest.metrics import build_metric_samples
+
+    sim = FleetSimulator(seed=5, end=END, days=1, step_seconds=3600)
+    compared = 0
+    for window in sim.windows():
+        sim.advance(window.start)
+        batch = build_snapshot(snapshot_from_lists(window.end, **sim.kube_lists(window.end)), [])
+        order = {
+            cq.meta.name: [
+                q.flavor_name
+                for q in sorted(cq.quotas, key=lambda q: q.position)
+                if q.resource == "nvidia.com/gpu"
+            ]
+            for cq in batch.cluster_queues
+        }
+
+        def figures(rows):
+            return {
+                (r.cluster_queue_name, r.flavor_name): (r.total, r.borrowed, r.lent, r.nominal)
+                for r in rows
+            }
+
+        api = figures(build_queue_samples(batch))
+        metric = figures(build_metric_samples(sim.kueue_window(window), flavor_order=order).samples)
+        assert metric == {key: api[key] for key in metric}, window.end
+        compared += len(metric)
+    assert compared > 0
+
+
+@pytest.mark.django_db
+def test_quota_history_before_the_simulated_install_comes_from_kueue_metrics():
+    from quotas.choices import SampleSource
+    from quotas.models import ClusterQueueSample
+
+    call_command(
+        "simulate", "--days", "1", "--step", "3600", "--seed", "3", "--end", END.isoformat()
+    )
+
+    samples = ClusterQueueSample.objects.all()
+    install = END - timedelta(hours=12)
+    assert samples.filter(sampled_at__lt=install).exists()
+    assert not samples.filter(sampled_at__lt=install, source=SampleSource.API).exists()
+    assert not samples.filter(sampled_at__gte=install, source=SampleSource.METRICS).exists()
+    # Borrowing shows in the hours only Kueue's metrics describe.
+    early = HourlyRollup.objects.filter(scope=RollupScope.CLUSTER_QUEUE, hour__lt=install)
+    assert early.aggregate(total=Sum("nominal_gpu_hours"))["total"] > 0

@@ -432,3 +432,43 @@ def test_prune_usage_drops_run_records_older_than_the_usage_retention(settings):
     assert prune_usage()["ingest_runs"] == 1
     assert list(IngestRun.objects.values_list("pk", flat=True)) == [new.pk]
     assert not IngestRun.objects.filter(pk=old.pk).exists()
+
+
+def test_the_command_collects_the_cluster_the_environment_describes(alpha_prometheus, settings):
+    # given: a single-cluster install described by PROMETHEUS_URL alone, no cluster row yet
+    settings.PROMETHEUS_URL = alpha_prometheus.url
+    settings.KUBECONFIG = ""
+    settings.GPULEDGER_CLUSTER_NAME = "onprem"
+    out = StringIO()
+
+    # when: the documented backfill command runs without --cluster
+    call_command(
+        "collect_metrics",
+        start=(T0 + timedelta(minutes=5)).isoformat(),
+        end=(T0 + timedelta(minutes=7)).isoformat(),
+        no_progress=True,
+        stdout=out,
+    )
+
+    # then: it used (and created) the environment's cluster, as the Celery tasks do
+    assert Cluster.objects.get().name == "onprem"
+    assert "onprem: 2 windows collected" in out.getvalue()
+
+
+def test_the_command_needs_a_cluster_name_when_there_are_several(alpha_prometheus, settings):
+    settings.PROMETHEUS_URL = ""
+    settings.KUBECONFIG = ""
+    make_cluster("alpha", alpha_prometheus.url)
+    make_cluster("beta", alpha_prometheus.url)
+
+    expected = r"several clusters \(alpha, beta\); name one with --cluster"
+    with pytest.raises(CommandError, match=expected):
+        call_command("collect_metrics", no_progress=True)
+
+
+def test_the_command_says_what_to_set_when_there_is_no_cluster(db, settings):
+    settings.PROMETHEUS_URL = ""
+    settings.KUBECONFIG = ""
+
+    with pytest.raises(CommandError, match="set PROMETHEUS_URL and/or KUBECONFIG"):
+        call_command("collect_metrics", no_progress=True)

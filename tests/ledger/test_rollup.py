@@ -18,8 +18,10 @@ node-2, flavor a100-mig:
   r8  MIG 4g (4/7) unallocated, no telemetry
 ClusterQueue samples (nvidia.com/gpu) at 12:01, 12:02, 13:00:
   cq-a h100 nominal 4, borrowed 2, 2, 0          (team alpha, Cohort row "research")
-  cq-b h100 nominal 4, lent 2, 2, 0, pending 1   (team beta, implicit cohort "research" by name)
-  cq-c l4   nominal 1, pending 3                 (no team, no cohort)
+  cq-b h100 nominal 4, lent 2, 2, 0              (team beta, implicit cohort "research" by name)
+  cq-c l4   nominal 1                            (no team, no cohort: a standalone queue)
+Waiting Workloads (pending_gpu_hours), created 12:00, quota reserved 12:03:
+  ns-b/wait-b  cq-b lq-b  1 GPU    ns-c/wait-c  cq-c (no LocalQueue)  3 GPUs
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from ledger import rollup
 from ledger.choices import RollupScope
 from ledger.models import GpuUsage, HourlyRollup
 from ledger.rollup import (
+    NO_COHORT,
     UNATTRIBUTED,
     hours_touched,
     prune_rollups,
@@ -47,20 +50,24 @@ from ledger.rollup import (
     roll_up_hour,
     roll_up_range,
 )
+from quotas.choices import TransitionKind, WorkloadState
 from quotas.models import (
     ClusterQueue,
+    ClusterQueueQuota,
     ClusterQueueSample,
     Cohort,
     LocalQueue,
     ResourceFlavor,
     Team,
     Workload,
+    WorkloadTransition,
 )
 
 H0 = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
 H1 = H0 + timedelta(hours=1)
 MINUTE = timedelta(minutes=1)
 W = 60 / 3600  # GPU-hours of one GPU over one 60 s window
+GPU = "nvidia.com/gpu"
 H0_WINDOWS = [H0 + MINUTE, H0 + 2 * MINUTE, H1]
 H1_WINDOWS = [H1 + MINUTE, H1 + 2 * MINUTE]
 H100 = ("h100", "NVIDIA H100 80GB HBM3")
@@ -161,6 +168,9 @@ CQ_B_QUOTA = {
     "pending_gpu_hours": 1 * 3 * W,
 }
 CQ_C_QUOTA = {"nominal_gpu_hours": 1 * 3 * W, "pending_gpu_hours": 3 * 3 * W}
+# The waiting Workloads: 3 minutes each.
+WAIT_B = {"pending_gpu_hours": 1 * 3 * W}
+WAIT_C = {"pending_gpu_hours": 3 * 3 * W}
 RESEARCH_QUOTA = {
     "nominal_gpu_hours": (4 + 4) * 3 * W,
     "borrowed_gpu_hours": 4 * W,
@@ -246,6 +256,27 @@ def scenario(cluster):
     mig_job = Workload.objects.create(
         cluster=cluster, namespace="ns-b", name="mig-job", cluster_queue=cq_b, local_queue=lq_b
     )
+    # Pending: two Workloads that waited from 12:00 until their quota was reserved at 12:03.
+    ClusterQueueQuota.objects.create(cluster_queue=cq_b, flavor_name="h100", resource=GPU)
+    ClusterQueueQuota.objects.create(cluster_queue=cq_c, flavor_name="l4", resource=GPU)
+    for namespace, name, queue, local, gpus in (
+        ("ns-b", "wait-b", cq_b, lq_b, 1),
+        ("ns-c", "wait-c", cq_c, None, 3),
+    ):
+        waited = Workload.objects.create(
+            cluster=cluster,
+            namespace=namespace,
+            name=name,
+            cluster_queue=queue,
+            local_queue=local,
+            requested_gpus=gpus,
+            observed_at=H0,
+            state=WorkloadState.ADMITTED,
+            quota_reserved_at=H0 + 3 * MINUTE,
+        )
+        WorkloadTransition.objects.create(
+            workload=waited, kind=TransitionKind.QUOTA_RESERVED, at=H0 + 3 * MINUTE
+        )
     ResourceFlavor.objects.create(cluster=cluster, name="h100", gpu_model="NVIDIA-H100-80GB-HBM3")
     ResourceFlavor.objects.create(cluster=cluster, name="l4", gpu_model="NVIDIA-L4")
 
@@ -394,7 +425,7 @@ def test_cohort_rows_sum_member_queues_including_implicit_cohorts(scenario):
         ("research", "h100"),
         ("research", "a100-mig"),
         (UNATTRIBUTED, "h100"),
-        (UNATTRIBUTED, "l4"),
+        (NO_COHORT, "l4"),
     }
     research_usage = {
         figure: ALPHA_H100.get(figure, 0.0) + BETA_H100.get(figure, 0.0) for figure in USAGE_FIGURES
@@ -406,7 +437,7 @@ def test_cohort_rows_sum_member_queues_including_implicit_cohorts(scenario):
     )
     assert_figures(rollup_row(RollupScope.COHORT, "research", A100), 3, MIG_A100)
     assert_figures(rollup_row(RollupScope.COHORT, UNATTRIBUTED, H100), 3, NOTEBOOK_H100)
-    assert_figures(rollup_row(RollupScope.COHORT, UNATTRIBUTED, L4), 3, CQ_C_QUOTA)
+    assert_figures(rollup_row(RollupScope.COHORT, NO_COHORT, L4), 3, CQ_C_QUOTA)
 
 
 def test_cluster_queue_rows_join_usage_with_quota_samples(scenario):
@@ -440,9 +471,11 @@ def test_namespace_local_queue_and_workload_rows_are_keyed_namespace_slash_name(
         ("ns-b", "h100"),
         ("ns-b", "a100-mig"),
         ("ns-c", "h100"),
+        ("ns-c", "l4"),
     }
     assert_figures(rollup_row(RollupScope.NAMESPACE, "ns-a", H100), 3, ALPHA_H100)
-    assert_figures(rollup_row(RollupScope.NAMESPACE, "ns-b", H100), 3, BETA_H100)
+    assert_figures(rollup_row(RollupScope.NAMESPACE, "ns-b", H100), 3, BETA_H100, WAIT_B)
+    assert_figures(rollup_row(RollupScope.NAMESPACE, "ns-c", L4), 0, WAIT_C)
     assert_figures(rollup_row(RollupScope.NAMESPACE, "ns-b", A100), 3, MIG_A100)
     assert_figures(rollup_row(RollupScope.NAMESPACE, "ns-c", H100), 3, NOTEBOOK_H100)
 
@@ -451,7 +484,10 @@ def test_namespace_local_queue_and_workload_rows_are_keyed_namespace_slash_name(
         ("ns-b/lq-b", "h100"),
         ("ns-b/lq-b", "a100-mig"),
         (UNATTRIBUTED, "h100"),
+        (UNATTRIBUTED, "l4"),
     }
+    assert_figures(rollup_row(RollupScope.LOCAL_QUEUE, "ns-b/lq-b", H100), 3, BETA_H100, WAIT_B)
+    assert_figures(rollup_row(RollupScope.LOCAL_QUEUE, UNATTRIBUTED, L4), 0, WAIT_C)
     lq_a = rollup_row(RollupScope.LOCAL_QUEUE, "ns-a/lq-a", H100)
     assert_figures(lq_a, 3, ALPHA_H100)
     assert (lq_a.cluster_queue, lq_a.team) == (scenario.cq_a, scenario.alpha)
@@ -461,8 +497,15 @@ def test_namespace_local_queue_and_workload_rows_are_keyed_namespace_slash_name(
         ("ns-a/train", "h100"),
         ("ns-b/infer", "h100"),
         ("ns-b/mig-job", "a100-mig"),
+        ("ns-b/wait-b", "h100"),
+        ("ns-c/wait-c", "l4"),
         (UNATTRIBUTED, "h100"),
     }
+    # A Workload that only waited has a row of its own, with zeros but its pending GPU-hours.
+    wait_b = rollup_row(RollupScope.WORKLOAD, "ns-b/wait-b", H100)
+    assert_figures(wait_b, 0, WAIT_B)
+    assert (wait_b.cluster_queue, wait_b.team) == (scenario.cq_b, scenario.beta)
+    assert_figures(rollup_row(RollupScope.WORKLOAD, "ns-c/wait-c", L4), 0, WAIT_C)
     train = rollup_row(RollupScope.WORKLOAD, "ns-a/train", H100)
     assert_figures(train, 3, ALPHA_H100)
     assert (train.workload, train.cluster_queue, train.team) == (
@@ -556,6 +599,10 @@ def test_usage_figures_of_every_scope_sum_to_the_fleet(scenario):
     assert fleet_quota["nominal_gpu_hours"] > 0
     for scope in ("team", "cohort", "cluster_queue", "flavor"):
         assert totals(scope, QUOTA_FIGURES) == pytest.approx(fleet_quota, rel=1e-9), scope
+    fleet_pending = totals(RollupScope.FLEET, ["pending_gpu_hours"])
+    assert fleet_pending["pending_gpu_hours"] > 0
+    for scope in ("namespace", "local_queue", "workload"):
+        assert totals(scope, ["pending_gpu_hours"]) == pytest.approx(fleet_pending), scope
 
 
 def snapshot() -> list[tuple]:

@@ -157,3 +157,18 @@ def test_queue_and_workload_pages_draw_every_chart_without_errors(
     assert activity["state"] == "ready"
     assert activity["drawn"] >= len(world.gpus)
     assert console_errors == []
+
+
+def test_queue_page_notes_where_quota_history_starts(
+    page, live_server, browser_login, staff_user, world, console_errors
+):
+    browser_login(page, live_server.url, staff_user)
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(live_server.url + reverse("quotas:cluster-queue-detail", args=["test", "team-a"]))
+    wait_for_charts(page, 2)
+
+    note = page.locator("[data-testid=quota-history-start]")
+    note.scroll_into_view_if_needed()
+    assert "Quota history starts at the first sync" in note.inner_text()
+    page.screenshot(path="/tmp/history-queue-page.png")
+    assert console_errors == []

@@ -29,7 +29,7 @@ from fleet.choices import IngestSource, IngestStatus
 from fleet.models import Gpu, IngestRun, Node
 from ledger.choices import RollupScope
 from ledger.models import GpuUsage, HourlyRollup
-from quotas.choices import TransitionKind, WorkloadState
+from quotas.choices import SampleSource, TransitionKind, WorkloadState
 from quotas.models import (
     Allocation,
     ClusterQueue,
@@ -1647,3 +1647,20 @@ def test_team_queues_chart_marks_borrowing_per_flavor(staff_client, world):
     assert any(value is not None for value in band["y"])
     assert not any(t["name"] == "team-a · a100 borrowing" for t in fig["data"])
     assert fig["meta"]["borrowing_series"] == 1
+
+
+def test_queue_page_says_quota_history_starts_at_the_first_sync_without_kueue_metrics(
+    staff_client, world
+):
+    # given: only the API server sync has sampled this cluster's queues
+    response = staff_client.get(page_urls(world)["queue"])
+    assert "Quota history starts at the first sync" in text(response)
+
+    # when: Kueue's metrics filled some window
+    ClusterQueueSample.objects.filter(pk=ClusterQueueSample.objects.first().pk).update(
+        source=SampleSource.METRICS
+    )
+
+    # then: the hours before the sync have quota history; no note
+    response = staff_client.get(page_urls(world)["queue"])
+    assert "Quota history starts at the first sync" not in text(response)

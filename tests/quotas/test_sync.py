@@ -686,6 +686,28 @@ def test_the_command_creates_the_cluster_and_syncs_it(kube_api, capsys) -> None:
     assert "gpu-west: success" in capsys.readouterr().out
 
 
+def test_the_command_syncs_the_cluster_the_environment_describes(kube_api, settings) -> None:
+    # given: only KUBECONFIG describes the install (no cluster row, no --cluster)
+    settings.KUBECONFIG = kube_api.kubeconfig
+    settings.PROMETHEUS_URL = ""
+    settings.GPULEDGER_CLUSTER_NAME = "onprem"
+
+    call_command("sync_cluster", "--kubeconfig", kube_api.kubeconfig)
+
+    cluster = Cluster.objects.get()
+    assert cluster.name == "onprem"
+    assert Workload.objects.filter(cluster=cluster).count() == 16
+
+
+def test_the_command_needs_a_cluster_name_when_there_are_several(kube_cluster, settings) -> None:
+    settings.KUBECONFIG = ""
+    settings.PROMETHEUS_URL = ""
+    Cluster.objects.create(name="gpu-west")
+
+    with pytest.raises(CommandError, match="several clusters .*name one with --cluster"):
+        call_command("sync_cluster")
+
+
 def test_the_command_refuses_an_unknown_cluster_without_create(kube_api) -> None:
     with pytest.raises(CommandError, match="no cluster named"):
         call_command("sync_cluster", "--cluster", "nowhere")

@@ -6,7 +6,7 @@ tables.
 """
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -26,8 +26,14 @@ from fleet.models import Cluster, IngestRun
 from ledger.rollup import roll_up_range
 from ledger.store import write_window
 from quotas.ingest import build_queue_samples, build_snapshot, snapshot_from_lists
+from quotas.ingest.metrics import build_metric_samples
 from quotas.models import Team
-from quotas.store import write_queue_samples, write_snapshot
+from quotas.store import (
+    metric_sample_context,
+    write_metric_samples,
+    write_queue_samples,
+    write_snapshot,
+)
 
 
 class Command(BaseCommand):
@@ -44,6 +50,14 @@ class Command(BaseCommand):
             "GPULEDGER_COLLECT_SECONDS).",
         )
         parser.add_argument("--cluster", default="demo", help="Cluster name (default demo).")
+        parser.add_argument(
+            "--sync-days",
+            type=float,
+            default=None,
+            help="Days before the end that the API server sync ran (default: half the history). "
+            "Earlier windows get their quota history from Kueue's metrics only, as a fresh "
+            "install backfilling from Prometheus would.",
+        )
         parser.add_argument(
             "--end",
             help="End of the simulated period, ISO 8601 with offset (default: now).",
@@ -81,6 +95,8 @@ class Command(BaseCommand):
             window_start=sim.start,
             window_end=sim.end,
         )
+        sync_days = options["sync_days"]
+        synced_from = sim.end - timedelta(days=days / 2 if sync_days is None else sync_days)
         stats = IngestStats()
         kube_skipped = 0
         rows = 0
@@ -93,9 +109,17 @@ class Command(BaseCommand):
                 if sim.changed or window is windows[-1]:
                     write_snapshot(cluster, batch, snapshot.complete)
                     sim.changed = False
-                rows += write_queue_samples(
-                    cluster, build_queue_samples(batch), window.end, window.seconds
+                # Kueue's metrics for every window, the API server's status once the sync "runs"
+                # (it wins where both exist): the backfill path of a fresh install.
+                order, pools = metric_sample_context(cluster)
+                metric = build_metric_samples(
+                    sim.kueue_window(window), flavor_order=order, cohort_quota=pools
                 )
+                rows += write_metric_samples(cluster, metric.samples, window.end, window.seconds)
+                if window.end >= synced_from:
+                    rows += write_queue_samples(
+                        cluster, build_queue_samples(batch), window.end, window.seconds
+                    )
                 answers = sim.prometheus_window(window)
                 window_batch = build_window(
                     WindowInput(

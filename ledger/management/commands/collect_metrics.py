@@ -1,5 +1,6 @@
 """Collect DCGM usage from Prometheus: one normal run, or a backfill of a historical range.
 
+    manage.py collect_metrics                                  # the one cluster (PROMETHEUS_URL)
     manage.py collect_metrics --cluster prod                   # like the beat task (catch-up too)
     manage.py collect_metrics --cluster prod \\
         --start 2026-06-01T00:00:00Z --end 2026-06-08T00:00:00Z  # backfill, window by window
@@ -22,7 +23,7 @@ from django.utils.dateparse import parse_datetime
 from tqdm import tqdm
 
 from core.timewindows import windows_between
-from fleet.models import Cluster
+from fleet.models import Cluster, ClusterChoiceError
 from fleet.prometheus import PrometheusError
 from ledger.collector import Collector, CollectResult
 
@@ -42,7 +43,11 @@ class Command(BaseCommand):
     help = "Collect DCGM usage and GPU allocation from Prometheus (a normal run, or a backfill)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--cluster", required=True, help="Cluster name (slug).")
+        parser.add_argument(
+            "--cluster",
+            help="Cluster name (slug); required when there are several. Default: the only "
+            "cluster, or the one PROMETHEUS_URL / KUBECONFIG describe.",
+        )
         parser.add_argument("--start", help="Backfill from this ISO 8601 time (with offset).")
         parser.add_argument("--end", help="Backfill up to this ISO 8601 time (with offset).")
         parser.add_argument(
@@ -52,7 +57,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-progress", action="store_true", help="No progress bar on stderr.")
 
     def handle(self, *args: object, **options: object) -> None:
-        name = str(options["cluster"])
+        name = str(options["cluster"] or "")
         start_raw, end_raw = options.get("start"), options.get("end")
         if bool(start_raw) != bool(end_raw):
             raise CommandError("--start and --end go together")
@@ -62,7 +67,9 @@ class Command(BaseCommand):
             raise CommandError("--start must be before --end")
         cluster = self._cluster(name, options.get("prometheus_url"))
         if not cluster.prometheus_url:
-            raise CommandError(f"cluster {name} has no Prometheus URL (use --prometheus-url)")
+            raise CommandError(
+                f"cluster {cluster.name} has no Prometheus URL (use --prometheus-url)"
+            )
 
         collector = Collector(cluster)
         try:
@@ -89,6 +96,13 @@ class Command(BaseCommand):
         )
 
     def _cluster(self, name: str, url: object) -> Cluster:
+        if not name:
+            if url:
+                raise CommandError("--prometheus-url needs --cluster (the cluster to set it on)")
+            try:
+                return Cluster.objects.unnamed()
+            except ClusterChoiceError as exc:
+                raise CommandError(str(exc)) from exc
         if url:
             try:
                 URLValidator(schemes=["http", "https"])(str(url))

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from fleet.choices import IngestStatus
-from fleet.models import Cluster
+from fleet.models import Cluster, ClusterChoiceError
 from quotas.kueue import KubeError
 from quotas.sync import SyncBusy, sync_cluster
 
@@ -19,7 +19,11 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--cluster", required=True, help="Cluster name (Cluster.name).")
+        parser.add_argument(
+            "--cluster",
+            help="Cluster name (Cluster.name); required when there are several. Default: the "
+            "only cluster, or the one KUBECONFIG / PROMETHEUS_URL describe.",
+        )
         parser.add_argument(
             "--watch",
             type=float,
@@ -39,6 +43,11 @@ class Command(BaseCommand):
         name = options["cluster"]
         if options["watch"] < 0:
             raise CommandError("--watch must be zero or more seconds")
+        if not name:
+            try:
+                name = Cluster.objects.unnamed().name
+            except ClusterChoiceError as exc:
+                raise CommandError(str(exc)) from exc
         cluster = Cluster.objects.filter(name=name).first()
         if cluster is None:
             if not options["create"]:

@@ -1,0 +1,222 @@
+"""Kueue's own Prometheus metrics -> ClusterQueue samples, for windows the API server never saw.
+
+Input: one window's answers to ``quotas.constants.KUEUE_QUERIES`` (Prometheus vector items).
+Output: the same ``QueueSampleRow`` the sync builds from ClusterQueue status
+(``build_queue_samples``), one per ClusterQueue and flavor of ``nvidia.com/gpu``:
+
+* ``nominal`` / ``borrowing_limit`` / ``lending_limit`` from the quota gauges; ``+Inf`` means
+  the limit is unset (None), as in the API;
+* ``total`` from ``kueue_cluster_queue_resource_usage`` (admitted, like ``flavorsUsage``),
+  ``reserved`` from ``…_resource_reservation`` (like ``flavorsReservation``; usage when absent);
+* ``borrowed`` = usage above nominal, per flavor and resource (what Kueue's status reports);
+* ``lent``: inferred per direct cohort exactly as for the API's samples (``attribute_lending``);
+  the cohort comes from ``kueue_cluster_queue_info{parent_cohort}`` where exported (v0.18+),
+  else from the ``cohort`` label of the resource gauges; ``""`` is a standalone queue;
+* ``pending_demand`` (``…_resource_pending``, v0.18+), ``pending_workloads`` (both statuses of
+  ``kueue_pending_workloads``) and ``admitted_workloads`` (``kueue_admitted_active_workloads``)
+  are per queue, so they go on the queue's first flavor, as the sync puts pending demand.
+
+A series without ``cluster_queue`` or ``flavor``, or with a value that is not a number, is
+skipped and counted (``stats``); NaN is no sample. A queue with no nominal series has no row:
+without a quota there is nothing to sample. Pure: no database, no network.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+from core.mig import GPU_RESOURCE
+from quotas.constants import KUEUE_ANSWERS
+from quotas.ingest.fields import ZERO
+from quotas.ingest.rows import QueueSampleRow
+from quotas.ingest.samples import attribute_lending
+
+
+@dataclass
+class MetricStats:
+    """Series read and skipped (with why) from one window's Kueue answers."""
+
+    records_read: int = 0
+    skipped: int = 0
+    skip_reasons: Counter[str] = field(default_factory=Counter)
+
+    def skip(self, reason: str) -> None:
+        self.skipped += 1
+        self.skip_reasons[reason] += 1
+
+
+@dataclass
+class KueueMetricsWindow:
+    """What Kueue's metrics say about the ClusterQueues in one window."""
+
+    samples: list[QueueSampleRow]
+    # ClusterQueue -> direct cohort ("" = standalone), as the metrics name it.
+    cohorts: dict[str, str]
+    stats: MetricStats
+
+
+def route_answers(answers: Mapping[str, Sequence[object]]) -> dict[str, list[object]]:
+    """The answers to ``quotas.constants.KUEUE_QUERIES``, split by metric name into the inputs
+    of ``build_metric_samples``; ``kueue_pending_workloads`` is summed over its statuses."""
+    routed: dict[str, list[object]] = defaultdict(list)
+    pending: dict[str, float] = defaultdict(float)
+    for name, items in answers.items():
+        for item in items:
+            metric = item.get("metric") if isinstance(item, dict) else None
+            metric_name = metric.get("__name__", "") if isinstance(metric, dict) else ""
+            target = "info" if name == "info" else KUEUE_ANSWERS.get(str(metric_name), "")
+            if target == "pending_workloads" and isinstance(item, dict):
+                value = item.get("value")
+                try:
+                    pending[str(metric.get("cluster_queue") or "")] += float(value[1])  # type: ignore[index, union-attr]
+                except (TypeError, ValueError, IndexError):
+                    routed["pending_workloads"].append(item)
+                continue
+            routed[target or "unknown"].append(item)
+    for queue, count in pending.items():
+        routed["pending_workloads"].append(
+            {"metric": {"cluster_queue": queue}, "value": [0, repr(count)]}
+        )
+    return dict(routed)
+
+
+def _value(item: object, stats: MetricStats) -> tuple[dict, float] | None:
+    """(labels, value) of one vector item; None (counted) when unusable or NaN."""
+    if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
+        stats.skip("kueue_malformed_item")
+        return None
+    value = item.get("value")
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        stats.skip("kueue_malformed_value")
+        return None
+    try:
+        number = float(value[1])
+    except (TypeError, ValueError):
+        stats.skip("kueue_malformed_value")
+        return None
+    if math.isnan(number):
+        return None
+    return item["metric"], number
+
+
+def _decimal(number: float) -> Decimal | None:
+    """The value as a Decimal; None for +Inf (an unset limit), and for -Inf."""
+    if math.isinf(number):
+        return None
+    try:
+        return Decimal(repr(number))
+    except InvalidOperation:
+        return None
+
+
+def _per_flavor(
+    items: Sequence[object], stats: MetricStats, cohorts: dict[str, str]
+) -> dict[tuple[str, str], float]:
+    found: dict[tuple[str, str], float] = {}
+    for item in items:
+        stats.records_read += 1
+        parsed = _value(item, stats)
+        if parsed is None:
+            continue
+        labels, number = parsed
+        queue, flavor = labels.get("cluster_queue") or "", labels.get("flavor") or ""
+        if not queue or not flavor:
+            stats.skip("kueue_missing_labels")
+            continue
+        cohorts.setdefault(str(queue), str(labels.get("cohort") or ""))
+        found[(str(queue), str(flavor))] = number
+    return found
+
+
+def _per_queue(items: Sequence[object], stats: MetricStats) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for item in items:
+        stats.records_read += 1
+        parsed = _value(item, stats)
+        if parsed is None:
+            continue
+        labels, number = parsed
+        queue = labels.get("cluster_queue") or ""
+        if not queue:
+            stats.skip("kueue_missing_labels")
+            continue
+        found[str(queue)] = number
+    return found
+
+
+def _count(number: float | None) -> int:
+    if number is None or math.isinf(number) or number < 0:
+        return 0
+    return round(number)
+
+
+def build_metric_samples(
+    answers: Mapping[str, Sequence[object]],
+    *,
+    flavor_order: Mapping[str, Sequence[str]] | None = None,
+    cohort_quota: Mapping[tuple[str, str], Decimal] | None = None,
+) -> KueueMetricsWindow:
+    """One window's ClusterQueue samples from Kueue's metrics (see the module docstring).
+
+    ``flavor_order``: a queue's flavors in its ``resourceGroups`` order (from the stored
+    ClusterQueue), so per-queue figures land on the flavor Kueue tries first; queues not in it
+    use the sorted flavor names. ``cohort_quota``: (cohort, flavor) -> the cohort's own quota.
+    """
+    stats = MetricStats()
+    cohorts: dict[str, str] = {}
+    nominal = _per_flavor(answers.get("nominal", []), stats, cohorts)
+    borrowing = _per_flavor(answers.get("borrowing_limit", []), stats, cohorts)
+    lending = _per_flavor(answers.get("lending_limit", []), stats, cohorts)
+    usage = _per_flavor(answers.get("usage", []), stats, cohorts)
+    reservation = _per_flavor(answers.get("reservation", []), stats, cohorts)
+    pending = _per_queue(answers.get("resource_pending", []), stats)
+    pending_count = _per_queue(answers.get("pending_workloads", []), stats)
+    admitted_count = _per_queue(answers.get("admitted_workloads", []), stats)
+    for item in answers.get("info", []):
+        stats.records_read += 1
+        parsed = _value(item, stats)
+        if parsed is None:
+            continue
+        labels, _ = parsed
+        queue = labels.get("cluster_queue") or ""
+        if queue:
+            cohorts[str(queue)] = str(labels.get("parent_cohort") or "")
+
+    flavors_of: dict[str, set[str]] = defaultdict(set)
+    for queue, flavor in nominal:
+        flavors_of[queue].add(flavor)
+    order = flavor_order or {}
+    samples: list[QueueSampleRow] = []
+    for queue in sorted(flavors_of):
+        known = list(dict.fromkeys(f for f in order.get(queue, ()) if f in flavors_of[queue]))
+        flavors = known + sorted(flavors_of[queue] - set(known))
+        for index, flavor in enumerate(flavors):
+            key = (queue, flavor)
+            quota = _decimal(nominal[key]) or ZERO
+            used = _decimal(usage.get(key, 0.0)) or ZERO
+            reserved = _decimal(reservation[key]) or ZERO if key in reservation else used
+            first = index == 0
+            samples.append(
+                QueueSampleRow(
+                    cluster_queue_name=queue,
+                    flavor_name=flavor,
+                    resource=GPU_RESOURCE,
+                    total=used,
+                    reserved=reserved,
+                    borrowed=max(ZERO, used - quota),
+                    lent=ZERO,
+                    nominal=quota,
+                    borrowing_limit=_decimal(borrowing[key]) if key in borrowing else None,
+                    lending_limit=_decimal(lending[key]) if key in lending else None,
+                    pending_demand=(_decimal(pending.get(queue, 0.0)) or ZERO) if first else ZERO,
+                    pending_workloads=_count(pending_count.get(queue)) if first else 0,
+                    admitted_workloads=_count(admitted_count.get(queue)) if first else 0,
+                )
+            )
+    cohort_of = {queue: cohort for queue, cohort in cohorts.items() if cohort}
+    attribute_lending(samples, cohort_of, cohort_quota or {})
+    return KueueMetricsWindow(samples=samples, cohorts=cohorts, stats=stats)
