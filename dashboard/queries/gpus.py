@@ -20,6 +20,7 @@ from django.db.models import (
     IntegerField,
     Max,
     Min,
+    Q,
     Sum,
 )
 from django.db.models.functions import Cast, TruncHour
@@ -27,13 +28,9 @@ from django.db.models.functions import Cast, TruncHour
 from core import plotting
 from core.ranges import TimeRange
 from dashboard.live import Series, with_gaps
-from dashboard.queries.holders import (
-    HOLDER_FIELDS,
-    HOLDER_IDENTITY,
-    holder_from_row,
-    holder_urls,
-)
-from dashboard.queries.now import latest_usage, latest_windows
+from dashboard.queries.gpu_states import GpuState, gpu_states
+from dashboard.queries.holders import HOLDER_IDENTITY, holder_from_row, holder_urls
+from dashboard.queries.now import latest_windows
 from fleet.models import Gpu
 from ledger.models import GpuUsage
 from quotas.access import visible_team_ids
@@ -44,54 +41,55 @@ HOLDERS_LIMIT = 200
 RAW_SPAN = timedelta(hours=24)
 
 
-def gpu_rows(gpus: list[Gpu], user: Any) -> list[dict[str, Any]]:
-    """Each GPU's reading and holders in its cluster's newest window (one query)."""
-    windows = latest_windows()
-    allowed = visible_team_ids(user)
-    readings: dict[int, dict[str, Any]] = {}
-    holders: dict[int, list[dict[str, Any]]] = {}
-    usage = (
-        latest_usage(windows)
-        .filter(gpu_id__in=[gpu.pk for gpu in gpus])
-        .values(*HOLDER_FIELDS, "fb_used_mib")
-    )
-    for row in usage:
-        readings[row["gpu_id"]] = row
-        if not row["allocated"]:
-            continue
-        holder = holder_from_row(row, allowed)
-        holders.setdefault(row["gpu_id"], []).append(
-            {"holder": holder, "shared": row["shared"], **holder_urls(holder)}
-        )
+def gpu_rows(
+    gpus: list[Gpu], user: Any, states: dict[int, GpuState] | None = None
+) -> list[dict[str, Any]]:
+    """Each GPU's reading, state and holders now (``gpu_states``: the story every page tells)."""
+    if states is None:
+        states = gpu_states(gpus, latest_windows(), user)
     rows = []
     for gpu in gpus:
-        reading = readings.get(gpu.pk, {})
-        activity = reading.get("activity")
-        fb_used = reading.get("fb_used_mib")
+        state = states[gpu.pk]
         rows.append(
             {
                 "gpu": gpu,
-                "activity_pct": None if activity is None else activity * 100,
-                "gpu_util": reading.get("gpu_util"),
-                "fb_used_gib": None if fb_used is None else fb_used / 1024,
-                "holders": holders.get(gpu.pk, []),
+                "state": state.state,
+                "state_label": state.label,
+                "held": state.held,
+                "placed": state.placed,
+                "activity_pct": state.activity_pct,
+                "gpu_util": state.gpu_util,
+                "fb_used_gib": state.fb_used_gib,
+                "holders": [
+                    {"holder": holder, "shared": state.shared, **holder_urls(holder)}
+                    for holder in state.holders
+                ],
             }
         )
     return rows
 
 
 def holders_over_range(
-    gpu_ids: list[int], time_range: TimeRange, user: Any
+    gpu_ids: list[int],
+    time_range: TimeRange,
+    user: Any,
+    node: tuple[int, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Who held these GPUs in the range: first/last window, GPU-hours and mean activity.
+
+    With ``node`` (cluster id, node name), also the pods that held GPUs on that node without
+    any DCGM series (``gpu`` empty: exporter down, labels lost); their ``gpu_id`` is None.
 
     Rows are grouped by window length too, so GPU-hours stay right when the collection interval
     changed inside the range; the groups of one holder are merged here.
     """
     allowed = visible_team_ids(user)
+    held = Q(gpu_id__in=gpu_ids)
+    if node is not None:
+        held |= Q(gpu_id__isnull=True, cluster_id=node[0], node_name=node[1])
     rows = (
         GpuUsage.objects.filter(
-            gpu_id__in=gpu_ids,
+            held,
             allocated=True,
             window_end__gt=time_range.start,
             window_end__lte=time_range.end,
