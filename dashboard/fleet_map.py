@@ -282,6 +282,8 @@ def map_figure(
     sliced_y: list[str] = []
     free_x: list[float] = []
     free_y: list[str] = []
+    silent_x: list[float] = []
+    silent_y: list[str] = []
     value_name = "mean SM_ACTIVE over the range" if query.value == "mean" else "SM_ACTIVE now"
     for row_index, node in enumerate(ordered):
         offsets: dict[int, int] = defaultdict(int)
@@ -320,6 +322,9 @@ def map_figure(
             if state.state == FREE:
                 free_x.append(start + span / 2 - 0.5)
                 free_y.append(y[row_index])
+            elif state.state == HELD_NO_TELEMETRY and query.value == "latest":
+                silent_x.append(start + span / 2 - 0.5)
+                silent_y.append(y[row_index])
     colors = [STATE_COLORS[name] if name in STATE_COLORS else teams[name] for name in categories]
     n = len(categories)
     discrete: list[list[Any]] = []
@@ -394,6 +399,22 @@ def map_figure(
                 "size": 12,
                 "color": "#9ca3af",
                 "line": {"width": 1, "color": "#9ca3af"},
+            },
+            "hoverinfo": "skip",
+            "showlegend": False,
+        },
+        {
+            # A cross on held cells without telemetry: slate alone is close to the scale's blues.
+            "type": "scatter",
+            "mode": "markers",
+            "name": "held · no telemetry (crossed)",
+            "x": silent_x,
+            "y": silent_y,
+            "marker": {
+                "symbol": "x-thin-open",
+                "size": 9,
+                "color": "#ffffff",
+                "line": {"width": 1.5, "color": "#ffffff"},
             },
             "hoverinfo": "skip",
             "showlegend": False,

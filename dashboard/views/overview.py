@@ -10,7 +10,7 @@ from core.ranges import TimeRange
 from dashboard.decorators import dashboard_page
 from dashboard.frame import chart_url, stat
 from dashboard.queries.now import latest_windows
-from dashboard.queries.overview import flavor_figures, fleet_now
+from dashboard.queries.overview import flavor_figures, fleet_now, pending_while_free
 from dashboard.queries.ranking import ranked_teams
 from dashboard.templatetags.formatting import gpus, percent
 
@@ -22,6 +22,8 @@ def overview(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     span = time_range.covered_hours()
     teams = ranked_teams(span, request.user)
     flavors = flavor_figures(span)
+    waits = pending_while_free(windows)
+    quota_bound = sum(wait.quota_bound for wait in waits)
     utilization = now.utilization
     cards = [
         stat(
@@ -71,8 +73,13 @@ def overview(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
             "Pending demand",
             gpus(now.pending_gpus),
             unit="GPUs",
-            note=f"{now.pending_workloads} pending workloads",
-            tone="neutral",
+            note=f"{now.pending_workloads} pending workloads"
+            + (
+                f"; {gpus(quota_bound)} GPUs of it wait while GPUs of their flavor sit free"
+                if quota_bound
+                else ""
+            ),
+            tone="warn" if quota_bound else "neutral",
             testid="pending",
         ),
     ]
@@ -84,6 +91,8 @@ def overview(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "has_data": bool(windows or teams or flavors),
         "teams": teams,
         "flavors": flavors,
+        "waits": waits,
+        "quota_bound": quota_bound,
         "capacity_chart_url": chart_url("fleet:chart-capacity", request),
         "team_idle_chart_url": chart_url("fleet:chart-team-idle", request),
         "team_active_chart_url": chart_url("fleet:chart-team-active", request),
