@@ -72,9 +72,10 @@ def capacity_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any
 def _ranking(
     request: HttpRequest, time_range: TimeRange, name: str, title: str, color: str
 ) -> dict[str, Any]:
-    ranked = ranked_teams(
+    every = ranked_teams(
         time_range.covered_hours(), request.user, by=name, names=(name,), only_positive=True
-    )[:RANKING_SIZE]
+    )
+    ranked = every[:RANKING_SIZE]
     ranked.reverse()  # horizontal bars: biggest on top
     return team_ranking(
         title,
@@ -84,6 +85,7 @@ def _ranking(
         color=color,
         empty_message="No team rollups in this range yet.",
         links=[team.url or "" for team in ranked],
+        total=len(every),
     )
 
 

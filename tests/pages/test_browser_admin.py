@@ -158,3 +158,47 @@ def test_overview_shows_pending_while_gpus_sit_free_and_flavor_means_over_hours_
     assert f"over the {hours} of " in capacity.inner_text()
     assert console_errors == []
     assert outside_requests == []
+
+
+def test_team_rankings_stay_readable_with_one_team_and_with_two_hundred(
+    page, live_server, staff_user, fleet_data, browser_login, console_errors, outside_requests
+):
+    from ledger.choices import RollupScope
+    from ledger.models import HourlyRollup
+    from quotas.models import Team
+
+    hour = fleet_data.complete_hours[-1]
+    _open(page, live_server, staff_user, browser_login, "/?range=24h")
+
+    # Two teams with idle hours: two thin labelled bars.
+    one = page.evaluate("document.querySelector('#team-idle-chart').layout")
+    bars = page.evaluate("document.querySelector('#team-idle-chart').data[0]")
+    assert bars["text"] == [f"{value:,.1f}" for value in bars["x"]]
+    assert one["height"] <= 30 * 2 + 150
+
+    teams = Team.objects.bulk_create(Team(name=f"t-{i:03d}") for i in range(200))
+    HourlyRollup.objects.bulk_create(
+        HourlyRollup(
+            cluster=fleet_data.cluster,
+            scope=RollupScope.TEAM,
+            key=team.name,
+            hour=hour,
+            team=team,
+            allocated_gpu_hours=10.0,
+            telemetry_gpu_hours=10.0,
+            idle_gpu_hours=1.0 + i,
+            windows=60,
+        )
+        for i, team in enumerate(teams)
+    )
+    page.reload()
+    page.wait_for_function(CHARTS_DRAWN, timeout=20000)
+
+    layout = page.evaluate("document.querySelector('#team-idle-chart').layout")
+    bars = page.evaluate("document.querySelector('#team-idle-chart').data[0]")
+    assert layout["title"]["text"] == "Idle GPU-hours by team · top 15 of 202 teams"
+    assert bars["y"][-1] == "t-199"  # the most idle on top
+    assert len(bars["y"]) == 15 and len(bars["text"]) == 15
+    assert layout["height"] == 30 * 15 + 150
+    assert console_errors == []
+    assert outside_requests == []
