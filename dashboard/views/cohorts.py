@@ -17,6 +17,7 @@ from dashboard.access import allowed_team_ids, get_cohort_for_user, sees_team
 from dashboard.decorators import dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat
 from dashboard.queries import cohorts as queries
+from dashboard.queries.flows import POOL, BorrowingFlows, borrowing_flows
 from dashboard.templatetags.formatting import figure
 from ledger.figures import Figures
 from quotas.models import ClusterQueue, Workload
@@ -153,6 +154,29 @@ def _lender_estimates(
     return lenders
 
 
+def flow_matrix(flows: BorrowingFlows, members: list[ClusterQueue]) -> dict[str, Any]:
+    """The lender → borrower matrix of the template: names, cells, row and column totals."""
+    names = {queue.pk: queue.name for queue in members}
+    names[POOL] = "cohort's own pool"
+    borrowers = flows.borrowers
+    rows = [
+        {
+            "name": names.get(lender, f"queue {lender}"),
+            "pool": lender == POOL,
+            "cells": [flows.hours.get((lender, borrower)) for borrower in borrowers],
+            "total": flows.total_from(lender),
+        }
+        for lender in flows.lenders
+    ]
+    return {
+        "borrowers": [names.get(borrower, f"queue {borrower}") for borrower in borrowers],
+        "rows": rows,
+        "totals": [flows.total_to(borrower) for borrower in borrowers],
+        "total": sum(flows.hours.values()),
+        "peak": max(flows.hours.values(), default=0.0),
+    }
+
+
 @dashboard_page
 def cohort_detail(
     request: HttpRequest, time_range: TimeRange, cluster: str, name: str
@@ -171,6 +195,7 @@ def cohort_detail(
     borrowing, borrowing_more = queries.borrowing_workloads(queue_filter)
     pace = eviction_pace(Q(workload__cluster_queue__cohort=cohort), now)
     over_range = queries.member_figures(members, time_range.covered_hours())
+    flows = borrowing_flows(members, time_range.covered_hours())
 
     member_rows = []
     for queue in members:
@@ -264,6 +289,7 @@ def cohort_detail(
         "borrower_rows": borrower_rows,
         "borrowing_more": borrowing_more,
         "lenders": lenders,
+        "flows": flow_matrix(flows, members),
         "pace": pace,
         "statuses": ReclaimStatus,
         "samples_seen": bool(samples),

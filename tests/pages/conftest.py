@@ -565,4 +565,5 @@ def prometheus_stub():
 
 
 # Nodes whose dcgm-exporter is silent (tests/pages/silent_nodes.py).
+from tests.pages.flows_scenario import flows_scenario  # noqa: E402, F401
 from tests.pages.silent_nodes import silent  # noqa: E402, F401

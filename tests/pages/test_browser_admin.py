@@ -202,3 +202,22 @@ def test_team_rankings_stay_readable_with_one_team_and_with_two_hundred(
     assert layout["height"] == 30 * 15 + 150
     assert console_errors == []
     assert outside_requests == []
+
+
+def test_cohort_page_draws_who_borrowed_from_whom(
+    page, live_server, staff_user, flows_scenario, browser_login, console_errors, outside_requests
+):
+    cohort = flows_scenario.cohort
+    _open(page, live_server, staff_user, browser_login, f"/cohorts/{cohort.cluster.name}/lending/")
+
+    matrix = page.locator("[data-testid=borrow-matrix]")
+    headers = matrix.locator("thead th").all_inner_texts()
+    assert [h.lower() for h in headers[1:-1]] == ["queue-a", "queue-c"]
+    b_row = matrix.locator("tr[data-lender=queue-b] td").all_inner_texts()
+    assert [float(v) for v in b_row[1:]] == [5.0, 2.0, 7.0]
+    pool = matrix.locator("tr", has_text="cohort's own pool").locator("td").all_inner_texts()
+    assert float(pool[1]) == 1.0
+    total = float(matrix.locator("[data-testid=flows-total]").inner_text())
+    assert total == sum(flows_scenario.expected.values())
+    assert console_errors == []
+    assert outside_requests == []
