@@ -135,13 +135,11 @@ def team_choices() -> list[Team]:
 def page_states(nodes: Iterable[Node], windows: dict[int, datetime], user: Any) -> GpuStates:
     """The states now of the GPUs of these nodes (``gpu_states``, the story the node and GPU
     pages tell), in node, index and MIG instance order."""
+    names = {node.pk: node.name for node in nodes}
     gpus = list(
-        Gpu.objects.physical()
-        .filter(node_id__in=[node.pk for node in nodes])
-        .select_related("node")
-        .order_by("node_id", "index", "gi_id")
+        Gpu.objects.physical().filter(node_id__in=list(names)).order_by("node_id", "index", "gi_id")
     )
-    return gpu_states(gpus, windows, user)
+    return gpu_states(gpus, windows, user, node_names=names)
 
 
 def states_by_node(states: GpuStates) -> dict[int, list[GpuState]]:

@@ -86,9 +86,12 @@ class GpuState:
         return None if self.fb_used_mib is None else self.fb_used_mib / 1024.0
 
 
-def _node_name(gpu: Gpu) -> str:
-    node = gpu.node if gpu.node_id else None
-    return node.name if node is not None else gpu.host
+def _node_name(gpu: Gpu, node_names: dict[int, str] | None) -> str:
+    if gpu.node_id is None:
+        return gpu.host
+    if node_names is not None and gpu.node_id in node_names:
+        return node_names[gpu.node_id]
+    return gpu.node.name  # type: ignore[union-attr]
 
 
 class GpuStates(dict[int, GpuState]):
@@ -103,14 +106,19 @@ class GpuStates(dict[int, GpuState]):
         return self.unplaced.get((cluster_id, node_name), 0.0)
 
 
-def gpu_states(gpus: list[Gpu], windows: dict[int, datetime], user: Any) -> GpuStates:
+def gpu_states(
+    gpus: list[Gpu],
+    windows: dict[int, datetime],
+    user: Any,
+    node_names: dict[int, str] | None = None,
+) -> GpuStates:
     """gpu id → its ``GpuState`` in its cluster's newest window (two queries at most).
 
-    ``gpus`` should carry their node (``select_related("node")``) and include every GPU of the
-    nodes asked about, so an allocation without DCGM series is placed across all of them:
-    first on the node's silent GPUs, then on those DCGM reports without a pod (their pod labels
-    were lost: the allocation says they are held); whole GPUs on whole GPUs, MIG slices on MIG
-    instances.
+    ``gpus`` should carry their node (``select_related("node")``, or ``node_names``: node id →
+    name) and include every GPU of the nodes asked about, so an allocation without DCGM series
+    is placed across all of them: first on the node's silent GPUs, then on those DCGM reports
+    without a pod (their pod labels were lost: the allocation says they are held); whole GPUs on
+    whole GPUs, MIG slices on MIG instances.
     """
     states = GpuStates({gpu.pk: GpuState(gpu) for gpu in gpus})
     if not states or not windows:
@@ -133,7 +141,7 @@ def gpu_states(gpus: list[Gpu], windows: dict[int, datetime], user: Any) -> GpuS
             state.shared = state.shared or bool(row["shared"])
     by_node: dict[tuple[int, str], list[GpuState]] = defaultdict(list)
     for state in states.values():
-        by_node[(state.gpu.cluster_id, _node_name(state.gpu))].append(state)
+        by_node[(state.gpu.cluster_id, _node_name(state.gpu, node_names))].append(state)
     unplaced = (
         latest_usage(windows)
         .filter(

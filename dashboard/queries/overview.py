@@ -7,8 +7,10 @@ counts); the team table is ``dashboard.queries.ranking``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, F, FloatField, Q, Sum
@@ -38,6 +40,8 @@ class FleetNow:
     busy: float = 0.0
     pending_gpus: float = 0.0
     pending_workloads: int = 0
+    # flavor → GPUs of capacity no running pod holds, in the newest windows.
+    free_by_flavor: dict[str, float] = field(default_factory=dict)
 
     # GPUs now, not GPU-hours; the ratios are DESIGN "Figures"' formulas all the same.
 
@@ -64,8 +68,12 @@ def fleet_now(windows: dict[int, datetime]) -> FleetNow:
     idle_below = settings.GPULEDGER_IDLE_THRESHOLD
     allocated = Q(allocated=True)
     with_data = Q(allocated=True, activity__isnull=False)
-    totals = (
-        latest_usage(windows).aggregate(
+    # Grouped by flavor (summed below), so the free GPUs per flavor come with the same scan.
+    rows = (
+        latest_usage(windows)
+        .order_by()
+        .values("flavor")
+        .annotate(
             sum_capacity=Sum("capacity_gpus"),
             sum_allocated=Sum("gpus", filter=allocated),
             sum_telemetry=Sum("gpus", filter=with_data),
@@ -83,14 +91,24 @@ def fleet_now(windows: dict[int, datetime]) -> FleetNow:
             ),
         )
         if windows
-        else {}
+        else []
     )
+    totals: dict[str, float] = defaultdict(float)
+    free: dict[str, float] = {}
+    for row in rows:
+        values: dict[str, Any] = dict(row)
+        for key, value in values.items():
+            if key.startswith("sum_"):
+                totals[key.removeprefix("sum_")] += float(value or 0.0)
+        capacity = float(values["sum_capacity"] or 0.0)
+        free[values["flavor"]] = max(0.0, capacity - float(values["sum_allocated"] or 0.0))
     pending = Workload.objects.pending().aggregate(gpus=Sum("requested_gpus"), count=Count("pk"))
     return FleetNow(
         window_end=max(windows.values()) if windows else None,
         pending_gpus=pending["gpus"] or 0.0,
         pending_workloads=pending["count"] or 0,
-        **{key.removeprefix("sum_"): value or 0.0 for key, value in totals.items()},
+        free_by_flavor=free,
+        **totals,
     )
 
 
@@ -160,10 +178,10 @@ class FlavorWait:
         return max(0.0, self.pending - self.quota_bound)
 
 
-def pending_while_free(windows: dict[int, datetime]) -> list[FlavorWait]:
+def pending_while_free(free_by_flavor: dict[str, float]) -> list[FlavorWait]:
     """Per flavor with pending demand: the GPUs pending workloads request (the "Pending demand"
-    card's workloads) and the GPUs free in the newest windows (capacity no running pod holds).
-    Three queries.
+    card's workloads) against the GPUs free in the newest windows (``FleetNow.free_by_flavor``:
+    capacity no running pod holds). Two queries.
 
     A pending workload's flavor is its ClusterQueue's first GPU flavor, as in Kueue's own
     pending figures (which flavor it would get is not knowable before admission), so this is the
@@ -185,18 +203,6 @@ def pending_while_free(windows: dict[int, datetime]) -> list[FlavorWait]:
         wait = waits.setdefault(flavor, FlavorWait(flavor))
         wait.pending += float(row["gpus"] or 0.0)
         wait.pending_workloads += row["count"]
-    if waits and windows:
-        rows = (
-            latest_usage(windows)
-            .filter(flavor__in=list(waits))
-            .values("flavor")
-            .annotate(
-                capacity=Sum("capacity_gpus"),
-                held=Sum("gpus", filter=Q(allocated=True)),
-            )
-            .order_by()
-        )
-        for usage in rows:
-            free = (usage["capacity"] or 0.0) - (usage["held"] or 0.0)
-            waits[usage["flavor"]].free = max(0.0, free)
+    for flavor, wait in waits.items():
+        wait.free = free_by_flavor.get(flavor, 0.0)
     return sorted(waits.values(), key=lambda wait: (-wait.quota_bound, -wait.pending, wait.flavor))
