@@ -122,3 +122,16 @@ def test_a_mig_node_chart_draws_one_line_per_physical_gpu(staff_client, fleet_da
     assert names == ["GPU 0", "GPU 1", "GPU 2", "GPU 3 · MIG 3g.40gb, 4g.40gb"]
     # GPU 3: 3g at 60 % and 4g at 0 %, weighted by compute slices.
     assert figure["data"][3]["y"][-1] == pytest.approx(60.0 * 3 / 7, abs=0.01)
+
+
+def test_an_empty_gpu_chart_spans_the_range_too(staff_client, silent):
+    from fleet.models import Gpu
+
+    gpu = Gpu.objects.filter(node=silent["node-silent"]).first()
+
+    for name in ("fleet:chart-gpu-activity", "fleet:chart-gpu-memory"):
+        figure = staff_client.get(reverse(name, args=[gpu.pk]), {"range": "7d"}).json()
+        xaxis = figure["layout"]["xaxis"]
+        start, end = (datetime.fromisoformat(value) for value in xaxis["range"])
+        assert xaxis["type"] == "date"
+        assert end - start == timedelta(days=7)
