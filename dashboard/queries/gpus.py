@@ -84,33 +84,36 @@ def holders_over_range(
     changed inside the range; the groups of one holder are merged here.
     """
     allowed = visible_team_ids(user)
-    held = Q(gpu_id__in=gpu_ids)
+    # Two queries, not one OR: each walks its own index (by GPU; by cluster and node name).
+    filters = [Q(gpu_id__in=gpu_ids)]
     if node is not None:
-        held |= Q(gpu_id__isnull=True, cluster_id=node[0], node_name=node[1])
-    rows = (
-        GpuUsage.objects.filter(
-            held,
-            allocated=True,
-            window_end__gt=time_range.start,
-            window_end__lte=time_range.end,
-        )
-        .annotate(
-            span=ExpressionWrapper(
-                F("window_end") - F("window_start"), output_field=DurationField()
+        filters.append(Q(gpu_id__isnull=True, cluster_id=node[0], node_name=node[1]))
+    rows: list[dict[str, Any]] = []
+    for held in filters:
+        rows += (
+            GpuUsage.objects.filter(
+                held,
+                allocated=True,
+                window_end__gt=time_range.start,
+                window_end__lte=time_range.end,
             )
+            .annotate(
+                span=ExpressionWrapper(
+                    F("window_end") - F("window_start"), output_field=DurationField()
+                )
+            )
+            .values(*HOLDER_IDENTITY, "span")
+            .annotate(
+                windows=Count("pk"),
+                since=Min("window_start"),
+                until=Max("window_end"),
+                held=Sum("gpus"),
+                mean_activity=Avg("activity"),
+                mean_gpu_util=Avg("gpu_util"),
+                any_shared=Max(Cast("shared", IntegerField())),
+            )
+            .order_by("-until", "gpu_id")[:HOLDERS_LIMIT]
         )
-        .values(*HOLDER_IDENTITY, "span")
-        .annotate(
-            windows=Count("pk"),
-            since=Min("window_start"),
-            until=Max("window_end"),
-            held=Sum("gpus"),
-            mean_activity=Avg("activity"),
-            mean_gpu_util=Avg("gpu_util"),
-            any_shared=Max(Cast("shared", IntegerField())),
-        )
-        .order_by("-until", "gpu_id")[:HOLDERS_LIMIT]
-    )
     merged: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         key = tuple(row[name] for name in HOLDER_IDENTITY)
@@ -148,7 +151,8 @@ def holders_over_range(
                 "shared": bool(row["any_shared"]),
             }
         )
-    return result
+    result.sort(key=lambda entry: entry["until"], reverse=True)
+    return result[:HOLDERS_LIMIT]
 
 
 def stored_gpu_series(
