@@ -5,11 +5,16 @@
 PostgreSQL (default postgres://postgres@127.0.0.1:5432/gpuledger_bench_pages, created when
 missing) holds one cluster with 50,000 GPUs on 6,250 nodes, 100 teams, 1,000 ClusterQueues in 50
 cohorts, 50,000 workloads, 30 days of hourly rollups (fleet, flavor, team, cohort, ClusterQueue
-and workload scopes), the newest USAGE_WINDOWS collection windows of every GPU, and 30 days of
-minutely collection runs. The data is generated once with COPY and kept (``--reset`` rebuilds
-it). Each URL is requested ``--requests`` times with the Django test client, logged in as staff,
-after one warm-up request; p50 / p95 are wall time inside ``Client.get`` (view, queries,
-template). Target (issue 5): p95 <= 300 ms.
+and workload scopes), the newest USAGE_WINDOWS collection windows of every GPU, 30 days of
+minutely collection runs, and the Kueue history the queue pages read: QUEUE_SAMPLE_HOURS of
+per-window ClusterQueue samples of every queue and the state transitions of every workload
+(created, quota reserved, admitted, finished; evictions and preemptions with their preemptors).
+The data is generated once with COPY and kept (``--reset`` rebuilds it; a database generated
+before the Kueue history existed gets it added). Requests run at the data's "now" (the clock is
+moved to the newest window), so "now" figures find their samples however old the data is. Each
+URL is requested ``--requests`` times with the Django test client, logged in as staff, after one
+warm-up request; p50 / p95 are wall time inside ``Client.get`` (view, queries, template).
+Target (issue 5): p95 <= 300 ms.
 
 To add pages, append a function to ``URL_GROUPS``: it gets the ``Sample`` (ids and names of
 objects that exist) and returns ``(label, path)`` pairs.
@@ -42,6 +47,13 @@ COHORTS = 50
 WORKLOADS = 50_000
 DAYS = 30
 USAGE_WINDOWS = 30  # newest collection windows stored per GPU (60 s each)
+# Per-window ClusterQueue samples stored per queue (60 s each): 1,000 queues x 48 h = 2.9 M rows.
+# Production keeps GPULEDGER_USAGE_RETENTION_DAYS (14 d, 20 M rows); the pages read only the
+# newest fresh samples through the (sampled_at, cluster_queue) index, so older rows add index
+# depth, not rows read.
+QUEUE_SAMPLE_HOURS = 48
+# One workload in this many was evicted or preempted (and requeued, then admitted again).
+EVICTED_ONE_IN = 8
 FLAVORS = (
     ("h100", "NVIDIA-H100-80GB-HBM3", 0.5),
     ("a100", "NVIDIA-A100-SXM4-80GB", 0.35),
@@ -385,6 +397,7 @@ def generate(end: datetime) -> None:
 
         copy_rows(IngestRun, runs())
         step("30 days of collection runs")
+        generate_queue_history(end, step)
         user_model = get_user_model()
         user_model.objects.create_user("bench-staff", password="bench", is_staff=True)
     # Autovacuum does this for insert-only tables in production (PostgreSQL >= 13); index-only
@@ -394,11 +407,118 @@ def generate(end: datetime) -> None:
     step("VACUUM ANALYZE")
 
 
+def generate_queue_history(end: datetime, step: Callable[[str], None]) -> None:
+    """ClusterQueue samples of the newest QUEUE_SAMPLE_HOURS and every workload's transitions.
+
+    Samples: each queue has one GPU flavor and 50 GPUs of nominal quota (as its rollups), uses
+    50-130 % of it (above 100 % it borrows), and every fifth queue has demand pending.
+    Transitions: a workload was created, reserved quota and was admitted within 30 days; finished
+    ones finished; one in EVICTED_ONE_IN was evicted or preempted by another workload of its
+    queue, requeued, and admitted again.
+    """
+    from quotas.choices import TransitionKind, WorkloadState
+    from quotas.models import ClusterQueue, ClusterQueueSample, Workload, WorkloadTransition
+
+    rng = random.Random(11)
+    queues = list(ClusterQueue.objects.order_by("pk").values_list("pk", flat=True))
+    windows = QUEUE_SAMPLE_HOURS * 60
+
+    def samples():
+        for w in range(windows):
+            sampled_at = end - timedelta(minutes=w)
+            for i, pk in enumerate(queues):
+                nominal = 50.0
+                total = float(round(nominal * rng.uniform(0.5, 1.3)))
+                borrowed = max(0.0, total - nominal)
+                pending = float(rng.choice((8, 16, 32))) if i % 5 == 0 else 0.0
+                yield {
+                    "cluster_queue_id": pk,
+                    "flavor_name": FLAVORS[i % len(FLAVORS)][0],
+                    "resource": "nvidia.com/gpu",
+                    "sampled_at": sampled_at,
+                    "window_seconds": 60,
+                    "total": total,
+                    "reserved": total,
+                    "borrowed": borrowed,
+                    "lent": 0.0 if borrowed else float(round(rng.uniform(0, 10))),
+                    "nominal": nominal,
+                    "borrowing_limit": 25.0,
+                    "lending_limit": None,
+                    "pending_demand": pending,
+                    "pending_workloads": int(pending // 8),
+                    "admitted_workloads": int(total // 8),
+                }
+
+    count = copy_rows(ClusterQueueSample, samples())
+    step(f"{count:,} ClusterQueue samples ({QUEUE_SAMPLE_HOURS} h x {len(queues):,} queues)")
+
+    workloads = list(Workload.objects.order_by("pk").values_list("pk", "cluster_queue_id", "state"))
+    by_queue: dict[int, list[int]] = {}
+    for pk, queue_id, _state in workloads:
+        by_queue.setdefault(queue_id, []).append(pk)
+    span = DAYS * 24 * 3600 - 24 * 3600
+
+    def transitions():
+        for n, (pk, queue_id, state) in enumerate(workloads):
+            created = end - timedelta(seconds=rng.randrange(3600, span))
+            admitted = created + timedelta(seconds=rng.randrange(10, 1800))
+            yield {"workload_id": pk, "kind": TransitionKind.CREATED, "at": created}
+            if state == WorkloadState.PENDING:
+                continue
+            yield {"workload_id": pk, "kind": TransitionKind.QUOTA_RESERVED, "at": admitted}
+            yield {"workload_id": pk, "kind": TransitionKind.ADMITTED, "at": admitted}
+            moment = admitted
+            if n % EVICTED_ONE_IN == 0:
+                evicted = admitted + timedelta(seconds=rng.randrange(600, 6 * 3600))
+                peers = by_queue[queue_id]
+                preemptor = peers[(peers.index(pk) + 1) % len(peers)]
+                preempted = n % 2 == 0
+                kind = TransitionKind.PREEMPTED if preempted else TransitionKind.EVICTED
+                readmitted = evicted + timedelta(seconds=rng.randrange(60, 3600))
+                yield {
+                    "workload_id": pk,
+                    "kind": kind,
+                    "at": evicted,
+                    "reason": "InClusterQueue" if preempted else "PodsReadyTimeout",
+                    "preemptor_id": preemptor if preempted else None,
+                }
+                yield {"workload_id": pk, "kind": TransitionKind.REQUEUED, "at": evicted}
+                yield {"workload_id": pk, "kind": TransitionKind.ADMITTED, "at": readmitted}
+                moment = readmitted
+            if state == WorkloadState.SUCCEEDED:
+                finished = moment + timedelta(seconds=rng.randrange(600, 12 * 3600))
+                yield {"workload_id": pk, "kind": TransitionKind.FINISHED, "at": finished}
+
+    count = copy_rows(WorkloadTransition, transitions())
+    step(f"{count:,} workload transitions")
+
+
+def usage_model() -> Any:
+    """GpuUsage, wherever the code being measured keeps it (``ledger`` since the restructure)."""
+    try:
+        from ledger.models import GpuUsage
+    except ImportError:  # the code before the restructure, measured on the same database
+        from fleet.models import GpuUsage  # type: ignore[attr-defined,no-redef]
+    return GpuUsage
+
+
 def data_present() -> bool:
     from fleet.models import Gpu
-    from ledger.models import HourlyRollup
 
-    return Gpu.objects.count() >= NODES * GPUS_PER_NODE and HourlyRollup.objects.exists()
+    return Gpu.objects.count() >= NODES * GPUS_PER_NODE and usage_model().objects.exists()
+
+
+def queue_history_present() -> bool:
+    from quotas.models import ClusterQueueSample, WorkloadTransition
+
+    return ClusterQueueSample.objects.exists() and WorkloadTransition.objects.exists()
+
+
+def data_end() -> datetime:
+    """The end of the newest collection window: the data's "now"."""
+    from django.db.models import Max
+
+    return usage_model().objects.aggregate(end=Max("window_end"))["end"]
 
 
 # --- URLs ---------------------------------------------------------------------------------------
@@ -505,6 +625,14 @@ URL_GROUPS: list[Callable[[Sample], list[tuple[str, str]]]] = [fleet_urls, quota
 
 
 def measure(requests: int, only: str | None) -> list[tuple[str, str, float, float, int]]:
+    import time_machine
+
+    # The data's "now", 30 s after its newest window; the clock ticks on from there.
+    with time_machine.travel(data_end() + timedelta(seconds=30), tick=True):
+        return measure_now(requests, only)
+
+
+def measure_now(requests: int, only: str | None) -> list[tuple[str, str, float, float, int]]:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
@@ -549,6 +677,7 @@ def main() -> int:
     create_database(args.database_url, drop=args.reset)
     setup_django()
     from django.core.management import call_command
+    from django.db import transaction
     from django.utils import timezone
 
     call_command("migrate", run_syncdb=True, verbosity=0)
@@ -557,6 +686,10 @@ def main() -> int:
         end = timezone.now().replace(second=0, microsecond=0)
         print("generating data (once; --reset regenerates):")
         generate(end)
+    elif not queue_history_present():
+        print("adding the Kueue history (samples, transitions) to the data:")
+        with transaction.atomic():
+            generate_queue_history(data_end(), lambda label: print(f"  {label}", flush=True))
     print(f"{'page / chart':28} {'p50 ms':>8} {'p95 ms':>8}  ({args.requests} requests each)")
     results = measure(args.requests, args.only)
     failed = [r for r in results if r[4] != 200]

@@ -1,9 +1,10 @@
 """The fleet map: its filters, the nodes and GPUs behind it, and its nodes × GPUs heatmap.
 
 The page (``dashboard.views.fleet_map``) lists a page of nodes with their figures now; its chart
-(``dashboard.charts.fleet_map``) draws the same page of nodes, one cell per GPU coloured by
-SM_ACTIVE (the newest window, or the mean over the range). A GPU without telemetry is a grey
-cell, never idle.
+(``dashboard.charts.fleet_map``) draws the same page of nodes, one cell per GPU coloured by its
+state now (``dashboard.queries.gpu_states``: the story the node and GPU pages tell), by the team
+holding it, or by the mean SM_ACTIVE over the range. A GPU without telemetry is never free or
+idle.
 """
 
 from __future__ import annotations
@@ -15,16 +16,25 @@ from datetime import datetime
 from typing import Any
 
 from django.core.paginator import Page
-from django.db.models import Avg, Exists, F, FloatField, OuterRef, Q, QuerySet, Sum
+from django.db.models import Avg, Exists, OuterRef, Q, QuerySet
 from django.http import HttpRequest
 
-from core import figures as formulas
 from core import plotting
 from core.ranges import TimeRange
 from dashboard.access import allowed_team_ids
 from dashboard.decorators import BadParameter, choice_param, int_param
 from dashboard.frame import paginate
-from dashboard.queries.holders import HOLDER_FIELDS, Holder, holder_from_row
+from dashboard.queries.gpu_states import (
+    FREE,
+    HELD_NO_TELEMETRY,
+    IDLE,
+    NO_TELEMETRY,
+    GpuState,
+    GpuStates,
+    NodeStory,
+    gpu_states,
+    node_story,
+)
 from dashboard.queries.now import latest_usage
 from dashboard.templatetags.formatting import gpu_label
 from fleet.models import MIG_COMPUTE_SLICES, Gpu, Node
@@ -34,7 +44,7 @@ from quotas.models import Team
 
 MAP_NODES_PER_PAGE = 100
 MAP_GROUPS = ("flavor", "pool", "none")
-MAP_VALUES = ("latest", "mean")
+MAP_VALUES = ("latest", "mean", "team")
 
 
 @dataclass
@@ -130,83 +140,50 @@ def team_choices(allowed: set[int] | None) -> list[Team]:
     return list(teams if allowed is None else teams.filter(pk__in=allowed))
 
 
-@dataclass
-class GpuCell:
-    gpu: Gpu
-    activity: float | None = None
-    gpu_util: float | None = None
-    allocated: bool = False
-    holders: list[Holder] = field(default_factory=list)
-
-
-def map_cells(
-    nodes: Iterable[Node],
-    query: MapQuery,
-    windows: dict[int, datetime],
-    time_range: TimeRange,
-    allowed: set[int] | None,
-) -> dict[int, list[GpuCell]]:
-    """node id → its GPUs with activity (latest window, or mean over the range) and holders."""
-    node_ids = [node.pk for node in nodes]
+def page_states(
+    nodes: Iterable[Node], windows: dict[int, datetime], allowed: set[int] | None
+) -> GpuStates:
+    """The states now of the GPUs of these nodes (``gpu_states``, the story the node and GPU
+    pages tell), in node, index and MIG instance order."""
+    names = {node.pk: node.name for node in nodes}
     gpus = list(
-        Gpu.objects.physical().filter(node_id__in=node_ids).order_by("node_id", "index", "gi_id")
+        Gpu.objects.physical().filter(node_id__in=list(names)).order_by("node_id", "index", "gi_id")
     )
-    cells = {gpu.pk: GpuCell(gpu) for gpu in gpus}
-    if cells and windows:
-        rows = latest_usage(windows).filter(gpu_id__in=list(cells)).values(*HOLDER_FIELDS)
-        for row in rows:
-            cell = cells[row["gpu_id"]]
-            if row["activity"] is not None:
-                cell.activity = row["activity"]
-            if row["gpu_util"] is not None:
-                cell.gpu_util = row["gpu_util"]
-            if row["allocated"]:
-                cell.allocated = True
-                cell.holders.append(holder_from_row(row, allowed))
-    if cells and query.value == "mean":
-        for cell in cells.values():
-            cell.activity = None
-        means = (
-            GpuUsage.objects.filter(
-                gpu_id__in=list(cells),
-                window_end__gt=time_range.start,
-                window_end__lte=time_range.end,
-                activity__isnull=False,
-            )
-            .values("gpu_id")
-            .annotate(mean=Avg("activity"))
-        )
-        for row in means:
-            cells[row["gpu_id"]].activity = row["mean"]
-    by_node: dict[int, list[GpuCell]] = defaultdict(list)
-    for gpu in gpus:
-        by_node[gpu.node_id].append(cells[gpu.pk])  # type: ignore[index]
+    return gpu_states(gpus, windows, allowed, node_names=names)
+
+
+def states_by_node(states: GpuStates) -> dict[int, list[GpuState]]:
+    by_node: dict[int, list[GpuState]] = defaultdict(list)
+    for state in states.values():
+        by_node[state.gpu.node_id].append(state)  # type: ignore[index]
     return by_node
 
 
-def node_summaries(nodes: list[Node], windows: dict[int, datetime]) -> dict[tuple[int, str], dict]:
-    """(cluster id, node name) → allocated GPUs and SM_ACTIVE-weighted utilization now."""
-    if not nodes or not windows:
+def mean_activity(gpu_ids: list[int], time_range: TimeRange) -> dict[int, float]:
+    """gpu id → its mean SM_ACTIVE over the range (windows with telemetry only)."""
+    if not gpu_ids:
         return {}
-    with_data = Q(allocated=True, activity__isnull=False)
-    rows = (
-        latest_usage(windows)
-        .filter(node_name__in=[node.name for node in nodes])
-        .values("cluster_id", "node_name")
-        .annotate(
-            held=Sum("gpus", filter=Q(allocated=True)),
-            telemetry=Sum("gpus", filter=with_data),
-            active=Sum(F("activity") * F("gpus"), filter=with_data, output_field=FloatField()),
-            no_data=Sum("capacity_gpus", filter=Q(activity__isnull=True)),
+    means = (
+        GpuUsage.objects.filter(
+            gpu_id__in=gpu_ids,
+            window_end__gt=time_range.start,
+            window_end__lte=time_range.end,
+            activity__isnull=False,
         )
+        .values("gpu_id")
+        .annotate(mean=Avg("activity"))
     )
+    return {row["gpu_id"]: row["mean"] for row in means}
+
+
+def node_summaries(nodes: list[Node], states: GpuStates) -> dict[int, NodeStory]:
+    """node id → its held GPUs, their utilization and the GPUs without telemetry now."""
+    by_node = states_by_node(states)
     return {
-        (row["cluster_id"], row["node_name"]): {
-            "allocated": row["held"] or 0.0,
-            "utilization": formulas.utilization(row["active"] or 0.0, row["telemetry"] or 0.0),
-            "no_data": row["no_data"] or 0.0,
-        }
-        for row in rows
+        node.pk: node_story(
+            by_node.get(node.pk, []), states.unplaced_on(node.cluster_id, node.name)
+        )
+        for node in nodes
     }
 
 
@@ -219,127 +196,236 @@ def node_label(node: Node, query: MapQuery) -> str:
     return plotting.plain(f"{prefix}{node.name}")
 
 
-def map_figure(
-    page_nodes: list[Node], cells: dict[int, list[GpuCell]], query: MapQuery, gpu_url: str
-) -> dict[str, Any]:
-    """Nodes × GPUs heatmap. MIG instances fill their share of the GPU's 7 compute slices."""
-    any_mig = any(cell.gpu.gi_id for node_cells in cells.values() for cell in node_cells)
-    sub = MIG_COMPUTE_SLICES if any_mig else 1
-    slots = max(
-        [node.gpu_capacity for node in page_nodes]
-        + [cell.gpu.index + 1 for node_cells in cells.values() for cell in node_cells]
-        + [1]
+def node_slots(node: Node, states: list[GpuState]) -> int:
+    """Columns a node needs: its physical GPUs. A time-sliced GPU's replicas inflate the
+    node's advertised ``nvidia.com/gpu`` capacity, so such a node counts the GPUs seen."""
+    seen = max((state.gpu.index + 1 for state in states), default=0)
+    if any(state.gpu.time_sliced for state in states):
+        return seen
+    return max(node.gpu_capacity, seen)
+
+
+# Cell colours by state now (the CSS swatches in static/css/app.css match).
+STATE_COLORS = {
+    FREE: "#ffffff",
+    IDLE: "#dc2626",
+    HELD_NO_TELEMETRY: "#64748b",
+    NO_TELEMETRY: "#d6d9de",
+}
+STATE_LEGEND = {
+    FREE: "Free (not held)",
+    IDLE: "Held · idle (SM_ACTIVE below the idle threshold)",
+    HELD_NO_TELEMETRY: "Held · no telemetry",
+    NO_TELEMETRY: "No telemetry (holder unknown; never free or idle)",
+}
+OTHER_TEAMS_COLOR = "#94a3b8"
+
+
+def _team_colors(cells: dict[int, list[GpuState]]) -> dict[str, str]:
+    """Team → colour, the teams holding the most GPUs on the page first; the rest share one."""
+    held: dict[str, float] = defaultdict(float)
+    for states in cells.values():
+        for state in states:
+            if state.holders:
+                held[_team_of(state)] += state.gpu.fraction
+    ranked = sorted(held, key=lambda team: (-held[team], team))
+    return {
+        team: plotting.SERIES[i] if i < len(plotting.SERIES) else OTHER_TEAMS_COLOR
+        for i, team in enumerate(ranked)
+    }
+
+
+def _team_of(state: GpuState) -> str:
+    holder = state.holders[0]
+    return holder.team or "(no team)"
+
+
+def _tooltip(node: Node, state: GpuState, value_name: str) -> str:
+    gpu = state.gpu
+    holders = "<br>".join(plotting.plain(h.label) for h in state.holders) or (
+        "nobody" if state.state == FREE else "holder unknown"
     )
+    if state.holders and not state.placed:
+        holders += "<br><i>from kube-state-metrics; DCGM silent, GPU inferred</i>"
+    activity = (
+        "no telemetry" if state.activity is None else f"{state.activity * 100:.1f} % {value_name}"
+    )
+    util = "" if state.gpu_util is None else f"<br>GPU_UTIL {state.gpu_util:.0f} %"
+    flags = " · time-sliced" if gpu.time_sliced else ""
+    return (
+        f"<b>{plotting.plain(node.name)} · {plotting.plain(gpu_label(gpu))}</b>{flags}"
+        f"<br><b>{state.label}</b> · {activity}{util}<br>{plotting.plain(gpu.model_name)}"
+        f"<br>{holders}"
+    )
+
+
+def map_figure(
+    page_nodes: list[Node],
+    cells: dict[int, list[GpuState]],
+    query: MapQuery,
+    gpu_url: str,
+    means: dict[int, float] | None = None,
+) -> dict[str, Any]:
+    """Nodes × GPUs heatmap. MIG instances fill their share of the GPU's 7 compute slices.
+
+    Colours: by state now (free hatched white, idle red, held without telemetry slate, silent
+    light grey; held and active by SM_ACTIVE), by the holder's team (``colour=team``), or by the
+    mean SM_ACTIVE over the range (``value=mean``; GPUs free now still hatched).
+    """
+    any_mig = any(state.gpu.gi_id for states in cells.values() for state in states)
+    sub = MIG_COMPUTE_SLICES if any_mig else 1
+    slots = max([node_slots(node, cells.get(node.pk, [])) for node in page_nodes] + [1])
     width = slots * sub
     # Rows bottom-up in Plotly: reverse so the first node is at the top.
     ordered = list(reversed(page_nodes))
     y = [node_label(node, query) for node in ordered]
+    teams = _team_colors(cells) if query.value == "team" else {}
+    categories = [FREE, IDLE, HELD_NO_TELEMETRY, NO_TELEMETRY, *teams]
+    category_index = {name: i for i, name in enumerate(categories)}
     z: list[list[float | None]] = [[None] * width for _ in ordered]
-    nodata: list[list[int | None]] = [[None] * width for _ in ordered]
+    kind: list[list[int | None]] = [[None] * width for _ in ordered]
     text: list[list[str]] = [[""] * width for _ in ordered]
     ids: list[list[int | None]] = [[None] * width for _ in ordered]
     sliced_x: list[float] = []
     sliced_y: list[str] = []
     free_x: list[float] = []
     free_y: list[str] = []
+    silent_x: list[float] = []
+    silent_y: list[str] = []
     value_name = "mean SM_ACTIVE over the range" if query.value == "mean" else "SM_ACTIVE now"
     for row_index, node in enumerate(ordered):
         offsets: dict[int, int] = defaultdict(int)
-        for cell in cells.get(node.pk, []):
-            gpu = cell.gpu
+        for state in cells.get(node.pk, []):
+            gpu = state.gpu
             span = max(1, round(gpu.slices)) if (gpu.gi_id and sub > 1) else sub
             start = gpu.index * sub + (offsets[gpu.index] if gpu.gi_id else 0)
             offsets[gpu.index] += span
-            holders = "<br>".join(plotting.plain(h.label) for h in cell.holders) or "unallocated"
-            activity = (
-                "no telemetry"
-                if cell.activity is None
-                else f"{cell.activity * 100:.1f} % {value_name}"
-            )
-            util = "" if cell.gpu_util is None else f"<br>GPU_UTIL {cell.gpu_util:.0f} %"
-            flags = " · time-sliced" if gpu.time_sliced else ""
-            label = (
-                f"<b>{plotting.plain(node.name)} · {plotting.plain(gpu_label(gpu))}</b>{flags}"
-                f"<br>{activity}{util}<br>{plotting.plain(gpu.model_name)}<br>{holders}"
-            )
+            label = _tooltip(node, state, "SM_ACTIVE now")
+            value: float | None = None
+            category: str | None = None
+            if query.value == "mean":
+                mean = (means or {}).get(gpu.pk)
+                if mean is None:
+                    category = NO_TELEMETRY if state.state != FREE else FREE
+                else:
+                    value = mean
+                    label += f"<br>{mean * 100:.1f} % {value_name}"
+            elif query.value == "team" and state.holders:
+                category = _team_of(state)
+                label += f"<br>colour: team {plotting.plain(category)}"
+            elif state.state == "active":
+                value = state.activity
+            else:
+                category = state.state
             for column in range(start, min(start + span, width)):
                 text[row_index][column] = label
                 ids[row_index][column] = gpu.pk
-                if cell.activity is None:
-                    nodata[row_index][column] = 1
-                else:
-                    z[row_index][column] = round(cell.activity * 100.0, 2)
+                if value is not None:
+                    z[row_index][column] = round(value * 100.0, 2)
+                if category is not None:
+                    kind[row_index][column] = category_index[category]
             if gpu.time_sliced:
                 sliced_x.append(start + span / 2 - 0.5)
                 sliced_y.append(y[row_index])
-            elif not cell.allocated:
+            if state.state == FREE:
                 free_x.append(start + span / 2 - 0.5)
                 free_y.append(y[row_index])
+            elif state.state == HELD_NO_TELEMETRY and query.value == "latest":
+                silent_x.append(start + span / 2 - 0.5)
+                silent_y.append(y[row_index])
+    colors = [STATE_COLORS[name] if name in STATE_COLORS else teams[name] for name in categories]
+    n = len(categories)
+    discrete: list[list[Any]] = []
+    for i, color in enumerate(colors):
+        discrete += [[i / n, color], [(i + 1) / n, color]]
     x = list(range(width))
     tickvals = [slot * sub + (sub - 1) / 2 for slot in range(slots)]
+    common = {
+        "type": "heatmap",
+        "x": x,
+        "y": y,
+        "text": text,
+        "customdata": ids,
+        "hoverongaps": False,
+        "hovertemplate": "%{text}<extra></extra>",
+        "xgap": 1,
+        "ygap": 1,
+        "showlegend": False,
+    }
     data: list[dict[str, Any]] = [
         {
-            "type": "heatmap",
+            **common,
+            "name": "State",
+            "z": kind,
+            "colorscale": discrete,
+            "zmin": -0.5,
+            "zmax": n - 0.5,
+            "showscale": False,
+        },
+        {
+            **common,
             "name": "SM_ACTIVE",
-            "x": x,
-            "y": y,
             "z": z,
-            "text": text,
-            "customdata": ids,
-            "hoverongaps": False,
-            "hovertemplate": "%{text}<extra></extra>",
             "colorscale": plotting.ACTIVITY_COLORSCALE,
             "zmin": 0,
             "zmax": 100,
-            "xgap": 1,
-            "ygap": 1,
             "colorbar": {"title": {"text": "SM_ACTIVE %"}, "thickness": 12},
-            "showscale": True,
-            "showlegend": False,
+            "showscale": query.value != "team",
         },
+    ]
+    shown = [FREE, NO_TELEMETRY] if query.value == "mean" else categories
+    for name in shown:
+        data.append(
+            {
+                # Legend entries (heatmaps carry none of their own).
+                "type": "scatter",
+                "mode": "markers",
+                "name": STATE_LEGEND.get(name) or f"team {plotting.plain(name)}",
+                "legendgroup": "teams" if name in teams else "states",
+                "x": [None],
+                "y": [None],
+                "marker": {
+                    "symbol": "square",
+                    "size": 12,
+                    "color": colors[category_index[name]],
+                    "line": {"width": 1, "color": "#9ca3af"},
+                },
+                "hoverinfo": "skip",
+                "showlegend": True,
+            }
+        )
+    data += [
         {
-            "type": "heatmap",
-            "name": "No telemetry",
-            "x": x,
-            "y": y,
-            "z": nodata,
-            "text": text,
-            "customdata": ids,
-            "hoverongaps": False,
-            "hovertemplate": "%{text}<extra></extra>",
-            "colorscale": [[0, plotting.COLORS["no_data"]], [1, plotting.COLORS["no_data"]]],
-            "zmin": 0,
-            "zmax": 1,
-            "xgap": 1,
-            "ygap": 1,
-            "showscale": False,
-            "showlegend": False,
-        },
-        {
-            # Legend entry for grey cells (heatmaps carry no legend item of their own).
+            # Hatching of free cells: free must look free, whatever the colour mode.
             "type": "scatter",
             "mode": "markers",
-            "name": "No telemetry (not idle)",
-            "x": [None],
-            "y": [None],
-            "marker": {"symbol": "square", "size": 12, "color": plotting.COLORS["no_data"]},
-            "hoverinfo": "skip",
-            "showlegend": True,
-        },
-        {
-            "type": "scatter",
-            "mode": "markers",
-            "name": "Free (not allocated)",
+            "name": "free (hatched)",
             "x": free_x,
             "y": free_y,
             "marker": {
-                "symbol": "circle",
-                "size": 5,
-                "color": "#ffffff",
-                "line": {"width": 1, "color": "#6b7280"},
+                "symbol": "line-ne-open",
+                "size": 12,
+                "color": "#9ca3af",
+                "line": {"width": 1, "color": "#9ca3af"},
             },
             "hoverinfo": "skip",
-            "showlegend": True,
+            "showlegend": False,
+        },
+        {
+            # A cross on held cells without telemetry: slate alone is close to the scale's blues.
+            "type": "scatter",
+            "mode": "markers",
+            "name": "held · no telemetry (crossed)",
+            "x": silent_x,
+            "y": silent_y,
+            "marker": {
+                "symbol": "x-thin-open",
+                "size": 9,
+                "color": "#ffffff",
+                "line": {"width": 1.5, "color": "#ffffff"},
+            },
+            "hoverinfo": "skip",
+            "showlegend": False,
         },
         {
             "type": "scatter",
@@ -357,14 +443,15 @@ def map_figure(
             "showlegend": True,
         },
     ]
-    title = "SM_ACTIVE per GPU, " + (
-        "mean over the selected range" if query.value == "mean" else "latest window"
-    )
+    title = {
+        "mean": "Mean SM_ACTIVE per GPU over the selected range",
+        "team": "GPUs by the team holding them now",
+    }.get(query.value, "GPU state and SM_ACTIVE now (latest window)")
     layout = plotting.layout(
         title,
         x_title="GPU (MIG instances drawn as sevenths of a GPU)" if sub > 1 else "GPU",
         y_title="Node",
-        height=max(320, 26 * len(page_nodes) + 140),
+        height=max(320, 26 * len(page_nodes) + 160),
         hovermode="closest",
         xaxis={
             "tickvals": tickvals,
@@ -376,7 +463,7 @@ def map_figure(
         },
         yaxis={"type": "category", "automargin": True, "showgrid": False, "rangemode": "normal"},
         plot_bgcolor="#ffffff",
-        legend={"y": -0.01, "yanchor": "top"},
+        legend={"y": -0.01, "yanchor": "top", "orientation": "h"},
         margin={"t": 90},
     )
     if sub > 1:
@@ -397,5 +484,5 @@ def map_figure(
         data,
         layout,
         empty_message="No GPU nodes match these filters.",
-        meta={"gpu_url": gpu_url, "nodes": len(page_nodes)},
+        meta={"gpu_url": gpu_url, "nodes": len(page_nodes), "slots": slots},
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections, models, transaction
-from django.db.models import Max, Q, Sum
+from django.db.models import Count, Max, Q, Sum
 
 from core.ranges import HourSpan, TimeRange, covered_hours
 from fleet.choices import ActivitySource
@@ -305,6 +305,12 @@ class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
         names = _checked(names)
         values = _fetch(self.order_by(), big_scan, aggregates=_aggregates(names))
         return Figures.from_values(values[0], SUM_PREFIX, names)
+
+    def hours_with_data(self, group_by: str) -> dict[Any, int]:
+        """``{group: hours that have a row}``: what a mean over a range that began before the
+        data existed divides by (a range's hours without rows are "no data", not 0 GPUs)."""
+        rows = self.order_by().values(group_by).annotate(hours=Count("hour", distinct=True))
+        return {row[group_by]: row["hours"] for row in rows}
 
     def hourly(
         self, time_range: TimeRange | HourSpan, *, names: Iterable[str] = FIGURES

@@ -18,9 +18,8 @@ from ledger.models import HourlyRollup
 
 @chart_view
 def busy_teams_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
-    teams = busy_by_team(time_range.covered_hours(), allowed_team_ids(request), names=(BUSY,))[
-        :RANKING_SIZE
-    ]
+    every = busy_by_team(time_range.covered_hours(), allowed_team_ids(request), names=(BUSY,))
+    teams = every[:RANKING_SIZE]
     teams.reverse()
     return team_ranking(
         "Busy-but-not-working GPU-hours by team",
@@ -29,6 +28,7 @@ def busy_teams_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, A
         [team.figures.busy_not_working_gpu_hours for team in teams],
         color=plotting.COLORS["busy"],
         empty_message="No busy-but-not-working GPU-hours.",
+        total=len(every),
     )
 
 

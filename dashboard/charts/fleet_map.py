@@ -10,7 +10,14 @@ from django.urls import reverse
 from core.ranges import TimeRange
 from dashboard.access import allowed_team_ids
 from dashboard.decorators import chart_view
-from dashboard.fleet_map import MapQuery, map_cells, map_figure, map_page
+from dashboard.fleet_map import (
+    MapQuery,
+    map_figure,
+    map_page,
+    mean_activity,
+    page_states,
+    states_by_node,
+)
 from dashboard.queries.now import latest_windows
 
 
@@ -20,6 +27,8 @@ def map_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
     windows = latest_windows()
     page, _ = map_page(request, query, windows)
     nodes = list(page.object_list)
-    cells = map_cells(nodes, query, windows, time_range, allowed_team_ids(request))
+    states = page_states(nodes, windows, allowed_team_ids(request))
+    cells = states_by_node(states)
+    means = mean_activity(list(states), time_range) if query.value == "mean" else None
     gpu_url = reverse("fleet:gpu", args=[0])
-    return map_figure(nodes, cells, query, gpu_url)
+    return map_figure(nodes, cells, query, gpu_url, means)

@@ -87,17 +87,24 @@ def gpu_metric_figure(gpu: Gpu, time_range: TimeRange, *, memory: bool) -> dict[
         )
         for metric, series in lines
     ]
+    # The range's own time axis, also when the GPU has no point (not Plotly's -1…6).
+    time_axis = {
+        "type": "date",
+        "range": [plotting.iso(time_range.start), plotting.iso(time_range.end)],
+    }
     if memory:
         layout = plotting.layout(
             f"Framebuffer memory used on {gpu} ({source})",
             x_title="Time (UTC)",
             y_title="Memory used (GiB)",
+            xaxis=time_axis,
         )
     else:
         layout = plotting.layout(
             f"Activity of {gpu} ({source})",
             x_title="Time (UTC)",
             y_title="Activity (%)",
+            xaxis=time_axis,
             yaxis={"range": [0, 100]},
         )
     return plotting.figure(

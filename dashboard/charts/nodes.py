@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from datetime import timedelta
 from typing import Any
 
@@ -56,20 +57,30 @@ def node_activity_figure(node: Node, time_range: TimeRange) -> dict[str, Any]:
                 f"Per-GPU history is kept {settings.GPULEDGER_USAGE_RETENTION_DAYS} days; "
                 "earlier hours are not shown."
             )
+    named = (
+        per_physical_gpu(lines)
+        if any(gpu.gi_id for gpu in gpus)
+        else [(gpu_label(gpu), series) for gpu, series in lines]
+    )
     traces = [
         plotting.line(
-            gpu_label(gpu),
+            plotting.plain(name),
             [plotting.iso(moment) for moment in series.x],
             series.y,
             color=plotting.SERIES[index % len(plotting.SERIES)],
             unit="%",
         )
-        for index, (gpu, series) in enumerate(lines)
+        for index, (name, series) in enumerate(named)
     ]
     layout = plotting.layout(
         f"SM_ACTIVE per GPU on {node.name} ({source})",
         x_title="Time (UTC)",
         y_title="SM_ACTIVE (%)",
+        # The range's own time axis, also when no GPU has a point (not Plotly's -1…6).
+        xaxis={
+            "type": "date",
+            "range": [plotting.iso(time_range.start), plotting.iso(time_range.end)],
+        },
         yaxis={"range": [0, 100]},
     )
     return plotting.figure(
@@ -78,6 +89,43 @@ def node_activity_figure(node: Node, time_range: TimeRange) -> dict[str, Any]:
         empty_message="No telemetry for this node's GPUs in this time range.",
         meta={"source": source, "notice": notice.strip()},
     )
+
+
+def per_physical_gpu(lines: list[tuple[Gpu, Series]]) -> list[tuple[str, Series]]:
+    """A MIG node's instance lines merged into one line per physical GPU: the mean SM_ACTIVE of
+    its instances weighted by their compute slices, named by its instance profiles.
+
+    Seven instances a GPU make a legend of dozens of lines; one per GPU reads like a whole-GPU
+    node, and the GPU page keeps each instance's own line.
+    """
+    groups: dict[int, list[tuple[Gpu, Series]]] = defaultdict(list)
+    for gpu, series in lines:
+        groups[gpu.index].append((gpu, series))
+    result = []
+    for index in sorted(groups):
+        members = groups[index]
+        sums: dict[Any, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        moments = set()
+        for gpu, series in members:
+            weight = gpu.fraction if gpu.gi_id else 1.0
+            for moment, value in zip(series.x, series.y, strict=False):
+                moments.add(moment)
+                if value is not None:
+                    sums[moment][0] += value * weight
+                    sums[moment][1] += weight
+        merged = Series(f"GPU {index}")
+        for moment in sorted(moments):
+            total, weight = sums.get(moment, (0.0, 0.0))
+            merged.x.append(moment)
+            merged.y.append(round(total / weight, 3) if weight else None)
+        profiles = Counter(gpu.mig_profile or "?" for gpu, _ in members if gpu.gi_id)
+        described = ", ".join(
+            f"{count}× {profile}" if count > 1 else profile
+            for profile, count in sorted(profiles.items())
+        )
+        name = f"GPU {index} · MIG {described}" if described else f"GPU {index}"
+        result.append((name, merged))
+    return result
 
 
 @chart_view

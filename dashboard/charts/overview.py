@@ -73,13 +73,14 @@ def capacity_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any
 def _ranking(
     request: HttpRequest, time_range: TimeRange, name: str, title: str, color: str
 ) -> dict[str, Any]:
-    ranked = ranked_teams(
+    every = ranked_teams(
         time_range.covered_hours(),
         allowed_team_ids(request),
         by=name,
         names=(name,),
         only_positive=True,
-    )[:RANKING_SIZE]
+    )
+    ranked = every[:RANKING_SIZE]
     ranked.reverse()  # horizontal bars: biggest on top
     return team_ranking(
         title,
@@ -89,6 +90,7 @@ def _ranking(
         color=color,
         empty_message="No team rollups in this range yet.",
         links=[team.url or "" for team in ranked],
+        total=len(every),
     )
 
 

@@ -27,6 +27,8 @@ TIME_AXIS = "Time (UTC)"
 MAX_SERIES = 10
 # Teams a ranking bar chart shows.
 RANKING_SIZE = 15
+# Height of one team's bar row in the rankings: thin bars whatever the number of teams.
+RANKING_ROW_PX = 30
 
 
 def x_axis(moments: Iterable[datetime]) -> list[str]:
@@ -198,27 +200,42 @@ def team_ranking(
     color: str,
     empty_message: str,
     links: list[str] | None = None,
+    total: int | None = None,
 ) -> dict[str, Any]:
     """Horizontal bars of GPU-hours per team; pass them smallest first (the last bar is on top).
 
-    ``links`` (one URL or "" per bar) ride along as ``customdata`` for a page script to follow.
+    Readable with 1 or 200 teams: every bar is one thin row labelled with its value (one team
+    is not one huge block), the chart grows with its bars, and when ``total`` teams exceed the
+    bars shown the title says these are the top ones. ``links`` (one URL or "" per bar) ride
+    along as ``customdata`` for a page script to follow.
     """
+    rounded = [round(value, 2) for value in values]
     trace = plotting.bar(
         trace_name,
-        [round(value, 2) for value in values],
+        rounded,
         names,
         color=color,
         unit="GPU-hours",
         orientation="h",
     )
+    trace.update(
+        text=[f"{value:,.1f}" for value in rounded],
+        textposition="outside",
+        cliponaxis=False,
+    )
     if links is not None:
         trace["customdata"] = links
+    if total is not None and total > len(names):
+        title = f"{title} · top {len(names)} of {total} teams"
+    top = max(rounded, default=0.0)
     layout = plotting.layout(
         title,
         x_title="GPU-hours",
         y_title="Team",
-        height=max(300, 28 * len(names) + 120),
+        height=RANKING_ROW_PX * max(len(names), 1) + 150,
         hovermode="closest",
-        yaxis={"type": "category", "rangemode": "normal"},
+        bargap=0.35,
+        xaxis={"range": [0, top * 1.18 if top > 0 else 1]},
+        yaxis={"type": "category", "rangemode": "normal", "automargin": True},
     )
     return plotting.figure([trace], layout, empty_message=empty_message)

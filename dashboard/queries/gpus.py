@@ -20,6 +20,7 @@ from django.db.models import (
     IntegerField,
     Max,
     Min,
+    Q,
     Sum,
 )
 from django.db.models.functions import Cast, TruncHour
@@ -27,13 +28,9 @@ from django.db.models.functions import Cast, TruncHour
 from core import plotting
 from core.ranges import TimeRange
 from dashboard.live import Series, with_gaps
-from dashboard.queries.holders import (
-    HOLDER_FIELDS,
-    HOLDER_IDENTITY,
-    holder_from_row,
-    holder_urls,
-)
-from dashboard.queries.now import latest_usage, latest_windows
+from dashboard.queries.gpu_states import GpuState, gpu_states
+from dashboard.queries.holders import HOLDER_IDENTITY, holder_from_row, holder_urls
+from dashboard.queries.now import latest_windows
 from fleet.models import Gpu
 from ledger.models import GpuUsage
 
@@ -43,73 +40,78 @@ HOLDERS_LIMIT = 200
 RAW_SPAN = timedelta(hours=24)
 
 
-def gpu_rows(gpus: list[Gpu], allowed: set[int] | None) -> list[dict[str, Any]]:
-    """Each GPU's reading and holders in its cluster's newest window (one query)."""
-    windows = latest_windows()
-    readings: dict[int, dict[str, Any]] = {}
-    holders: dict[int, list[dict[str, Any]]] = {}
-    usage = (
-        latest_usage(windows)
-        .filter(gpu_id__in=[gpu.pk for gpu in gpus])
-        .values(*HOLDER_FIELDS, "fb_used_mib")
-    )
-    for row in usage:
-        readings[row["gpu_id"]] = row
-        if not row["allocated"]:
-            continue
-        holder = holder_from_row(row, allowed)
-        holders.setdefault(row["gpu_id"], []).append(
-            {"holder": holder, "shared": row["shared"], **holder_urls(holder)}
-        )
+def gpu_rows(
+    gpus: list[Gpu], allowed: set[int] | None, states: dict[int, GpuState] | None = None
+) -> list[dict[str, Any]]:
+    """Each GPU's reading, state and holders now (``gpu_states``: the story every page tells)."""
+    if states is None:
+        states = gpu_states(gpus, latest_windows(), allowed)
     rows = []
     for gpu in gpus:
-        reading = readings.get(gpu.pk, {})
-        activity = reading.get("activity")
-        fb_used = reading.get("fb_used_mib")
+        state = states[gpu.pk]
         rows.append(
             {
                 "gpu": gpu,
-                "activity_pct": None if activity is None else activity * 100,
-                "gpu_util": reading.get("gpu_util"),
-                "fb_used_gib": None if fb_used is None else fb_used / 1024,
-                "holders": holders.get(gpu.pk, []),
+                "state": state.state,
+                "state_label": state.label,
+                "held": state.held,
+                "placed": state.placed,
+                "activity_pct": state.activity_pct,
+                "gpu_util": state.gpu_util,
+                "fb_used_gib": state.fb_used_gib,
+                "holders": [
+                    {"holder": holder, "shared": state.shared, **holder_urls(holder)}
+                    for holder in state.holders
+                ],
             }
         )
     return rows
 
 
 def holders_over_range(
-    gpu_ids: list[int], time_range: TimeRange, allowed: set[int] | None
+    gpu_ids: list[int],
+    time_range: TimeRange,
+    allowed: set[int] | None,
+    node: tuple[int, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Who held these GPUs in the range: first/last window, GPU-hours and mean activity.
+
+    With ``node`` (cluster id, node name), also the pods that held GPUs on that node without
+    any DCGM series (``gpu`` empty: exporter down, labels lost); their ``gpu_id`` is None.
 
     Rows are grouped by window length too, so GPU-hours stay right when the collection interval
     changed inside the range; the groups of one holder are merged here.
     """
-    rows = (
-        GpuUsage.objects.filter(
-            gpu_id__in=gpu_ids,
-            allocated=True,
-            window_end__gt=time_range.start,
-            window_end__lte=time_range.end,
-        )
-        .annotate(
-            span=ExpressionWrapper(
-                F("window_end") - F("window_start"), output_field=DurationField()
+    # Two queries, not one OR: each walks its own index (by GPU; by cluster and node name).
+    filters = [Q(gpu_id__in=gpu_ids)]
+    if node is not None:
+        filters.append(Q(gpu_id__isnull=True, cluster_id=node[0], node_name=node[1]))
+    rows: list[dict[str, Any]] = []
+    for held in filters:
+        rows += (
+            GpuUsage.objects.filter(
+                held,
+                allocated=True,
+                window_end__gt=time_range.start,
+                window_end__lte=time_range.end,
             )
+            .annotate(
+                span=ExpressionWrapper(
+                    F("window_end") - F("window_start"), output_field=DurationField()
+                )
+            )
+            .values(*HOLDER_IDENTITY, "span")
+            .annotate(
+                windows=Count("pk"),
+                since=Min("window_start"),
+                until=Max("window_end"),
+                held=Sum("gpus"),
+                mean_activity=Avg("activity"),
+                mean_gpu_util=Avg("gpu_util"),
+                any_shared=Max(Cast("shared", IntegerField())),
+            )
+            .order_by("-until", "gpu_id")[:HOLDERS_LIMIT]
         )
-        .values(*HOLDER_IDENTITY, "span")
-        .annotate(
-            windows=Count("pk"),
-            since=Min("window_start"),
-            until=Max("window_end"),
-            held=Sum("gpus"),
-            mean_activity=Avg("activity"),
-            mean_gpu_util=Avg("gpu_util"),
-            any_shared=Max(Cast("shared", IntegerField())),
-        )
-        .order_by("-until", "gpu_id")[:HOLDERS_LIMIT]
-    )
     merged: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         key = tuple(row[name] for name in HOLDER_IDENTITY)
@@ -147,7 +149,8 @@ def holders_over_range(
                 "shared": bool(row["any_shared"]),
             }
         )
-    return result
+    result.sort(key=lambda entry: entry["until"], reverse=True)
+    return result[:HOLDERS_LIMIT]
 
 
 def stored_gpu_series(

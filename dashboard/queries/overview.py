@@ -7,8 +7,10 @@ counts); the team table is ``dashboard.queries.ranking``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, F, FloatField, Q, Sum
@@ -21,6 +23,7 @@ from ledger.choices import RollupScope
 from ledger.figures import Figures
 from ledger.models import HourlyRollup
 from quotas.models import Workload
+from quotas.now import gpu_quotas
 
 
 @dataclass
@@ -37,6 +40,8 @@ class FleetNow:
     busy: float = 0.0
     pending_gpus: float = 0.0
     pending_workloads: int = 0
+    # flavor → GPUs of capacity no running pod holds, in the newest windows.
+    free_by_flavor: dict[str, float] = field(default_factory=dict)
 
     # GPUs now, not GPU-hours; the ratios are DESIGN "Figures"' formulas all the same.
 
@@ -63,8 +68,12 @@ def fleet_now(windows: dict[int, datetime]) -> FleetNow:
     idle_below = settings.GPULEDGER_IDLE_THRESHOLD
     allocated = Q(allocated=True)
     with_data = Q(allocated=True, activity__isnull=False)
-    totals = (
-        latest_usage(windows).aggregate(
+    # Grouped by flavor (summed below), so the free GPUs per flavor come with the same scan.
+    rows = (
+        latest_usage(windows)
+        .order_by()
+        .values("flavor")
+        .annotate(
             sum_capacity=Sum("capacity_gpus"),
             sum_allocated=Sum("gpus", filter=allocated),
             sum_telemetry=Sum("gpus", filter=with_data),
@@ -82,40 +91,118 @@ def fleet_now(windows: dict[int, datetime]) -> FleetNow:
             ),
         )
         if windows
-        else {}
+        else []
     )
+    totals: dict[str, float] = defaultdict(float)
+    free: dict[str, float] = {}
+    for row in rows:
+        values: dict[str, Any] = dict(row)
+        for key, value in values.items():
+            if key.startswith("sum_"):
+                totals[key.removeprefix("sum_")] += float(value or 0.0)
+        capacity = float(values["sum_capacity"] or 0.0)
+        free[values["flavor"]] = max(0.0, capacity - float(values["sum_allocated"] or 0.0))
     pending = Workload.objects.pending().aggregate(gpus=Sum("requested_gpus"), count=Count("pk"))
     return FleetNow(
         window_end=max(windows.values()) if windows else None,
         pending_gpus=pending["gpus"] or 0.0,
         pending_workloads=pending["count"] or 0,
-        **{key.removeprefix("sum_"): value or 0.0 for key, value in totals.items()},
+        free_by_flavor=free,
+        **totals,
     )
 
 
 @dataclass
 class FlavorFigures:
-    """One ResourceFlavor over a range: its figures and its mean GPUs over the counted hours."""
+    """One ResourceFlavor over a range: its figures and its mean GPUs over the hours of the
+    range that have its data (``hours`` of ``span_hours``)."""
 
     key: str
     figures: Figures
     mean_capacity: float | None
     mean_allocated: float | None
+    hours: int
+    span_hours: int
+
+    @property
+    def partial(self) -> bool:
+        return self.hours < self.span_hours
 
 
 def flavor_figures(span: HourSpan) -> list[FlavorFigures]:
-    """Every flavor's figures over the hours ``span`` counts, most capacity first: one query."""
-    found: dict[str, Figures] = (
-        HourlyRollup.objects.for_scope(RollupScope.FLAVOR)
-        .covering(span)
-        .figures(group_by=("key",), order_by=("-capacity_gpu_hours", "key"))
+    """Every flavor's figures over the hours ``span`` counts, most capacity first: two queries.
+
+    The means divide by the hours that have the flavor's rollups, not by every hour of the
+    range: a 30-day range over 7 days of data is a mean over those 7 days (the page says so).
+    """
+    rollups = HourlyRollup.objects.for_scope(RollupScope.FLAVOR).covering(span)
+    found: dict[str, Figures] = rollups.figures(
+        group_by=("key",), order_by=("-capacity_gpu_hours", "key")
     )
-    return [
-        FlavorFigures(
-            key=key,
-            figures=figures,
-            mean_capacity=figures.mean_gpus("capacity_gpu_hours", span.count),
-            mean_allocated=figures.mean_gpus("allocated_gpu_hours", span.count),
+    hours = rollups.hours_with_data("key") if found else {}
+    result = []
+    for key, figures in found.items():
+        counted = hours.get(key, 0)
+        result.append(
+            FlavorFigures(
+                key=key,
+                figures=figures,
+                mean_capacity=figures.mean_gpus("capacity_gpu_hours", counted),
+                mean_allocated=figures.mean_gpus("allocated_gpu_hours", counted),
+                hours=counted,
+                span_hours=span.count,
+            )
         )
-        for key, figures in found.items()
-    ]
+    return result
+
+
+@dataclass
+class FlavorWait:
+    """Demand waiting for one flavor now against that flavor's free GPUs now.
+
+    ``quota_bound``: pending GPUs that free GPUs of the flavor could take at once, so quota (not
+    the fleet) holds them back; ``capacity_bound``: the rest, which needs capacity.
+    """
+
+    flavor: str
+    pending: float = 0.0
+    pending_workloads: int = 0
+    free: float = 0.0
+
+    @property
+    def quota_bound(self) -> float:
+        return max(0.0, min(self.pending, self.free))
+
+    @property
+    def capacity_bound(self) -> float:
+        return max(0.0, self.pending - self.quota_bound)
+
+
+def pending_while_free(free_by_flavor: dict[str, float]) -> list[FlavorWait]:
+    """Per flavor with pending demand: the GPUs pending workloads request (the "Pending demand"
+    card's workloads) against the GPUs free in the newest windows (``FleetNow.free_by_flavor``:
+    capacity no running pod holds). Two queries.
+
+    A pending workload's flavor is its ClusterQueue's first GPU flavor, as in Kueue's own
+    pending figures (which flavor it would get is not knowable before admission), so this is the
+    fleet-level signal, not a placement.
+    """
+    demand = (
+        Workload.objects.pending()
+        .filter(requested_gpus__gt=0)
+        .order_by()
+        .values("cluster_queue_id")
+        .annotate(gpus=Sum("requested_gpus"), count=Count("pk"))
+    )
+    by_queue = {row["cluster_queue_id"]: row for row in demand}
+    quotas = gpu_quotas(Q(cluster_queue_id__in=[pk for pk in by_queue if pk is not None]))
+    waits: dict[str, FlavorWait] = {}
+    for queue_id, row in by_queue.items():
+        first = quotas.get(queue_id)
+        flavor = first[0].flavor_name if first else ""
+        wait = waits.setdefault(flavor, FlavorWait(flavor))
+        wait.pending += float(row["gpus"] or 0.0)
+        wait.pending_workloads += row["count"]
+    for flavor, wait in waits.items():
+        wait.free = free_by_flavor.get(flavor, 0.0)
+    return sorted(waits.values(), key=lambda wait: (-wait.quota_bound, -wait.pending, wait.flavor))

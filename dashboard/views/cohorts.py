@@ -17,6 +17,7 @@ from dashboard.access import allowed_team_ids, get_cohort_for_user, sees_team
 from dashboard.decorators import dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat
 from dashboard.queries import cohorts as queries
+from dashboard.queries.flows import POOL, BorrowingFlows, borrowing_flows
 from dashboard.templatetags.formatting import figure
 from ledger.figures import Figures
 from quotas.access import ANOTHER_TEAMS_QUEUE, ANOTHER_TEAMS_WORKLOAD, other_members_label
@@ -187,6 +188,35 @@ def _member_row(
     }
 
 
+def flow_matrix(
+    flows: BorrowingFlows, members: list[ClusterQueue], allowed: set[int] | None
+) -> dict[str, Any]:
+    """The lender → borrower matrix of the template: names, cells, row and column totals.
+    Members of teams the user may not see are named only as another team's queue."""
+    names = {
+        queue.pk: queue.name if sees_team(allowed, queue.team_id) else ANOTHER_TEAMS_QUEUE
+        for queue in members
+    }
+    names[POOL] = "cohort's own pool"
+    borrowers = flows.borrowers
+    rows = [
+        {
+            "name": names.get(lender, f"queue {lender}"),
+            "pool": lender == POOL,
+            "cells": [flows.hours.get((lender, borrower)) for borrower in borrowers],
+            "total": flows.total_from(lender),
+        }
+        for lender in flows.lenders
+    ]
+    return {
+        "borrowers": [names.get(borrower, f"queue {borrower}") for borrower in borrowers],
+        "rows": rows,
+        "totals": [flows.total_to(borrower) for borrower in borrowers],
+        "total": sum(flows.hours.values()),
+        "peak": max(flows.hours.values(), default=0.0),
+    }
+
+
 @dashboard_page
 def cohort_detail(
     request: HttpRequest, time_range: TimeRange, cluster: str, name: str
@@ -205,6 +235,7 @@ def cohort_detail(
     borrowing, borrowing_more = queries.borrowing_workloads(queue_filter)
     pace = eviction_pace(Q(workload__cluster_queue__cohort=cohort), now)
     over_range = queries.member_figures(members, time_range.covered_hours())
+    flows = borrowing_flows(members, time_range.covered_hours())
 
     shown = [queue for queue in members if sees_team(allowed, queue.team_id)]
     hidden = [queue for queue in members if not sees_team(allowed, queue.team_id)]
@@ -296,6 +327,7 @@ def cohort_detail(
         "hidden_lenders": hidden_lenders,
         "another_teams_queue": ANOTHER_TEAMS_QUEUE,
         "another_teams_workload": ANOTHER_TEAMS_WORKLOAD,
+        "flows": flow_matrix(flows, members, allowed),
         "pace": pace,
         "statuses": ReclaimStatus,
         "samples_seen": bool(samples),

@@ -15,6 +15,7 @@ from dashboard.fleet_map import (
     map_page,
     node_choices,
     node_summaries,
+    page_states,
     team_choices,
 )
 from dashboard.frame import chart_url
@@ -27,18 +28,18 @@ def fleet_map(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     windows = latest_windows()
     page, page_query = map_page(request, query, windows)
     nodes = list(page.object_list)
-    summaries = node_summaries(nodes, windows)
+    summaries = node_summaries(nodes, page_states(nodes, windows, allowed_team_ids(request)))
     rows = []
     for node in nodes:
-        summary = summaries.get((node.cluster_id, node.name), {})
+        story = summaries[node.pk]
+        utilization = story.utilization
         rows.append(
             {
                 "node": node,
-                "allocated": summary.get("allocated"),
-                "utilization_pct": None
-                if summary.get("utilization") is None
-                else summary["utilization"] * 100,
-                "no_data": summary.get("no_data"),
+                "story": story,
+                "allocated": story.held if windows else None,
+                "utilization_pct": None if utilization is None else utilization * 100,
+                "no_data": story.no_telemetry,
             }
         )
     context = {

@@ -19,7 +19,20 @@ from fleet.models import Gpu
 def gpu_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResponse:
     gpu = get_object_or_404(Gpu.objects.select_related("cluster", "node"), pk=pk)
     allowed = allowed_team_ids(request)
-    row = gpu_rows([gpu], allowed)[0]
+    # The node's GPUs too: holders known only from the allocation are placed across them.
+    siblings = (
+        list(
+            Gpu.objects.physical()
+            .filter(node_id=gpu.node_id)
+            .select_related("node")
+            .order_by("index", "gi_id")
+        )
+        if gpu.node_id
+        else []
+    )
+    if gpu.pk not in {sibling.pk for sibling in siblings}:
+        siblings.append(gpu)
+    row = next(r for r in gpu_rows(siblings, allowed) if r["gpu"].pk == gpu.pk)
     history = holders_over_range([gpu.pk], time_range, allowed)
     context = {
         "nav": "map",

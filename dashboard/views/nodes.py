@@ -10,7 +10,9 @@ from core.ranges import TimeRange
 from dashboard.access import allowed_team_ids
 from dashboard.decorators import dashboard_page
 from dashboard.frame import chart_url, stat
+from dashboard.queries.gpu_states import gpu_states, node_story
 from dashboard.queries.gpus import HOLDERS_LIMIT, gpu_rows, holders_over_range
+from dashboard.queries.now import latest_windows
 from dashboard.templatetags.formatting import gpus as fmt_gpus
 from dashboard.templatetags.formatting import percent
 from fleet.models import Gpu, Node
@@ -19,24 +21,47 @@ from fleet.models import Gpu, Node
 @dashboard_page
 def node_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResponse:
     node = get_object_or_404(Node.objects.select_related("cluster"), pk=pk)
-    gpus = list(Gpu.objects.physical().filter(node=node).order_by("index", "gi_id"))
     allowed = allowed_team_ids(request)
-    rows = gpu_rows(gpus, allowed)
+    gpus = list(
+        Gpu.objects.physical().filter(node=node).select_related("node").order_by("index", "gi_id")
+    )
+    states = gpu_states(gpus, latest_windows(), allowed)
+    story = node_story(list(states.values()), states.unplaced_on(node.cluster_id, node.name))
+    rows = gpu_rows(gpus, allowed, states)
     gpu_by_id = {gpu.pk: gpu for gpu in gpus}
-    history = holders_over_range(list(gpu_by_id), time_range, allowed)
+    history = holders_over_range(
+        list(gpu_by_id), time_range, allowed, node=(node.cluster_id, node.name)
+    )
     for entry in history:
         entry["gpu"] = gpu_by_id.get(entry["gpu_id"])
-    allocated = sum(1 for row in rows if row["holders"])
     with_data = [row for row in rows if row["activity_pct"] is not None]
+    silent_held = sum(1 for row in rows if row["state"] == "held_no_telemetry")
+    unplaced = states.unplaced_on(node.cluster_id, node.name)
     cards = [
         stat(
             "GPUs",
-            fmt_gpus(sum(gpu.fraction for gpu in gpus)),
+            fmt_gpus(story.gpus),
             unit="GPUs",
             note=f"{len(gpus)} devices · {node.gpu_product or 'unknown model'}",
             tone="neutral",
         ),
-        stat("Held now", str(allocated), unit=f"of {len(gpus)}", testid="node-held"),
+        stat(
+            "Held now",
+            str(story.held_devices),
+            unit=f"of {len(gpus)}",
+            note=" · ".join(
+                note
+                for note in (
+                    f"{silent_held} held with no telemetry" if silent_held else "",
+                    f"+{fmt_gpus(unplaced)} GPUs held that DCGM shows on no GPU"
+                    if unplaced
+                    else "",
+                )
+                if note
+            ),
+            tone="warn" if silent_held or unplaced else "",
+            testid="node-held",
+        ),
         stat(
             "Mean SM_ACTIVE now",
             percent(sum(r["activity_pct"] for r in with_data) / len(with_data) / 100)

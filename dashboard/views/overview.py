@@ -11,7 +11,7 @@ from dashboard.access import allowed_team_ids
 from dashboard.decorators import dashboard_page
 from dashboard.frame import chart_url, stat
 from dashboard.queries.now import latest_windows
-from dashboard.queries.overview import flavor_figures, fleet_now
+from dashboard.queries.overview import flavor_figures, fleet_now, pending_while_free
 from dashboard.queries.ranking import ranked_teams
 from dashboard.templatetags.formatting import gpus, percent
 
@@ -23,6 +23,8 @@ def overview(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     span = time_range.covered_hours()
     teams = ranked_teams(span, allowed_team_ids(request))
     flavors = flavor_figures(span)
+    waits = pending_while_free(now.free_by_flavor)
+    quota_bound = sum(wait.quota_bound for wait in waits)
     utilization = now.utilization
     cards = [
         stat(
@@ -72,8 +74,13 @@ def overview(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
             "Pending demand",
             gpus(now.pending_gpus),
             unit="GPUs",
-            note=f"{now.pending_workloads} pending workloads",
-            tone="neutral",
+            note=f"{now.pending_workloads} pending workloads"
+            + (
+                f"; {gpus(quota_bound)} GPUs of it wait while GPUs of their flavor sit free"
+                if quota_bound
+                else ""
+            ),
+            tone="warn" if quota_bound else "neutral",
             testid="pending",
         ),
     ]
@@ -85,6 +92,8 @@ def overview(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "has_data": bool(windows or teams or flavors),
         "teams": teams,
         "flavors": flavors,
+        "waits": waits,
+        "quota_bound": quota_bound,
         "capacity_chart_url": chart_url("fleet:chart-capacity", request),
         "team_idle_chart_url": chart_url("fleet:chart-team-idle", request),
         "team_active_chart_url": chart_url("fleet:chart-team-active", request),

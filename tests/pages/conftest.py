@@ -583,3 +583,8 @@ def prometheus_stub():
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
+
+
+# Nodes whose dcgm-exporter is silent (tests/pages/silent_nodes.py).
+from tests.pages.flows_scenario import flows_scenario  # noqa: E402, F401
+from tests.pages.silent_nodes import silent  # noqa: E402, F401

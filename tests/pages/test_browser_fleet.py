@@ -51,10 +51,14 @@ def test_fleet_map_draws_the_heatmap_and_opens_a_gpu_on_click(
 
     names = page.evaluate("document.querySelector('#map-chart').data.map(t => t.name)")
     assert names == [
+        "State",
         "SM_ACTIVE",
-        "No telemetry",
-        "No telemetry (not idle)",
-        "Free (not allocated)",
+        "Free (not held)",
+        "Held · idle (SM_ACTIVE below the idle threshold)",
+        "Held · no telemetry",
+        "No telemetry (holder unknown; never free or idle)",
+        "free (hatched)",
+        "held · no telemetry (crossed)",
         "Time-sliced GPU",
     ]
     assert page.locator("#map-chart .heatmaplayer image").count() >= 1

@@ -356,32 +356,49 @@ def test_fleet_map_paginates_nodes_server_side(staff_client, fleet_data):
     assert len(chart["data"][0]["y"]) == total - 100
 
 
-def test_map_chart_draws_no_data_grey_mig_as_fractions_and_marks_time_slicing(
-    staff_client, fleet_data
-):
+def _traces(figure):
+    return {trace["name"]: trace for trace in figure["data"]}
+
+
+def test_map_chart_draws_states_mig_as_fractions_and_marks_time_slicing(staff_client, fleet_data):
     figure = staff_client.get(reverse("fleet:chart-map"), {"group": "none"}).json()
 
-    heat, nodata, _, free, sliced = figure["data"]
+    traces = _traces(figure)
+    state, heat = traces["State"], traces["SM_ACTIVE"]
+    free, sliced = traces["free (hatched)"], traces["Time-sliced GPU"]
+    # Category indexes of the state heatmap, in the order of its legend entries.
+    free_, idle, held_nodata, nodata = 0, 1, 2, 3
+    assert [t["name"] for t in figure["data"][2:6]] == [
+        "Free (not held)",
+        "Held · idle (SM_ACTIVE below the idle threshold)",
+        "Held · no telemetry",
+        "No telemetry (holder unknown; never free or idle)",
+    ]
     assert figure["layout"]["title"]["text"]
     # MIG on the page: each GPU is 7 columns; rows are bottom-up (node-b1 is the top row).
     assert len(heat["x"]) == 4 * 7
     row_b = heat["y"].index("node-b1")
     row_a = heat["y"].index("node-a1")
     gpus = fleet_data.gpus
-    b0 = heat["customdata"][row_b][0:7]
-    assert b0 == [gpus["b0"].pk] * 7
-    # b0 (allocated, no samples) and b1 (free, no samples): grey, never a 0 colour.
+    assert heat["customdata"][row_b][0:7] == [gpus["b0"].pk] * 7
+    # b0 (allocated, no samples) and b1 (the 2-GPU pod with no DCGM series takes the GPU DCGM
+    # reports without a pod): held, no telemetry, never a 0 colour.
     assert heat["z"][row_b][0:14] == [None] * 14
-    assert nodata["z"][row_b][0:14] == [1] * 14
-    # MIG 3g then 4g: 3 and 4 sevenths of GPU 3.
+    assert state["z"][row_b][0:14] == [held_nodata] * 14
+    assert "lost-labels" in state["text"][row_b][7]
+    assert "held · no telemetry" in state["text"][row_b][7]
+    # MIG 3g then 4g: 3 and 4 sevenths of GPU 3; the 4g instance is free.
     mig = heat["customdata"][row_b][21:28]
     assert mig == [gpus["b3-mig1"].pk] * 3 + [gpus["b3-mig2"].pk] * 4
     assert heat["z"][row_b][21] == pytest.approx(60.0)
-    assert heat["z"][row_b][27] == pytest.approx(0.0)
-    # Idle but with telemetry is 0 %, in colour.
-    assert heat["z"][row_a][7] == pytest.approx(0.5)
+    assert state["z"][row_b][27] == free_
+    # Held and idle (SM_ACTIVE 0.5 % < 1 %): red, not a dark end of the activity scale.
+    assert heat["z"][row_a][7] is None
+    assert state["z"][row_a][7] == idle
+    assert heat["z"][row_a][0] == pytest.approx(80.0)
+    assert nodata not in {z for row in state["z"] for z in row}
     assert sliced["y"] == ["node-a1"]
-    assert len(free["x"]) == 3  # a3, b1, MIG 4g
+    assert len(free["x"]) == 2  # a3, MIG 4g
     assert "train-b-0" in heat["text"][row_a][14]
 
 
@@ -406,7 +423,7 @@ def test_map_mean_mode_averages_the_range_from_stored_windows(staff_client, flee
 
     figure = staff_client.get(reverse("fleet:chart-map"), {"group": "none", "value": "mean"}).json()
 
-    heat = figure["data"][0]
+    heat = _traces(figure)["SM_ACTIVE"]
     assert heat["z"][heat["y"].index("node-a1")][0] == pytest.approx(mean * 100, abs=0.01)
 
 

@@ -1,0 +1,137 @@
+"""One story per GPU: the node page, the GPU page, the fleet map's cells, tooltips and node table
+say the same thing about who holds a GPU (dashboard.queries.gpu_states), also when DCGM is silent.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from django.urls import reverse
+
+pytestmark = pytest.mark.django_db
+
+HELD_NODATA = 2  # category of the map's state heatmap (Free, Idle, Held · no telemetry, …)
+NO_TELEMETRY = 3
+
+
+def _map(client, **params):
+    figure = client.get(reverse("fleet:chart-map"), {"group": "none", **params}).json()
+    return figure, {trace["name"]: trace for trace in figure["data"]}
+
+
+def test_a_silent_node_held_by_a_pod_is_held_with_no_telemetry_on_every_page(staff_client, silent):
+    node = silent["node-silent"]
+
+    page = staff_client.get(reverse("fleet:node", args=[node.pk]))
+    figure, traces = _map(staff_client, q="node-silent")
+    table = staff_client.get(reverse("fleet:map"), {"q": "node-silent"})
+    gpu = page.context["gpu_rows"][5]["gpu"]
+    gpu_page = staff_client.get(reverse("fleet:gpu", args=[gpu.pk]))
+
+    held = next(card for card in page.context["cards"] if card["testid"] == "node-held")
+    assert (held["value"], held["unit"]) == ("8", "of 8")
+    assert "8 held with no telemetry" in held["note"]
+    rows = page.context["gpu_rows"]
+    assert [row["state"] for row in rows] == ["held_no_telemetry"] * 8
+    assert all(row["holders"][0]["holder"].pod == "gang-0" for row in rows)
+    assert "Nobody held" not in page.content.decode()
+    assert gpu_page.context["row"]["state_label"] == "held · no telemetry"
+    assert "gang-0" in gpu_page.content.decode()
+    state = traces["State"]
+    assert state["z"][0] == [HELD_NODATA] * 8
+    assert all("held · no telemetry" in text and "gang-0" in text for text in state["text"][0])
+    [row] = table.context["rows"]
+    assert row["allocated"] == pytest.approx(8.0)
+    assert row["no_data"] == pytest.approx(8.0)
+
+
+def test_a_silent_gpu_nobody_holds_is_no_telemetry_never_free(staff_client, silent):
+    node = silent["node-dark"]
+
+    page = staff_client.get(reverse("fleet:node", args=[node.pk]))
+    figure, traces = _map(staff_client, q="node-dark")
+
+    assert [row["state"] for row in page.context["gpu_rows"]] == ["no_telemetry"] * 4
+    held = next(card for card in page.context["cards"] if card["testid"] == "node-held")
+    assert held["value"] == "0"
+    assert traces["State"]["z"][0] == [NO_TELEMETRY] * 4
+    assert traces["free (hatched)"]["x"] == []
+    assert "free" not in traces["State"]["text"][0][0].split("<br>")[1]
+
+
+def test_a_lead_sees_the_team_not_the_pod_of_another_teams_silent_gpu(lead_client, silent):
+    node = silent["node-silent"]
+
+    page = lead_client.get(reverse("fleet:node", args=[node.pk]))
+    figure, traces = _map(lead_client, q="node-silent")
+
+    labels = {row["holders"][0]["holder"].label for row in page.context["gpu_rows"]}
+    assert labels == {"team beta"}
+    assert "gang-0" not in page.content.decode()
+    assert "gang-0" not in traces["State"]["text"][0][0]
+
+
+def test_a_time_sliced_node_has_no_empty_replica_column(staff_client, silent):
+    figure, traces = _map(staff_client, q="node-sliced")
+
+    assert figure["meta"]["slots"] == 8
+    assert figure["layout"]["xaxis"]["ticktext"] == [f"GPU {i}" for i in range(8)]
+    assert traces["Time-sliced GPU"]["x"] == [7.0]
+
+
+def test_colour_by_team_gives_each_holding_team_its_own_colour(staff_client, fleet_data):
+    figure, traces = _map(staff_client, value="team")
+
+    state = traces["State"]
+    legend = [trace["name"] for trace in figure["data"] if trace["name"].startswith("team ")]
+    row_a = state["y"].index("node-a1")
+    # Held on the page: alpha a0, a1 and 3/7 of b3 (2.43 GPUs); beta a2, b0, b2 and b1 (taken
+    # by its 2-GPU pod without DCGM series): 4 GPUs, so beta ranks first.
+    assert legend == ["team beta", "team alpha"]
+    beta, alpha = 4, 5  # after the four state categories
+    # A MIG node on the page: every GPU is 7 columns wide.
+    assert state["z"][row_a][0] == alpha
+    assert state["z"][row_a][7] == alpha
+    assert state["z"][row_a][14] == beta
+    assert state["z"][row_a][21] == 0  # free
+    assert traces["SM_ACTIVE"]["showscale"] is False
+    colors = {entry[1] for entry in state["colorscale"]}
+    assert len(colors) == 6
+
+
+def test_an_empty_node_chart_spans_the_range_not_minus_one_to_six(staff_client, fleet_data):
+    from fleet.models import Node
+
+    node = Node.objects.create(cluster=fleet_data.cluster, name="node-new", gpu_capacity=8)
+
+    figure = staff_client.get(reverse("fleet:chart-node", args=[node.pk]), {"range": "24h"}).json()
+
+    assert figure["meta"]["empty"] is True
+    xaxis = figure["layout"]["xaxis"]
+    assert xaxis["type"] == "date"
+    start, end = (datetime.fromisoformat(value) for value in xaxis["range"])
+    assert end - start == timedelta(hours=24)
+    assert abs((end - fleet_data.now).total_seconds()) < 3600
+
+
+def test_a_mig_node_chart_draws_one_line_per_physical_gpu(staff_client, fleet_data):
+    figure = staff_client.get(reverse("fleet:chart-node", args=[fleet_data.node_b.pk])).json()
+
+    names = [trace["name"] for trace in figure["data"]]
+    assert names == ["GPU 0", "GPU 1", "GPU 2", "GPU 3 · MIG 3g.40gb, 4g.40gb"]
+    # GPU 3: 3g at 60 % and 4g at 0 %, weighted by compute slices.
+    assert figure["data"][3]["y"][-1] == pytest.approx(60.0 * 3 / 7, abs=0.01)
+
+
+def test_an_empty_gpu_chart_spans_the_range_too(staff_client, silent):
+    from fleet.models import Gpu
+
+    gpu = Gpu.objects.filter(node=silent["node-silent"]).first()
+
+    for name in ("fleet:chart-gpu-activity", "fleet:chart-gpu-memory"):
+        figure = staff_client.get(reverse(name, args=[gpu.pk]), {"range": "7d"}).json()
+        xaxis = figure["layout"]["xaxis"]
+        start, end = (datetime.fromisoformat(value) for value in xaxis["range"])
+        assert xaxis["type"] == "date"
+        assert end - start == timedelta(days=7)
