@@ -119,6 +119,7 @@ INSTALLED_APPS = [
     "fleet",
     "quotas",
     "ledger",
+    "alerts",
     "dashboard",
     "demo",
 ]
@@ -278,7 +279,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         app: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
-        for app in ("core", "fleet", "quotas", "ledger", "dashboard", "demo")
+        for app in ("core", "fleet", "quotas", "ledger", "alerts", "dashboard", "demo")
     },
 }
 
