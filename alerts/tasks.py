@@ -9,6 +9,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from alerts.notify import run_notifications
+from alerts.remediation import remediate
 from core.deadlines import Deadline
 
 logger = logging.getLogger(__name__)
@@ -35,4 +36,25 @@ def send_notifications() -> dict[str, int]:
         "failed": result.send.failed,
         "suppressed": result.send.suppressed,
         "alertmanager_alerts": result.refresh.alerts,
+    }
+
+
+@shared_task(name="alerts.tasks.remediate_workloads", ignore_result=True)
+def remediate_workloads() -> dict[str, int]:
+    """Apply the ClusterQueues' remediation policies (off unless set; alerts.remediation).
+
+    Every minute from beat, ending by a deadline shorter than the interval; an episode is acted
+    on once (claimed by a unique row), so a doubled tick deactivates nothing twice.
+    """
+    deadline = Deadline(
+        max(1, settings.GPULEDGER_REMEDIATION_SECONDS - 10),
+        "the remediation deadline",
+        "GPULEDGER_REMEDIATION_SECONDS - 10",
+    )
+    result = remediate(timezone.now(), deadline)
+    return {
+        "deactivated": result.deactivated,
+        "dry_runs": result.dry_runs,
+        "notified": result.notified,
+        "failed": result.failed,
     }

@@ -14,7 +14,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tests.kube_api_server import VISIBILITY_GROUP, Resource, dumps, status_body
+from tests.kube_api_server import (
+    VISIBILITY_GROUP,
+    RecordedWrite,
+    Resource,
+    dumps,
+    status_body,
+)
 
 if TYPE_CHECKING:
     from tests.kube_api_server import FakeKubeAPI
@@ -128,6 +134,10 @@ class Handler(BaseHTTPRequestHandler):
             body = self.rfile.read(length)
         with api._lock:
             api.requests.append((method, path, query))
+            if method != "GET":
+                api.writes.append(
+                    RecordedWrite(method, path, query, self.headers.get("Content-Type") or "", body)
+                )
 
         if self.headers.get("Authorization") != f"Bearer {api.token}":
             self._status(401, "Unauthorized", "Unauthorized")

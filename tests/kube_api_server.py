@@ -5,6 +5,8 @@ It speaks enough of the protocol for the official ``kubernetes`` client: discove
 ``resourceVersion`` (consistent snapshots across pages), WATCH streams of newline-delimited JSON
 events that honour ``timeoutSeconds`` (``410 Gone`` for compacted resource versions), single GETs,
 JSON merge-PATCH, ``Status`` bodies for errors, bearer-token auth, and Kueue's visibility API.
+Every request is counted in ``requests``; writes are also kept whole (headers' content type,
+body) in ``writes``.
 
 Tests change the served state with ``add`` / ``modify`` / ``delete`` (each bumps the resource
 version and queues a watch event) and inject failures with ``fail`` (an error status or a dropped
@@ -124,6 +126,20 @@ class Failure:
     fired: int = 0
 
 
+@dataclass(frozen=True)
+class RecordedWrite:
+    """A request that is not a GET, as the server received it (for asserting writes exactly)."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    content_type: str
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body or b"null")
+
+
 @dataclass
 class _Store:
     resource: Resource
@@ -163,6 +179,7 @@ class FakeKubeAPI:
         self._failures: list[Failure] = []
         self.pending_override: dict[str, list[dict[str, Any]]] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.writes: list[RecordedWrite] = []
         self._closing = False
         self._watch_generation = 0
         self._httpd: Any = None
