@@ -219,6 +219,7 @@ def candidates(now: datetime) -> list[Episode]:
         )
         .exclude(pk__in=done.values("episode_id"))
         .exclude(Q(silenced_until__gt=now))
+        .defer("evidence")
         .select_related("cluster", "workload", "cluster_queue__remediation_policy")
         .order_by("escalated_at", "pk")
     )

@@ -67,6 +67,7 @@ def refresh(
                 deliveries__outcome=DeliveryOutcome.SENT,
             )
             .distinct()
+            .defer("evidence")
             .select_related("cluster", "team", "cluster_queue", "workload", "node")
             if not silenced(episode, now, silences)
             and any(t.receiver.pk == receiver.pk for t in targets_for(episode, routes))

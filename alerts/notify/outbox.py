@@ -181,7 +181,10 @@ def scan(now: datetime, routes: list[CompiledRoute] | None = None) -> ScanResult
     for start in range(0, len(ids), SCAN_BATCH):
         chunk = ids[start : start + SCAN_BATCH]
         episodes = list(
-            Episode.objects.filter(pk__in=chunk).select_related("cluster", "team", "cluster_queue")
+            Episode.objects.filter(pk__in=chunk)
+            # The evidence (per-GPU series) is for the page; nothing here reads it.
+            .defer("evidence")
+            .select_related("cluster", "team", "cluster_queue")
         )
         result.episodes += len(episodes)
         histories = _history(chunk)
