@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
@@ -85,9 +85,12 @@ class ReceiverAdmin(admin.ModelAdmin):
             targets.append("+ team contacts and queue owners")
         return ", ".join(targets)
 
-    @admin.display(description="Routes")
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Receiver]:
+        return super().get_queryset(request).annotate(route_total=Count("routes"))
+
+    @admin.display(description="Routes", ordering="route_total")
     def route_count(self, obj: Receiver) -> int:
-        return obj.routes.count()
+        return int(getattr(obj, "route_total", 0))
 
     @admin.display(description="Last Alertmanager refresh")
     def refreshed(self, obj: Receiver) -> str:
