@@ -12,7 +12,7 @@ def _duration(seconds: int) -> str:
     if minutes < 120:
         return f"{minutes} min"
     hours = minutes / 60
-    return f"{hours:.0f} h" if hours < 72 else f"{hours / 24:.1f} days"
+    return f"{hours:.1f} h" if hours < 72 else f"{hours / 24:.1f} days"
 
 
 def _gpus(value: float) -> str:

@@ -33,6 +33,12 @@ from tests.fleet.conftest import (  # noqa: F401  (the hook tests' real Promethe
     alpha_fleet,
     alpha_prometheus,
 )
+from tests.pages.conftest import (  # noqa: F401  (the browser tests' fixtures)
+    browser_login,
+    browser_type_launch_args,
+    console_errors,
+    staff_user,
+)
 
 T0 = datetime(2026, 4, 6, 8, 0, tzinfo=UTC)
 PRICE = Decimal("2.50")  # allocated h100 rate card, per GPU-hour
