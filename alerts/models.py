@@ -7,6 +7,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
@@ -277,6 +278,20 @@ class AlertThreshold(models.Model):
         }
         return f"Thresholds: {target.get(self.scope, self.scope)}"
 
+    def clean(self) -> None:
+        scopes: dict[str, bool] = {
+            self.Scope.GLOBAL: True,
+            self.Scope.CLUSTER_QUEUE: self.cluster_queue_id is not None,
+            self.Scope.LOCAL_QUEUE: self.local_queue_id is not None,
+            self.Scope.NAMESPACE: bool(self.namespace) and self.cluster_id is not None,
+        }
+        if not scopes.get(self.scope, False):
+            raise ValidationError(
+                "Pick the ClusterQueue, the LocalQueue, or the cluster and namespace of the scope."
+            )
+        if self.idle_gpu_fraction is not None and not 0 < self.idle_gpu_fraction <= 1:
+            raise ValidationError({"idle_gpu_fraction": "Above 0 and at most 1."})
+
 
 class Exemption(models.Model):
     """Workloads this matches get episodes marked exempt (shown, never notified or remediated)."""
@@ -345,6 +360,19 @@ class Exemption(models.Model):
 
     def __str__(self) -> str:
         return f"Exemption {self.get_kind_display()}: {self.describe()}"
+
+    def clean(self) -> None:
+        missing: dict[str, bool] = {
+            ExemptionKind.CLUSTER_QUEUE: self.cluster_queue_id is None,
+            ExemptionKind.LOCAL_QUEUE: self.local_queue_id is None,
+            ExemptionKind.WORKLOAD: self.workload_id is None,
+            ExemptionKind.NAMESPACE: not self.namespace,
+            ExemptionKind.WORKLOAD_LABEL: not self.label_key,
+            ExemptionKind.PRIORITY_CLASS: not self.priority_class,
+            ExemptionKind.INTERACTIVE_BELOW: not self.max_gpus,
+        }
+        if missing.get(self.kind, False):
+            raise ValidationError("Fill in the field this kind of exemption matches on.")
 
     def describe(self) -> str:
         match self.kind:

@@ -391,6 +391,30 @@ if GPULEDGER_CHARGEBACK_MODEL not in {"usage", "quota"}:
         f"GPULEDGER_CHARGEBACK_MODEL={GPULEDGER_CHARGEBACK_MODEL!r} must be usage or quota"
     )
 
+# Hoarding alerts (DESIGN "Hoarding"): the global defaults; the admin's alert thresholds override
+# them globally or per ClusterQueue, LocalQueue or namespace. The idle threshold is
+# GPULEDGER_IDLE_THRESHOLD.
+GPULEDGER_ALERT_IDLE_GPU_FRACTION = env_float("GPULEDGER_ALERT_IDLE_GPU_FRACTION", 1.0)
+if not 0.0 < GPULEDGER_ALERT_IDLE_GPU_FRACTION <= 1.0:
+    raise ImproperlyConfigured("GPULEDGER_ALERT_IDLE_GPU_FRACTION must be in (0, 1]")
+GPULEDGER_ALERT_IDLE_WARNING_MINUTES = env_int(
+    "GPULEDGER_ALERT_IDLE_WARNING_MINUTES", 60, minimum=1
+)
+GPULEDGER_ALERT_IDLE_CRITICAL_MINUTES = env_int(
+    "GPULEDGER_ALERT_IDLE_CRITICAL_MINUTES", 120, minimum=1
+)
+GPULEDGER_ALERT_GHOST_MINUTES = env_int("GPULEDGER_ALERT_GHOST_MINUTES", 10, minimum=1)
+GPULEDGER_ALERT_BORROWING_MINUTES = env_int("GPULEDGER_ALERT_BORROWING_MINUTES", 30, minimum=1)
+GPULEDGER_ALERT_TELEMETRY_MINUTES = env_int("GPULEDGER_ALERT_TELEMETRY_MINUTES", 10, minimum=1)
+# Workloads with this label set to "true" are exempt without an exemption row; empty = off.
+GPULEDGER_ALERT_EXEMPT_LABEL = env_str(
+    "GPULEDGER_ALERT_EXEMPT_LABEL", "gpuledger.io/hoarding-exempt"
+)
+# Workload owner kinds that count as interactive notebooks (for "notebooks below N GPUs").
+GPULEDGER_ALERT_INTERACTIVE_KINDS = env_list(
+    "GPULEDGER_ALERT_INTERACTIVE_KINDS", ["Notebook", "StatefulSet", "Pod"]
+)
+
 # --- Alert notifications and remediation (README "Alert notifications", "Remediation") ------
 # Links in notifications (email, Slack, webhooks, Alertmanager's generatorURL) start with this.
 GPULEDGER_BASE_URL = env_str("GPULEDGER_BASE_URL", "http://127.0.0.1:8000")

@@ -11,6 +11,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 
+from alerts.models import Episode
 from quotas.access import can_view_cluster_queue, can_view_team, visible_team_ids
 from quotas.models import ClusterQueue, Cohort, Team, Workload
 
@@ -65,3 +66,21 @@ def get_workload_for_user(request: HttpRequest, pk: int) -> Workload:
     if not sees_team(allowed_team_ids(request), team_id):
         raise PermissionDenied("Only the owning team's leads (and staff) see this workload.")
     return workload
+
+
+def get_episode_for_user(request: HttpRequest, pk: int) -> Episode:
+    episode = get_object_or_404(
+        Episode.objects.select_related(
+            "cluster",
+            "team",
+            "cluster_queue",
+            "local_queue",
+            "workload",
+            "node",
+            "acknowledged_by",
+        ),
+        pk=pk,
+    )
+    if not sees_team(allowed_team_ids(request), episode.team_id):
+        raise PermissionDenied("Only the owning team's leads (and staff) see this alert.")
+    return episode

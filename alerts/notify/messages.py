@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 
 from alerts.notify_choices import DeliveryEvent, RemediationKind, RemediationOutcome
 
@@ -57,11 +57,7 @@ def episode_url(episode: Episode) -> str:
 
 
 def episode_path(episode: Episode) -> str:
-    try:
-        return reverse("alerts:episode-detail", args=[episode.pk])
-    except NoReverseMatch:
-        # The episode page's address, for URL configurations that do not name it.
-        return f"/alerts/{episode.pk}/"
+    return reverse("alerts:episode-detail", args=[episode.pk])
 
 
 def _name(obj: Any) -> str | None:
