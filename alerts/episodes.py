@@ -27,6 +27,7 @@ from alerts.exemptions import ExemptionMatcher, Subject
 from alerts.models import Episode, Silence
 from alerts.pricing import Prices
 from alerts.rules import Finding, Findings, WorkloadInfo, uuid_of
+from alerts.store import update_episodes
 from alerts.summary import describe
 from fleet.models import Cluster, Node
 
@@ -346,7 +347,7 @@ class EpisodeBook:
         if self.touched:
             # Resolutions first, so a subject's new episode never meets its old one still open.
             ordered = sorted(self.touched.values(), key=lambda e: e.resolved_at is None)
-            Episode.objects.bulk_update(ordered, EPISODE_UPDATE_FIELDS, batch_size=1000)
+            update_episodes(ordered, EPISODE_UPDATE_FIELDS)
         if self.new:
             Episode.objects.bulk_create(self.new, batch_size=1000)
         return len(self.new), len(self.touched), deleted
