@@ -57,10 +57,12 @@ worker: venv .demo-secret-key
 beat: venv .demo-secret-key
 	$(DEV_ENV) $(VENV)/bin/celery -A config beat --loglevel=INFO
 
-# System packages the integration tests drive: Prometheus, Chromium, docker-compose (validation only).
+# System packages the integration tests drive: Prometheus, Alertmanager, Chromium, docker-compose
+# (validation only).
 system-deps:
 	@missing=""; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
 	if [ -n "$$missing" ]; then \

@@ -119,6 +119,7 @@ INSTALLED_APPS = [
     "fleet",
     "quotas",
     "ledger",
+    "alerts",
     "dashboard",
     "demo",
 ]
@@ -278,7 +279,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         app: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
-        for app in ("core", "fleet", "quotas", "ledger", "dashboard", "demo")
+        for app in ("core", "fleet", "quotas", "ledger", "alerts", "dashboard", "demo")
     },
 }
 
@@ -400,6 +401,70 @@ if GPULEDGER_CHARGEBACK_MODEL not in {"usage", "quota"}:
         f"GPULEDGER_CHARGEBACK_MODEL={GPULEDGER_CHARGEBACK_MODEL!r} must be usage or quota"
     )
 
+# Hoarding alerts (DESIGN "Hoarding"): the global defaults; the admin's alert thresholds override
+# them globally or per ClusterQueue, LocalQueue or namespace. The idle threshold is
+# GPULEDGER_IDLE_THRESHOLD.
+GPULEDGER_ALERT_IDLE_GPU_FRACTION = env_float("GPULEDGER_ALERT_IDLE_GPU_FRACTION", 1.0)
+if not 0.0 < GPULEDGER_ALERT_IDLE_GPU_FRACTION <= 1.0:
+    raise ImproperlyConfigured("GPULEDGER_ALERT_IDLE_GPU_FRACTION must be in (0, 1]")
+GPULEDGER_ALERT_IDLE_WARNING_MINUTES = env_int(
+    "GPULEDGER_ALERT_IDLE_WARNING_MINUTES", 60, minimum=1
+)
+GPULEDGER_ALERT_IDLE_CRITICAL_MINUTES = env_int(
+    "GPULEDGER_ALERT_IDLE_CRITICAL_MINUTES", 120, minimum=1
+)
+GPULEDGER_ALERT_GHOST_MINUTES = env_int("GPULEDGER_ALERT_GHOST_MINUTES", 10, minimum=1)
+GPULEDGER_ALERT_BORROWING_MINUTES = env_int("GPULEDGER_ALERT_BORROWING_MINUTES", 30, minimum=1)
+GPULEDGER_ALERT_TELEMETRY_MINUTES = env_int("GPULEDGER_ALERT_TELEMETRY_MINUTES", 10, minimum=1)
+# Workloads with this label set to "true" are exempt without an exemption row; empty = off.
+GPULEDGER_ALERT_EXEMPT_LABEL = env_str(
+    "GPULEDGER_ALERT_EXEMPT_LABEL", "gpuledger.io/hoarding-exempt"
+)
+# Workload owner kinds that count as interactive notebooks (for "notebooks below N GPUs").
+GPULEDGER_ALERT_INTERACTIVE_KINDS = env_list(
+    "GPULEDGER_ALERT_INTERACTIVE_KINDS", ["Notebook", "StatefulSet", "Pod"]
+)
+
+# --- Alert notifications and remediation (README "Alert notifications", "Remediation") ------
+# Links in notifications (email, Slack, webhooks, Alertmanager's generatorURL) start with this.
+GPULEDGER_BASE_URL = env_str("GPULEDGER_BASE_URL", "http://127.0.0.1:8000")
+if urlsplit(GPULEDGER_BASE_URL).scheme not in {"http", "https"}:
+    raise ImproperlyConfigured(f"GPULEDGER_BASE_URL={GPULEDGER_BASE_URL!r} must be an http(s) URL")
+# Beat scans the episodes and sends due notifications this often; a run ends by the deadline.
+GPULEDGER_NOTIFY_SECONDS = env_int("GPULEDGER_NOTIFY_SECONDS", 60, minimum=10)
+GPULEDGER_NOTIFY_DEADLINE_SECONDS = env_int(
+    "GPULEDGER_NOTIFY_DEADLINE_SECONDS", max(1, GPULEDGER_NOTIFY_SECONDS - 10), minimum=1
+)
+# One SMTP session or HTTP POST ends by this.
+GPULEDGER_NOTIFY_TIMEOUT_SECONDS = env_int("GPULEDGER_NOTIFY_TIMEOUT_SECONDS", 10, minimum=1)
+# A failed delivery is tried again after this, doubled per attempt (at most an hour), up to the
+# maximum number of attempts; then it stays in the delivery log as failed.
+GPULEDGER_NOTIFY_RETRY_SECONDS = env_int("GPULEDGER_NOTIFY_RETRY_SECONDS", 60, minimum=1)
+GPULEDGER_NOTIFY_MAX_ATTEMPTS = env_int("GPULEDGER_NOTIFY_MAX_ATTEMPTS", 10, minimum=1)
+# Live episodes that resolved within this many hours before anyone heard of them (a worker outage)
+# are still announced (fired, then resolved); older ones are history.
+GPULEDGER_NOTIFY_LOOKBACK_HOURS = env_int("GPULEDGER_NOTIFY_LOOKBACK_HOURS", 24, minimum=1)
+# Alertmanager: open alerts re-sent this often, with endsAt this many intervals ahead.
+GPULEDGER_ALERTMANAGER_RESEND_SECONDS = env_int(
+    "GPULEDGER_ALERTMANAGER_RESEND_SECONDS", 60, minimum=10
+)
+GPULEDGER_ALERTMANAGER_RESENDS_AHEAD = env_int("GPULEDGER_ALERTMANAGER_RESENDS_AHEAD", 3, minimum=2)
+# Beat applies the ClusterQueues' remediation policies this often.
+GPULEDGER_REMEDIATION_SECONDS = env_int("GPULEDGER_REMEDIATION_SECONDS", 60, minimum=10)
+# Email through Django's SMTP backend.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_secret("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL are exclusive: set one")
+EMAIL_TIMEOUT = GPULEDGER_NOTIFY_TIMEOUT_SECONDS
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "GPU Ledger <gpu-ledger@localhost>")
+SERVER_EMAIL = DEFAULT_FROM_EMAIL
+
 CELERY_BEAT_SCHEDULE = {
     "collect-metrics": {
         "task": "ledger.tasks.collect_metrics_all",
@@ -420,6 +485,16 @@ CELERY_BEAT_SCHEDULE = {
         "task": "ledger.tasks.prune_usage",
         "schedule": 3600.0,
         "options": {"expires": 3600.0},
+    },
+    "send-notifications": {
+        "task": "alerts.tasks.send_notifications",
+        "schedule": float(GPULEDGER_NOTIFY_SECONDS),
+        "options": {"expires": float(GPULEDGER_NOTIFY_SECONDS)},
+    },
+    "remediate-workloads": {
+        "task": "alerts.tasks.remediate_workloads",
+        "schedule": float(GPULEDGER_REMEDIATION_SECONDS),
+        "options": {"expires": float(GPULEDGER_REMEDIATION_SECONDS)},
     },
 }
 # Members of this Django group see every team's detail and chargeback (finance, auditors).

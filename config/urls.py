@@ -14,6 +14,7 @@ api_v1 = [
     path("", include("fleet.api.urls")),
     path("", include("quotas.api.urls")),
     path("", include("ledger.api.urls")),
+    path("", include("alerts.api.urls")),
 ]
 
 urlpatterns = [
@@ -39,6 +40,7 @@ urlpatterns = [
     path("", include("core.urls")),
     path("", include("dashboard.urls.quotas")),
     path("", include("dashboard.urls.fleet")),
+    path("", include("dashboard.urls.alerts")),
 ]
 
 handler403 = "dashboard.views.errors.permission_denied"

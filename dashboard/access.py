@@ -12,6 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 
+from alerts.models import Episode
 from quotas.access import sees_team, visible_team_ids
 from quotas.models import ClusterQueue, Cohort, Team, Workload
 
@@ -82,3 +83,21 @@ def get_workload_for_user(request: HttpRequest, pk: int) -> Workload:
         owner = workload.cluster_queue.team if workload.cluster_queue else None
         raise PermissionDenied(owner_sentence("workload", owner))
     return workload
+
+
+def get_episode_for_user(request: HttpRequest, pk: int) -> Episode:
+    episode = get_object_or_404(
+        Episode.objects.select_related(
+            "cluster",
+            "team",
+            "cluster_queue",
+            "local_queue",
+            "workload",
+            "node",
+            "acknowledged_by",
+        ),
+        pk=pk,
+    )
+    if not sees_team(allowed_team_ids(request), episode.team_id):
+        raise PermissionDenied("Only the owning team's leads (and staff) see this alert.")
+    return episode

@@ -59,6 +59,7 @@ from fleet.prometheus import PrometheusClient, PrometheusError
 from ledger.rollup import hours_touched
 from ledger.rollup.completeness import mark_changed
 from ledger.rollup.sweep import due_hours, roll_up_or_log
+from ledger.signals import windows_collected
 from ledger.store import write_window
 from quotas.constants import KUEUE_QUERIES
 from quotas.ingest.metrics import build_metric_samples, route_answers
@@ -90,6 +91,7 @@ class CollectResult:
     windows_skipped: int = 0
     rows_written: int = 0
     hours_rolled_up: list[datetime] = field(default_factory=list)
+    first_window_start: datetime | None = None
     last_window_end: datetime | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -365,12 +367,37 @@ class Collector:
                     pending_hours.add(hour)
                     result.windows += 1
                     result.rows_written += rows
+                    if result.first_window_start is None:
+                        result.first_window_start = window.start
                     result.last_window_end = window.end
                     if progress is not None:
                         progress(1)
                 chunk_seconds = time.monotonic() - chunk_started
         finally:
             self._roll_up_due_hours(result)
+            self._announce(result, live=not contiguous_only)
+
+    def _announce(self, result: CollectResult, *, live: bool) -> None:
+        """Tell the apps above (alerts) which windows were written, once they are committed."""
+        if result.first_window_start is None or result.last_window_end is None:
+            return
+        for receiver, answer in windows_collected.send_robust(
+            sender=Collector,
+            cluster_id=self.cluster.pk,
+            start=result.first_window_start,
+            end=result.last_window_end,
+            live=live,
+        ):
+            if isinstance(answer, Exception):
+                logger.error(
+                    "cluster %s: %r failed on windows (%s, %s]: %s",
+                    self.cluster,
+                    receiver,
+                    result.first_window_start.isoformat(),
+                    result.last_window_end.isoformat(),
+                    answer,
+                    exc_info=answer,
+                )
 
     def _chunks(self, windows: list[Window]) -> Iterator[list[Window]]:
         """Contiguous runs of windows, each small enough for one range query per metric."""

@@ -14,7 +14,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tests.kube_api_server import VISIBILITY_GROUP, Resource, dumps, status_body
+from tests.kube_api_server import (
+    VISIBILITY_GROUP,
+    RecordedWrite,
+    Resource,
+    dumps,
+    status_body,
+)
 from tests.kube_api_writes import RecordedRequest
 
 if TYPE_CHECKING:
@@ -136,6 +142,10 @@ class Handler(BaseHTTPRequestHandler):
             api.recorded.append(
                 RecordedRequest(method, path, query, dict(self.headers.items()), body, decoded)
             )
+            if method != "GET":
+                api.write_log.append(
+                    RecordedWrite(method, path, query, self.headers.get("Content-Type") or "", body)
+                )
 
         if self.headers.get("Authorization") != f"Bearer {api.token}":
             self._status(401, "Unauthorized", "Unauthorized")

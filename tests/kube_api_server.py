@@ -5,8 +5,9 @@ It speaks enough of the protocol for the official ``kubernetes`` client: discove
 ``resourceVersion`` (consistent snapshots across pages), WATCH streams of newline-delimited JSON
 events that honour ``timeoutSeconds`` (``410 Gone`` for compacted resource versions), single GETs,
 PATCH (merge and apply, ``dryRun``, resourceVersion conflicts, 422 causes:
-``tests.kube_api_writes``), every request recorded, ``Status`` bodies for errors, bearer-token
-auth, and Kueue's visibility API.
+``tests.kube_api_writes``), ``Status`` bodies for errors, bearer-token auth, and Kueue's
+visibility API. Every request is counted in ``requests`` and kept whole in ``recorded``;
+writes are also kept (content type, body) in ``write_log``.
 
 Tests change the served state with ``add`` / ``modify`` / ``delete`` (each bumps the resource
 version and queues a watch event) and inject failures with ``fail`` (an error status or a dropped
@@ -126,6 +127,20 @@ class Failure:
     fired: int = 0
 
 
+@dataclass(frozen=True)
+class RecordedWrite:
+    """A request that is not a GET, as the server received it (for asserting writes exactly)."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    content_type: str
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body or b"null")
+
+
 @dataclass
 class _Store:
     resource: Resource
@@ -169,6 +184,7 @@ class FakeKubeAPI:
         self.recorded: list[Any] = []
         # Extra admission rules for writes: (resource, object) -> Status causes.
         self.validators: list[Callable[[Resource, dict[str, Any]], list[dict[str, str]]]] = []
+        self.write_log: list[RecordedWrite] = []
         self._closing = False
         self._watch_generation = 0
         self._httpd: Any = None

@@ -6,6 +6,7 @@ reads through ``dashboard.queries`` (or ``dashboard.live`` for detail series) an
 every element with a ``data-chart-url``.
 """
 
+from dashboard.charts.alerts import episode_evidence_chart
 from dashboard.charts.busy import busy_teams_chart, busy_time_chart
 from dashboard.charts.cluster_queues import (
     cluster_queue_evictions_chart,
@@ -20,6 +21,7 @@ from dashboard.charts.teams import team_allocation_chart, team_queues_chart
 from dashboard.charts.workloads import workload_activity_chart, workload_timeline_chart
 
 __all__ = [
+    "episode_evidence_chart",
     "busy_teams_chart",
     "busy_time_chart",
     "capacity_chart",

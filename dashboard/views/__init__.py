@@ -5,6 +5,13 @@ freshness banner), reads through ``dashboard.queries``, builds an explicit conte
 its template; its Plotly figures load from the JSON views of ``dashboard.charts``.
 """
 
+from dashboard.views.alerts import (
+    alert_list,
+    episode_acknowledge,
+    episode_detail,
+    episode_exempt,
+    episode_silence,
+)
 from dashboard.views.busy import busy
 from dashboard.views.chargeback import chargeback_page
 from dashboard.views.cluster_queues import cluster_queue_detail, cluster_queue_list
@@ -27,6 +34,11 @@ from dashboard.views.workload_list import search, workload_list
 from dashboard.views.workloads import workload_detail
 
 __all__ = [
+    "alert_list",
+    "episode_acknowledge",
+    "episode_detail",
+    "episode_exempt",
+    "episode_silence",
     "busy",
     "chargeback_page",
     "cluster_queue_detail",

@@ -1,8 +1,8 @@
 """The apps depend one way (STYLE rule 22, DESIGN "Data flow").
 
-core ← fleet ← quotas ← ledger ← dashboard ← demo: a module may import its own app and the apps
-to its left, never one to its right. Lazy imports inside functions count too. ``config`` wires
-everything and is outside the order.
+core ← fleet ← quotas ← ledger ← alerts ← dashboard ← demo: a module may import its own app and
+the apps to its left, never one to its right. Lazy imports inside functions count too.
+``config`` wires everything and is outside the order.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from django.db.migrations.loader import MigrationLoader
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ("core", "fleet", "quotas", "ledger", "dashboard", "demo")
+LAYERS = ("core", "fleet", "quotas", "ledger", "alerts", "dashboard", "demo")
 RANK = {app: rank for rank, app in enumerate(LAYERS)}
 # Written before the join had an app of its own: fleet's Allocation, GpuUsage and HourlyRollup
 # then pointed at quotas. Databases recorded them, so they stay; they create tables only, and

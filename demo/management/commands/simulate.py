@@ -24,6 +24,7 @@ from fleet.constants import DCGM_METRICS
 from fleet.ingest import IngestStats, WindowInput, build_window
 from fleet.models import Cluster, IngestRun
 from ledger.rollup import roll_up_range
+from ledger.signals import windows_collected
 from ledger.store import write_window
 from quotas.ingest import build_queue_samples, build_snapshot, snapshot_from_lists
 from quotas.ingest.metrics import build_metric_samples
@@ -134,6 +135,15 @@ class Command(BaseCommand):
                 stats.merge(window_batch.stats)
                 rows += write_window(cluster, window_batch).rows_written
             rows += roll_up_range(cluster.id, sim.start, sim.end)
+            # As after a collector's backfill: the apps above the ledger (alerts) evaluate the
+            # simulated history, so the demo shows last week's hoarding episodes.
+            windows_collected.send(
+                sender=self.__class__,
+                cluster_id=cluster.id,
+                start=sim.start,
+                end=sim.end,
+                live=False,
+            )
         except BaseException as exc:
             run.status = IngestStatus.FAILED
             run.error = f"{type(exc).__name__}: {exc}"

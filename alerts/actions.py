@@ -1,0 +1,71 @@
+"""What people do to episodes: acknowledge, silence, exempt (from the pages, API and admin)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from alerts.choices import ExemptionKind
+from alerts.models import Episode, Exemption, Silence
+
+
+def acknowledge(episode: Episode, user: Any, comment: str) -> Episode:
+    episode.acknowledged_by = user
+    episode.acknowledged_at = timezone.now()
+    episode.ack_comment = comment
+    episode.save(update_fields=["acknowledged_by", "acknowledged_at", "ack_comment", "updated_at"])
+    return episode
+
+
+@transaction.atomic
+def silence(episode: Episode, user: Any, until: datetime, comment: str) -> Silence:
+    """Silence this episode's subject (this rule) until ``until``; later episodes of the same
+    subject are silenced too while it lasts."""
+    created = Silence.objects.create(
+        rule=episode.rule,
+        subject_key=episode.subject_key,
+        cluster=episode.cluster,
+        ends_at=until,
+        comment=comment,
+        created_by=user,
+    )
+    Episode.objects.filter(pk=episode.pk).update(silenced_until=until, updated_at=timezone.now())
+    episode.silenced_until = until
+    return created
+
+
+@transaction.atomic
+def exempt_workload(episode: Episode, user: Any, reason: str) -> Exemption | None:
+    """Exempt the episode's workload (or its ClusterQueue for a queue episode) from now on;
+    the open episodes of that subject are marked at once, the next evaluation keeps them."""
+    if episode.workload_id is not None:
+        exemption = Exemption.objects.create(
+            kind=ExemptionKind.WORKLOAD,
+            cluster=episode.cluster,
+            workload_id=episode.workload_id,
+            reason=reason,
+            created_by=user,
+        )
+        subject = Episode.objects.filter(workload_id=episode.workload_id)
+    elif episode.cluster_queue_id is not None:
+        exemption = Exemption.objects.create(
+            kind=ExemptionKind.CLUSTER_QUEUE,
+            cluster=episode.cluster,
+            cluster_queue_id=episode.cluster_queue_id,
+            reason=reason,
+            created_by=user,
+        )
+        subject = Episode.objects.filter(cluster_queue_id=episode.cluster_queue_id)
+    else:
+        return None
+    why = f"{exemption.get_kind_display()} exemption: {exemption.describe()}"
+    if reason:
+        why = f"{why} ({reason})"
+    subject.filter(resolved_at__isnull=True).update(
+        exempt=True, exempt_reason=why[:300], updated_at=timezone.now()
+    )
+    episode.refresh_from_db()
+    return exemption

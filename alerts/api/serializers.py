@@ -1,0 +1,72 @@
+"""Serializers of the alerts API."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from alerts.models import Episode
+
+
+class EpisodeSerializer(serializers.ModelSerializer):
+    state = serializers.CharField(read_only=True, help_text="pending | open | resolved")
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+    team = serializers.CharField(source="team.name", read_only=True, default=None)
+    cluster_queue = serializers.CharField(source="cluster_queue.name", read_only=True, default=None)
+    workload = serializers.SerializerMethodField(help_text='"namespace/name"')
+    node = serializers.CharField(source="node.name", read_only=True, default=None)
+    acknowledged_by = serializers.CharField(
+        source="acknowledged_by.username", read_only=True, default=None
+    )
+    cost = serializers.DecimalField(max_digits=16, decimal_places=4, read_only=True)
+    url = serializers.SerializerMethodField(help_text="The episode's page.")
+
+    class Meta:
+        model = Episode
+        fields = [
+            "id",
+            "rule",
+            "severity",
+            "state",
+            "cluster",
+            "team",
+            "cluster_queue",
+            "namespace",
+            "workload",
+            "node",
+            "gpus",
+            "gpu_uuids",
+            "started_at",
+            "fired_at",
+            "escalated_at",
+            "resolved_at",
+            "idle_gpu_hours",
+            "held_gpu_hours",
+            "cost",
+            "summary",
+            "acknowledged_by",
+            "acknowledged_at",
+            "ack_comment",
+            "silenced_until",
+            "exempt",
+            "exempt_reason",
+            "detected_live",
+            "url",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_workload(self, episode: Episode) -> str | None:
+        workload = episode.workload
+        return None if workload is None else f"{workload.namespace}/{workload.name}"
+
+    @extend_schema_field(serializers.URLField())
+    def get_url(self, episode: Episode) -> str:
+        path = reverse("alerts:episode-detail", args=[episode.pk])
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request is not None else path
+
+
+class AcknowledgeSerializer(serializers.Serializer):
+    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")

@@ -1,0 +1,364 @@
+"""Episodes moved on window by window (``EpisodeBook``), then written in bulk.
+
+Per rule and subject, each window is one of:
+
+* seen: an episode already covers it (``started_at`` ≤ window start, ``evaluated_until`` ≥
+  window end): skipped, which makes re-evaluation idempotent;
+* a hit: the active (unresolved) episode is extended, or a new one starts at the window's start;
+  it fires once it has held for the rule's duration, and the idle rule escalates in place;
+* a gap (idle rule, no telemetry): the active episode only notes the window;
+* neither: the active episode resolves at the window's start, or is dropped if it never fired.
+
+A backfill that reaches an episode written earlier (a live one that began at install time)
+with its own episode of the same subject still open joins the two: the later one takes the
+earlier start, hours and evidence, as a collection gap neither starts nor ends an episode.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db.models import Q
+
+from alerts.choices import Rule, Severity
+from alerts.exemptions import ExemptionMatcher, Subject
+from alerts.models import Episode, Silence
+from alerts.pricing import Prices
+from alerts.rules import Finding, Findings, WorkloadInfo, uuid_of
+from alerts.store import update_episodes
+from alerts.summary import describe
+from fleet.models import Cluster, Node
+
+COST_PLACES = Decimal("0.0001")  # Episode.cost's decimal places
+# Evidence keeps at most this many GPUs per episode (a 64-GPU gang fits).
+EVIDENCE_GPUS = 64
+
+EPISODE_UPDATE_FIELDS = [
+    "severity",
+    "team",
+    "cluster_queue",
+    "local_queue",
+    "namespace",
+    "workload",
+    "node",
+    "gpu_uuids",
+    "gpus",
+    "started_at",
+    "fired_at",
+    "escalated_at",
+    "resolved_at",
+    "held_seconds",
+    "last_held_at",
+    "evaluated_until",
+    "idle_gpu_hours",
+    "held_gpu_hours",
+    "cost",
+    "evidence",
+    "summary",
+    "exempt",
+    "exempt_reason",
+    "silenced_until",
+    "updated_at",
+]
+
+
+class EpisodeBook:
+    """The cluster's episodes a range can touch; see the module docstring."""
+
+    def __init__(self, cluster: Cluster, start: datetime, *, live: bool) -> None:
+        self.cluster = cluster
+        self.live = live
+        self.prices = Prices()
+        self.by_key: dict[tuple[str, str], list[Episode]] = defaultdict(list)
+        self.unresolved: dict[str, set[str]] = {rule: set() for rule in Rule.values}
+        self.touched: dict[int, Episode] = {}
+        self.new: list[Episode] = []
+        self.dropped: list[int] = []
+        self._nodes: dict[str, int] | None = None
+        for episode in Episode.objects.filter(cluster=cluster).filter(
+            Q(resolved_at__isnull=True) | Q(evaluated_until__gt=start)
+        ):
+            self.by_key[(episode.rule, episode.subject_key)].append(episode)
+            if episode.resolved_at is None:
+                self.unresolved[episode.rule].add(episode.subject_key)
+        for episodes in self.by_key.values():
+            episodes.sort(key=lambda episode: episode.started_at)
+
+    # --- one window ----------------------------------------------------------------------
+
+    def apply(self, start: datetime, end: datetime, findings: Findings) -> None:
+        seconds = int((end - start).total_seconds())
+        for rule in Rule.values:
+            hits, gaps = findings.hits[rule], findings.gaps[rule]
+            for key in set(hits) | set(gaps) | self.unresolved[rule]:
+                episodes = self.by_key.get((rule, key), [])
+                cover = next(
+                    (e for e in episodes if e.started_at <= start and e.evaluated_until >= end),
+                    None,
+                )
+                active = next(
+                    (
+                        e
+                        for e in episodes
+                        if e.resolved_at is None
+                        and e.started_at <= start
+                        and e.evaluated_until < end
+                    ),
+                    None,
+                )
+                if cover is not None:
+                    if active is not None and active is not cover:
+                        self._join(active, cover)
+                    continue
+                finding = hits.get(key)
+                if finding is not None:
+                    if active is None:
+                        active = self._start(finding, start)
+                    self._extend(active, finding, start, end, seconds)
+                elif key in gaps:
+                    if active is not None:
+                        self._gap(active, gaps[key], end, seconds)
+                elif active is not None:
+                    self._resolve(active, start, end)
+
+    def _start(self, finding: Finding, start: datetime) -> Episode:
+        episode = Episode(
+            rule=finding.rule,
+            severity=Severity.WARNING,
+            cluster=self.cluster,
+            subject_key=finding.key,
+            started_at=start,
+            evaluated_until=start,
+            detected_live=self.live,
+            evidence={},
+        )
+        self.new.append(episode)
+        episodes = self.by_key[(finding.rule, finding.key)]
+        episodes.append(episode)
+        episodes.sort(key=lambda item: item.started_at)
+        self.unresolved[finding.rule].add(finding.key)
+        return episode
+
+    def _extend(
+        self, episode: Episode, finding: Finding, start: datetime, end: datetime, seconds: int
+    ) -> None:
+        hours = seconds / 3600
+        episode.held_seconds += seconds
+        episode.last_held_at = end
+        episode.evaluated_until = end
+        episode.idle_gpu_hours += finding.idle_gpus * hours
+        episode.held_gpu_hours += finding.held_gpus * hours
+        if finding.rule != Rule.TELEMETRY_MISSING and finding.priced:
+            # Summed exactly in the evidence and rounded into ``cost``, so one evaluation per
+            # window and one per range give the same cost.
+            exact = Decimal(episode.evidence.get("cost_exact", "0"))
+            for flavor, gpu_model, gpus in finding.priced:
+                price = self.prices.price(flavor, gpu_model, start)
+                exact += price * Decimal(repr(round(gpus * hours, 9)))
+            episode.evidence["cost_exact"] = str(exact)
+            episode.cost = exact.quantize(COST_PLACES)
+        episode.gpus = finding.gpus
+        episode.team_id = finding.team_id
+        episode.cluster_queue_id = finding.cluster_queue_id
+        episode.local_queue_id = finding.local_queue_id
+        episode.namespace = finding.namespace
+        episode.workload_id = finding.workload_id
+        episode.node_id = self._node_id(finding.node_name) if finding.node_name else None
+        uuids = set(episode.gpu_uuids) | {uuid_of(key) for key in finding.gpu_keys}
+        episode.gpu_uuids = sorted(uuids)[:EVIDENCE_GPUS]
+        self._evidence(episode, finding, seconds)
+        limits = finding.thresholds
+        fire_after = {
+            Rule.IDLE_WORKLOAD: limits.idle_warning_minutes,
+            Rule.GHOST_RESERVATION: limits.ghost_minutes,
+            Rule.BORROWING_WHILE_IDLE: limits.borrowing_minutes,
+            Rule.TELEMETRY_MISSING: limits.telemetry_minutes,
+        }[Rule(finding.rule)]
+        episode.evidence["fire_after_minutes"] = fire_after
+        if episode.fired_at is None and episode.held_seconds >= fire_after * 60:
+            episode.fired_at = end
+        if finding.rule == Rule.IDLE_WORKLOAD:
+            episode.evidence["critical_after_minutes"] = limits.idle_critical_minutes
+            if (
+                episode.escalated_at is None
+                and episode.held_seconds >= limits.idle_critical_minutes * 60
+            ):
+                episode.severity = Severity.CRITICAL
+                episode.escalated_at = end
+                if episode.fired_at is None:
+                    episode.fired_at = end
+        self._touch(episode)
+
+    def _gap(self, episode: Episode, finding: Finding, end: datetime, seconds: int) -> None:
+        episode.evaluated_until = end
+        episode.held_gpu_hours += finding.held_gpus * seconds / 3600
+        episode.evidence["gap_minutes"] = episode.evidence.get("gap_minutes", 0) + seconds // 60
+        self._touch(episode)
+
+    def _evidence(self, episode: Episode, finding: Finding, seconds: int) -> None:
+        evidence = episode.evidence
+        evidence["window_seconds"] = seconds
+        evidence["held_minutes"] = episode.held_seconds // 60
+        per_gpu = evidence.setdefault("gpus", {})
+        minutes = seconds / 60
+        for key, (activity, idle) in finding.per_gpu.items():
+            entry = per_gpu.get(key)
+            if entry is None:
+                if len(per_gpu) >= EVIDENCE_GPUS:
+                    continue
+                entry = per_gpu[key] = _new_gpu_entry(key)
+            entry["minutes"] += minutes
+            if activity is not None:
+                entry["telemetry_minutes"] += minutes
+                entry["sum"] += activity * minutes
+                entry["max"] = activity if entry["max"] is None else max(entry["max"], activity)
+                entry["mean"] = entry["sum"] / entry["telemetry_minutes"]
+            if idle:
+                entry["idle_minutes"] += minutes
+        evidence.update(finding.facts)
+        evidence["idle_threshold"] = finding.thresholds.idle_threshold
+
+    def _resolve(self, episode: Episode, start: datetime, end: datetime) -> None:
+        self._forget_unresolved(episode)
+        if episode.fired_at is None:
+            self._drop(episode)  # pending only: never an alert
+            return
+        episode.resolved_at = start
+        episode.evaluated_until = end
+        self._touch(episode)
+
+    def _join(self, earlier: Episode, later: Episode) -> None:
+        """The later episode takes over the earlier one that ran into it."""
+        moved = earlier.held_seconds
+        own_start = later.started_at
+        later.started_at = earlier.started_at
+        later.held_seconds += moved
+        later.idle_gpu_hours += earlier.idle_gpu_hours
+        later.held_gpu_hours += earlier.held_gpu_hours
+        exact = Decimal(later.evidence.get("cost_exact", "0")) + Decimal(
+            earlier.evidence.get("cost_exact", "0")
+        )
+        later.evidence["cost_exact"] = str(exact)
+        later.cost = exact.quantize(COST_PLACES)
+        later.gpu_uuids = sorted(set(later.gpu_uuids) | set(earlier.gpu_uuids))[:EVIDENCE_GPUS]
+        # When the joined episode crossed each duration: in the earlier part if it did there,
+        # else that many held seconds into the later part (which held without a break).
+        for name, duration in (
+            ("fired_at", "fire_after_minutes"),
+            ("escalated_at", "critical_after_minutes"),
+        ):
+            minutes = later.evidence.get(duration) or earlier.evidence.get(duration)
+            if getattr(earlier, name) is not None:
+                setattr(later, name, getattr(earlier, name))
+            elif minutes and later.held_seconds >= minutes * 60:
+                crossing = own_start + timedelta(seconds=max(minutes * 60 - moved, 0))
+                setattr(later, name, max(crossing, own_start))
+        if later.escalated_at is not None:
+            later.severity = Severity.CRITICAL
+        # ``detected_live`` stays the later one's: it was first written when it was written.
+        gpus = later.evidence.setdefault("gpus", {})
+        for key, entry in (earlier.evidence.get("gpus") or {}).items():
+            mine = gpus.get(key)
+            if mine is None:
+                if len(gpus) < EVIDENCE_GPUS:
+                    gpus[key] = dict(entry)
+                continue
+            for name in ("minutes", "telemetry_minutes", "idle_minutes", "sum"):
+                mine[name] = mine.get(name, 0.0) + entry.get(name, 0.0)
+            highs = [value for value in (mine.get("max"), entry.get("max")) if value is not None]
+            mine["max"] = max(highs) if highs else None
+            if mine["telemetry_minutes"]:
+                mine["mean"] = mine["sum"] / mine["telemetry_minutes"]
+        later.evidence["held_minutes"] = later.held_seconds // 60
+        self._forget_unresolved(earlier)
+        if later.resolved_at is None:
+            self.unresolved[later.rule].add(later.subject_key)
+        self._drop(earlier)
+        self._touch(later)
+
+    def _drop(self, episode: Episode) -> None:
+        self.by_key[(episode.rule, episode.subject_key)].remove(episode)
+        if episode.pk is not None:
+            self.dropped.append(episode.pk)
+            self.touched.pop(episode.pk, None)
+        else:
+            self.new.remove(episode)
+
+    def _forget_unresolved(self, episode: Episode) -> None:
+        others = [
+            item
+            for item in self.by_key.get((episode.rule, episode.subject_key), [])
+            if item is not episode and item.resolved_at is None
+        ]
+        if not others:
+            self.unresolved[episode.rule].discard(episode.subject_key)
+
+    def _touch(self, episode: Episode) -> None:
+        if episode.pk is not None:
+            self.touched[episode.pk] = episode
+
+    def _node_id(self, name: str) -> int | None:
+        if self._nodes is None:
+            self._nodes = dict(Node.objects.filter(cluster=self.cluster).values_list("name", "pk"))
+        return self._nodes.get(name)
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Join an episode still open before a later one of its subject (a backfill that ended
+        before the live history began: the hours between were not collected)."""
+        for episodes in list(self.by_key.values()):
+            position = 0
+            while position < len(episodes) - 1:
+                if episodes[position].resolved_at is None:
+                    self._join(episodes[position], episodes[position + 1])  # drops the first
+                    continue
+                position += 1
+
+    def save(self, now: datetime, workloads: dict[int, WorkloadInfo]) -> tuple[int, int, int]:
+        """Write what changed; (created, updated, deleted)."""
+        self.finish()
+        exemptions = ExemptionMatcher(self.cluster.pk, now)
+        silences = list(Silence.objects.filter(ends_at__gt=now))
+        for episode in [*self.new, *self.touched.values()]:
+            workload = workloads.get(episode.workload_id or 0)
+            subject = (
+                workload.subject()
+                if workload is not None
+                else Subject(
+                    cluster_queue_id=episode.cluster_queue_id,
+                    local_queue_id=episode.local_queue_id,
+                    namespace=episode.namespace,
+                )
+            )
+            episode.exempt_reason = exemptions.reason(subject)[:300]
+            episode.exempt = bool(episode.exempt_reason)
+            ends = [silence.ends_at for silence in silences if silence.matches(episode)]
+            if episode.silenced_until is not None:
+                ends.append(episode.silenced_until)
+            episode.silenced_until = max(ends) if ends else None
+            episode.summary = describe(episode, workload)[:500]
+            episode.updated_at = now
+        deleted = 0
+        if self.dropped:
+            deleted = Episode.objects.filter(pk__in=self.dropped).delete()[0]
+        if self.touched:
+            # Resolutions first, so a subject's new episode never meets its old one still open.
+            ordered = sorted(self.touched.values(), key=lambda e: e.resolved_at is None)
+            update_episodes(ordered, EPISODE_UPDATE_FIELDS)
+        if self.new:
+            Episode.objects.bulk_create(self.new, batch_size=1000)
+        return len(self.new), len(self.touched), deleted
+
+
+def _new_gpu_entry(key: str) -> dict[str, object]:
+    return {
+        "uuid": uuid_of(key),
+        "minutes": 0.0,
+        "telemetry_minutes": 0.0,
+        "idle_minutes": 0.0,
+        "sum": 0.0,
+        "max": None,
+    }

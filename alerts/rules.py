@@ -1,0 +1,390 @@
+"""The four hoarding rules over one stored window (DESIGN "Hoarding"); no I/O.
+
+``detect`` turns one window's GpuUsage rows, ClusterQueue samples and the workloads holding
+quota into ``Finding``s per rule and subject: the condition held in this window. For the idle
+rule a workload whose GPUs have no telemetry in the window is a ``gap``: it neither starts,
+extends nor ends an episode.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from alerts.choices import Rule
+from alerts.exemptions import Subject
+from alerts.thresholds import ThresholdResolver, Thresholds
+from fleet.choices import ActivitySource
+
+# Shares below this are float noise.
+EPSILON = 1e-9
+
+
+class UsageRow(NamedTuple):
+    """The GpuUsage columns the rules read (``USAGE_FIELDS``, in this order)."""
+
+    gpu_key: str
+    node_name: str
+    namespace: str
+    pod: str
+    workload_id: int | None
+    local_queue_id: int | None
+    cluster_queue_id: int | None
+    team_id: int | None
+    allocated: bool
+    gpus: float
+    activity: float | None
+    activity_source: str
+    flavor: str
+    gpu_model: str
+
+
+USAGE_FIELDS = UsageRow._fields
+
+
+class QueueSample(NamedTuple):
+    cluster_queue_id: int
+    flavor: str
+    borrowed: float
+    lent: float
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    name: str
+    team_id: int | None
+    cohort_id: int | None
+
+
+@dataclass
+class WorkloadInfo:
+    """What the rules and exemptions need of a Workload; ``hold_*`` is its last quota hold."""
+
+    id: int
+    namespace: str
+    name: str
+    cluster_queue_id: int | None
+    local_queue_id: int | None
+    labels: dict[str, Any]
+    priority_class: str
+    owner_kind: str
+    gpus: float
+    pods_expected: int
+    flavor: str
+    hold_start: datetime | None = None
+    hold_end: datetime | None = None
+
+    @property
+    def path(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def holds_through(self, start: datetime, end: datetime) -> bool:
+        """Held quota during the whole window (start, end]."""
+        if self.hold_start is None or self.hold_start > start:
+            return False
+        return self.hold_end is None or self.hold_end >= end
+
+    def subject(self) -> Subject:
+        return Subject(
+            cluster_queue_id=self.cluster_queue_id,
+            local_queue_id=self.local_queue_id,
+            namespace=self.namespace,
+            workload_id=self.id,
+            labels=self.labels,
+            priority_class=self.priority_class,
+            owner_kind=self.owner_kind,
+            gpus=self.gpus,
+        )
+
+
+@dataclass
+class Finding:
+    """The condition of one rule held for one subject in one window."""
+
+    rule: str
+    key: str
+    thresholds: Thresholds
+    gpus: float = 0.0
+    idle_gpus: float = 0.0  # GPUs wasted in the window (idle, or held without a pod)
+    held_gpus: float = 0.0
+    # (flavor, GPU model, GPUs) of the wasted GPUs, for the rate card.
+    priced: list[tuple[str, str, float]] = field(default_factory=list)
+    team_id: int | None = None
+    cluster_queue_id: int | None = None
+    local_queue_id: int | None = None
+    namespace: str = ""
+    workload_id: int | None = None
+    node_name: str = ""
+    gpu_keys: list[str] = field(default_factory=list)
+    # Per GPU key: (activity or None, idle) in this window.
+    per_gpu: dict[str, tuple[float | None, bool]] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+    subject: Subject = field(default_factory=Subject)
+
+
+@dataclass
+class Findings:
+    hits: dict[str, dict[str, Finding]] = field(
+        default_factory=lambda: {rule: {} for rule in Rule.values}
+    )
+    gaps: dict[str, dict[str, Finding]] = field(
+        default_factory=lambda: {rule: {} for rule in Rule.values}
+    )
+
+
+def uuid_of(gpu_key: str) -> str:
+    """``host/UUID/GI`` → UUID (with the MIG instance when there is one)."""
+    parts = gpu_key.split("/")
+    if len(parts) < 2:
+        return gpu_key
+    return parts[1] if len(parts) < 3 or not parts[2] else f"{parts[1]}/{parts[2]}"
+
+
+def workload_key(cluster: str, workload: WorkloadInfo) -> str:
+    return f"workload:{cluster}/{workload.path}"
+
+
+class RuleSet:
+    """The rules for one cluster with its thresholds, queues and workloads."""
+
+    def __init__(
+        self,
+        cluster: str,
+        resolver: ThresholdResolver,
+        queues: dict[int, QueueInfo],
+        workloads: dict[int, WorkloadInfo],
+    ) -> None:
+        self.cluster = cluster
+        self.resolver = resolver
+        self.queues = queues
+        self.workloads = workloads
+
+    def detect(
+        self,
+        start: datetime,
+        end: datetime,
+        rows: list[UsageRow],
+        samples: Iterable[QueueSample],
+    ) -> Findings:
+        found = Findings()
+        by_workload: dict[int, list[UsageRow]] = defaultdict(list)
+        for row in rows:
+            if row.allocated and row.workload_id is not None:
+                by_workload[row.workload_id].append(row)
+        idle_by_queue = self._idle(by_workload, found)
+        self._ghosts(start, end, by_workload, found)
+        self._borrowing(samples, idle_by_queue, found)
+        self._telemetry(rows, found)
+        return found
+
+    # --- idle_workload ---------------------------------------------------------------------
+
+    def _idle(
+        self, by_workload: dict[int, list[UsageRow]], found: Findings
+    ) -> dict[int, dict[int, float]]:
+        """Idle workloads; returns idle GPUs per ClusterQueue and workload (queue's threshold)."""
+        idle_by_queue: dict[int, dict[int, float]] = defaultdict(dict)
+        for workload_id, rows in by_workload.items():
+            workload = self.workloads.get(workload_id)
+            if workload is None:
+                continue
+            first = rows[0]
+            limits = self.resolver.for_subject(
+                first.cluster_queue_id, first.local_queue_id, first.namespace
+            )
+            telemetry = idle = allocated = 0.0
+            for row in rows:
+                allocated += row.gpus
+                if row.activity is None:
+                    continue
+                telemetry += row.gpus
+                if row.activity < limits.idle_threshold:
+                    idle += row.gpus
+            if idle > EPSILON and first.cluster_queue_id is not None:
+                idle_by_queue[first.cluster_queue_id][workload_id] = idle
+            finding = Finding(
+                rule=Rule.IDLE_WORKLOAD,
+                key=workload_key(self.cluster, workload),
+                thresholds=limits,
+                gpus=allocated,
+                idle_gpus=idle,
+                held_gpus=allocated,
+                team_id=first.team_id,
+                cluster_queue_id=first.cluster_queue_id,
+                local_queue_id=first.local_queue_id,
+                namespace=workload.namespace,
+                workload_id=workload_id,
+                node_name=first.node_name,
+                gpu_keys=sorted({row.gpu_key for row in rows if row.gpu_key}),
+                subject=workload.subject(),
+            )
+            if telemetry <= EPSILON:
+                found.gaps[Rule.IDLE_WORKLOAD][finding.key] = finding
+                continue
+            if idle / telemetry + EPSILON < limits.idle_gpu_fraction:
+                continue
+            for row in rows:
+                if row.activity is None:
+                    continue
+                is_idle = row.activity < limits.idle_threshold
+                if row.gpu_key:
+                    finding.per_gpu[row.gpu_key] = (row.activity, is_idle)
+                if is_idle:
+                    finding.priced.append((row.flavor, row.gpu_model, row.gpus))
+            if any(row.activity_source == ActivitySource.GR_ENGINE_ACTIVE for row in rows):
+                finding.facts["fallback"] = True
+            finding.facts["telemetry_gpus"] = telemetry
+            found.hits[Rule.IDLE_WORKLOAD][finding.key] = finding
+        return idle_by_queue
+
+    # --- ghost_reservation -----------------------------------------------------------------
+
+    def _ghosts(
+        self,
+        start: datetime,
+        end: datetime,
+        by_workload: dict[int, list[UsageRow]],
+        found: Findings,
+    ) -> None:
+        for workload in self.workloads.values():
+            if workload.pods_expected <= 0 or workload.gpus <= EPSILON:
+                continue
+            if not workload.holds_through(start, end):
+                continue
+            rows = by_workload.get(workload.id, ())
+            running = {(row.namespace, row.pod) for row in rows}
+            if len(running) >= workload.pods_expected:
+                continue
+            running_gpus = sum(row.gpus for row in rows)
+            unused = max(workload.gpus - running_gpus, 0.0)
+            queue = self.queues.get(workload.cluster_queue_id or 0)
+            finding = Finding(
+                rule=Rule.GHOST_RESERVATION,
+                key=workload_key(self.cluster, workload),
+                thresholds=self.resolver.for_subject(
+                    workload.cluster_queue_id, workload.local_queue_id, workload.namespace
+                ),
+                gpus=workload.gpus,
+                idle_gpus=unused,
+                held_gpus=workload.gpus,
+                priced=[(workload.flavor, "", unused)],
+                team_id=queue.team_id if queue else None,
+                cluster_queue_id=workload.cluster_queue_id,
+                local_queue_id=workload.local_queue_id,
+                namespace=workload.namespace,
+                workload_id=workload.id,
+                gpu_keys=sorted({row.gpu_key for row in rows if row.gpu_key}),
+                facts={"pods_running": len(running), "pods_expected": workload.pods_expected},
+                subject=workload.subject(),
+            )
+            found.hits[Rule.GHOST_RESERVATION][finding.key] = finding
+
+    # --- borrowing_while_idle --------------------------------------------------------------
+
+    def _borrowing(
+        self,
+        samples: Iterable[QueueSample],
+        idle_by_queue: dict[int, dict[int, float]],
+        found: Findings,
+    ) -> None:
+        borrowed: dict[int, float] = defaultdict(float)
+        lent: dict[int, float] = defaultdict(float)
+        by_flavor: dict[int, list[tuple[str, str, float]]] = defaultdict(list)
+        for sample in samples:
+            borrowed[sample.cluster_queue_id] += sample.borrowed
+            lent[sample.cluster_queue_id] += sample.lent
+            if sample.borrowed > EPSILON:
+                by_flavor[sample.cluster_queue_id].append((sample.flavor, "", sample.borrowed))
+        for queue_id, amount in borrowed.items():
+            if amount <= EPSILON:
+                continue
+            idle_workloads = idle_by_queue.get(queue_id, {})
+            idle = sum(idle_workloads.values())
+            if idle + EPSILON < amount:
+                continue
+            queue = self.queues.get(queue_id)
+            if queue is None:
+                continue
+            lenders = sorted(
+                self.queues[other].name
+                for other, credit in lent.items()
+                if credit > EPSILON
+                and other != queue_id
+                and other in self.queues
+                and queue.cohort_id is not None
+                and self.queues[other].cohort_id == queue.cohort_id
+            )
+            names = sorted(
+                self.workloads[wid].path for wid in idle_workloads if wid in self.workloads
+            )
+            finding = Finding(
+                rule=Rule.BORROWING_WHILE_IDLE,
+                key=f"cluster_queue:{self.cluster}/{queue.name}",
+                thresholds=self.resolver.for_subject(queue_id, None, ""),
+                gpus=amount,
+                idle_gpus=min(idle, amount),
+                held_gpus=amount,
+                priced=by_flavor[queue_id],
+                team_id=queue.team_id,
+                cluster_queue_id=queue_id,
+                facts={
+                    "borrowed": amount,
+                    "idle": idle,
+                    "lenders": lenders,
+                    "idle_workloads": names,
+                },
+                subject=Subject(cluster_queue_id=queue_id),
+            )
+            found.hits[Rule.BORROWING_WHILE_IDLE][finding.key] = finding
+
+    # --- telemetry_missing -----------------------------------------------------------------
+
+    def _telemetry(self, rows: list[UsageRow], found: Findings) -> None:
+        with_series: set[str] = set()
+        dark: dict[str, list[UsageRow]] = defaultdict(list)
+        for row in rows:
+            if row.gpu_key:
+                with_series.add(row.node_name)  # the exporter answers (maybe with NaN)
+            if row.allocated and row.activity is None:
+                dark[row.node_name].append(row)
+        for node, missing in dark.items():
+            whole_node = bool(node) and node not in with_series
+            groups: dict[str, list[UsageRow]] = defaultdict(list)
+            for row in missing:
+                if whole_node:
+                    key = f"node:{self.cluster}/{node}"
+                elif row.gpu_key:
+                    key = f"gpu:{self.cluster}/{row.gpu_key}"
+                else:
+                    key = f"pod:{self.cluster}/{row.namespace}/{row.pod}"
+                groups[key].append(row)
+            for key, group in groups.items():
+                first = group[0]
+                single = len({row.workload_id for row in group}) == 1
+                single_team = len({row.team_id for row in group}) == 1
+                finding = Finding(
+                    rule=Rule.TELEMETRY_MISSING,
+                    key=key,
+                    thresholds=self.resolver.for_subject(
+                        first.cluster_queue_id, first.local_queue_id, first.namespace
+                    ),
+                    gpus=sum(row.gpus for row in group),
+                    held_gpus=sum(row.gpus for row in group),
+                    team_id=first.team_id if single_team else None,
+                    cluster_queue_id=first.cluster_queue_id if single else None,
+                    local_queue_id=first.local_queue_id if single else None,
+                    namespace=first.namespace if single else "",
+                    workload_id=first.workload_id if single else None,
+                    node_name=node,
+                    gpu_keys=sorted({row.gpu_key for row in group if row.gpu_key}),
+                    per_gpu={row.gpu_key: (None, False) for row in group if row.gpu_key},
+                    facts={
+                        "whole_node": whole_node,
+                        "pods": sorted({f"{row.namespace}/{row.pod}" for row in group})[:20],
+                    },
+                    subject=Subject(namespace=first.namespace if single else ""),
+                )
+                found.hits[Rule.TELEMETRY_MISSING][key] = finding

@@ -1,0 +1,67 @@
+"""One human sentence per episode (``Episode.summary``)."""
+
+from __future__ import annotations
+
+from alerts.choices import Rule
+from alerts.models import Episode
+from alerts.rules import WorkloadInfo
+
+
+def _duration(seconds: int) -> str:
+    minutes = seconds // 60
+    if minutes < 120:
+        return f"{minutes} min"
+    hours = minutes / 60
+    return f"{hours:.1f} h" if hours < 72 else f"{hours / 24:.1f} days"
+
+
+def _gpus(value: float) -> str:
+    return f"{value:g} GPU" + ("" if value == 1 else "s")
+
+
+def describe(episode: Episode, workload: WorkloadInfo | None) -> str:
+    evidence = episode.evidence or {}
+    name = workload.path if workload is not None else episode.subject_key.split("/", 1)[-1]
+    held = _duration(episode.held_seconds)
+    match episode.rule:
+        case Rule.IDLE_WORKLOAD:
+            signal = (
+                "GR_ENGINE_ACTIVE (SM_ACTIVE not exported)"
+                if evidence.get("fallback")
+                else "SM_ACTIVE"
+            )
+            threshold = evidence.get("idle_threshold", 0.01)
+            return (
+                f"Workload {name}: {_gpus(episode.gpus)} allocated, idle ({signal} < "
+                f"{threshold:g}) for {held}."
+            )
+        case Rule.GHOST_RESERVATION:
+            running = evidence.get("pods_running", 0)
+            expected = evidence.get("pods_expected", 0)
+            return (
+                f"Workload {name} holds {_gpus(episode.gpus)} of quota with {running} of "
+                f"{expected} pods running, for {held}."
+            )
+        case Rule.BORROWING_WHILE_IDLE:
+            queue = episode.subject_key.split("/", 1)[-1]
+            lenders = evidence.get("lenders") or []
+            idle_workloads = evidence.get("idle_workloads") or []
+            source = f" from {', '.join(lenders)}" if lenders else ""
+            idle_names = f" ({', '.join(idle_workloads[:5])})" if idle_workloads else ""
+            return (
+                f"ClusterQueue {queue} borrows {_gpus(evidence.get('borrowed', episode.gpus))}"
+                f"{source} while {_gpus(evidence.get('idle', 0.0))} of its admitted GPUs idle"
+                f"{idle_names}, for {held}."
+            )
+        case Rule.TELEMETRY_MISSING:
+            what = episode.subject_key.split(":", 1)[0]
+            subject = episode.subject_key.split("/", 1)[-1]
+            if what == "node":
+                return (
+                    f"Node {subject}: the DCGM exporter sends nothing; {_gpus(episode.gpus)} "
+                    f"allocated without telemetry for {held}."
+                )
+            if what == "gpu":
+                return f"GPU {subject}: allocated, no DCGM samples (or NaN) for {held}."
+            return f"Pod {subject}: {_gpus(episode.gpus)} without any DCGM series for {held}."
+    return episode.subject_key

@@ -1,0 +1,109 @@
+"""The episode page's evidence chart: the GPUs' SM_ACTIVE over the episode, from the stored
+windows (per window up to 12 hours, hourly means beyond), with the idle threshold."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Avg, Q
+from django.db.models.functions import TruncHour
+from django.http import HttpRequest
+
+from alerts.choices import Rule
+from alerts.models import Episode
+from core import plotting
+from dashboard.access import get_episode_for_user
+from dashboard.charts.parts import TIME_AXIS
+from dashboard.decorators import chart_view
+from ledger.models import GpuUsage
+
+# Margin shown before and after the episode.
+MARGIN = timedelta(minutes=30)
+RAW_SPAN = timedelta(hours=12)
+MAX_GPU_LINES = 8
+
+
+def _usage(episode: Episode) -> Any:
+    usage = GpuUsage.objects.filter(cluster_id=episode.cluster_id, allocated=True)
+    if episode.workload_id is not None and episode.rule != Rule.TELEMETRY_MISSING:
+        return usage.filter(workload_id=episode.workload_id)
+    keys = list((episode.evidence or {}).get("gpus", {}))
+    if keys:
+        return usage.filter(gpu_key__in=keys)
+    if episode.cluster_queue_id is not None:
+        return usage.filter(cluster_queue_id=episode.cluster_queue_id)
+    if episode.node_id is not None:
+        return usage.filter(node_name=episode.node.name if episode.node else "")
+    return usage.none()
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+@chart_view(uses_range=False)
+def episode_evidence_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
+    episode = get_episode_for_user(request, pk)
+    end = episode.resolved_at or episode.evaluated_until
+    start, stop = episode.started_at - MARGIN, end + MARGIN
+    usage = _usage(episode).filter(window_end__gt=start, window_end__lte=stop)
+    series: dict[str, dict[datetime, float | None]] = defaultdict(dict)
+    if stop - start <= RAW_SPAN:
+        rows = usage.exclude(gpu_key="").values_list("gpu_key", "window_end", "activity")
+    else:
+        rows = (
+            usage.exclude(gpu_key="")
+            .annotate(hour=TruncHour("window_end"))
+            .values_list("gpu_key", "hour")
+            .annotate(mean=Avg("activity", filter=Q(activity__isnull=False)))
+            .order_by()
+        )
+    for key, moment, activity in rows:
+        series[key][moment] = activity
+    moments = sorted({moment for points in series.values() for moment in points})
+    traces = []
+    for key in sorted(series)[:MAX_GPU_LINES]:
+        label = key.split("/")[1] if key.count("/") >= 1 else key
+        traces.append(
+            plotting.line(
+                label,
+                [plotting.iso(moment) for moment in moments],
+                [_rounded(series[key].get(moment)) for moment in moments],
+            )
+        )
+    threshold = (episode.evidence or {}).get("idle_threshold", 0.01)
+    layout = plotting.layout(
+        "SM_ACTIVE of the episode's GPUs" + (" (hourly means)" if stop - start > RAW_SPAN else ""),
+        x_title=TIME_AXIS,
+        y_title="SM_ACTIVE (0-1)",
+        shapes=[
+            {
+                "type": "rect",
+                "xref": "x",
+                "yref": "paper",
+                "x0": plotting.iso(episode.started_at),
+                "x1": plotting.iso(end),
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": "rgba(220, 38, 38, 0.08)",
+                "line": {"width": 0},
+            },
+            {
+                "type": "line",
+                "xref": "paper",
+                "yref": "y",
+                "x0": 0,
+                "x1": 1,
+                "y0": threshold,
+                "y1": threshold,
+                "line": {"dash": "dot", "width": 1, "color": "#dc2626"},
+            },
+        ],
+    )
+    return plotting.figure(
+        traces,
+        layout,
+        empty_message="No stored per-GPU samples for this episode (pruned, or no telemetry).",
+    )

@@ -1,0 +1,173 @@
+"""The Alerts page (open and recent episodes) and the episode page with its actions."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from alerts import actions
+from alerts.choices import EpisodeState, Rule, Severity
+from alerts.models import Episode
+from core.params import InvalidParameter, check_text
+from core.ranges import TimeRange
+from dashboard.access import allowed_team_ids, get_episode_for_user
+from dashboard.decorators import choice_param, dashboard_page
+from dashboard.frame import paginate, stat
+from dashboard.queries import alerts as queries
+from dashboard.templatetags.formatting import duration, figure
+from fleet.models import Cluster
+from quotas.models import ClusterQueue, Team
+
+STATES = ("all", "open", "resolved")
+# Silence choices on the episode page, in hours.
+SILENCE_HOURS = (4, 24, 72, 168)
+
+
+@dashboard_page
+def alert_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
+    allowed = allowed_team_ids(request)
+    filters = {
+        "rule": choice_param(request, "rule", ("", *Rule.values), ""),
+        "severity": choice_param(request, "severity", ("", *Severity.values), ""),
+        "state": choice_param(request, "state", STATES, "all"),
+        "team": request.GET.get("team", "").strip(),
+        "queue": request.GET.get("queue", "").strip(),
+        "cluster": request.GET.get("cluster", "").strip(),
+    }
+    episodes = queries.listed(
+        allowed,
+        time_range.start,
+        time_range.end,
+        **{key: ("" if value == "all" else value) for key, value in filters.items()},
+    )
+    page, page_query = paginate(request, episodes)
+    teams = Team.objects.order_by("name")
+    queues = ClusterQueue.objects.order_by("name").values_list("name", flat=True).distinct()
+    if allowed is not None:
+        teams = teams.filter(pk__in=allowed)
+        queues = queues.filter(team_id__in=allowed)
+    open_now = queries.visible(allowed).filter(resolved_at__isnull=True)
+    context = {
+        "nav": "alerts",
+        "page_title": "Hoarding alerts",
+        "time_range": time_range,
+        "page_obj": page,
+        "page_query": page_query,
+        "filters": filters,
+        "rules": Rule.choices,
+        "severities": Severity.choices,
+        "states": STATES,
+        "teams": list(teams.values_list("name", flat=True)),
+        "queues": list(queues),
+        "clusters": list(Cluster.objects.order_by("name").values_list("name", flat=True)),
+        "now": timezone.now(),
+        "open_count": open_now.count(),
+        "critical_count": open_now.filter(severity=Severity.CRITICAL).count(),
+    }
+    return render(request, "alerts/list.html", context)
+
+
+@dashboard_page(uses_range=False)
+def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    episode = get_episode_for_user(request, pk)
+    now = timezone.now()
+    end = episode.resolved_at or episode.evaluated_until
+    evidence = episode.evidence or {}
+    gpus = sorted(
+        (evidence.get("gpus") or {}).items(), key=lambda item: item[1].get("uuid", item[0])
+    )
+    stats = [
+        stat(
+            "State",
+            EpisodeState(episode.state).name.title(),
+            "",
+            "",
+            tone="bad" if episode.state == "open" else None,
+            testid="stat-state",
+        ),
+        stat("Severity", episode.get_severity_display(), "", "", testid="stat-severity"),
+        stat(
+            "Held",
+            duration(episode.held_seconds),
+            "",
+            f"from {episode.started_at:%Y-%m-%d %H:%M} UTC",
+            testid="stat-duration",
+        ),
+        stat(
+            "Wasted",
+            figure(episode.idle_gpu_hours),
+            "GPU-h",
+            f"{figure(episode.held_gpu_hours)} GPU-hours held",
+            tone="warn" if episode.idle_gpu_hours else None,
+            testid="stat-idle",
+        ),
+        stat("Cost", f"{episode.cost:,.2f}", "", "under the rate card", testid="stat-cost"),
+    ]
+    context = {
+        "nav": "alerts",
+        "page_title": episode.get_rule_display(),
+        "episode": episode,
+        "stats": stats,
+        "gpus": gpus,
+        "evidence": evidence,
+        "history": queries.history(episode),
+        "chart_end": end,
+        "now": now,
+        "silenced": episode.is_silenced(now),
+        "silence_hours": SILENCE_HOURS,
+        "can_exempt": request.user.is_staff,
+    }
+    return render(request, "alerts/episode.html", context)
+
+
+def _comment(request: HttpRequest) -> str:
+    try:
+        return check_text("comment", request.POST.get("comment", "").strip(), 2000)
+    except InvalidParameter as exc:
+        raise PermissionDenied(str(exc)) from None
+
+
+def _back(episode: Episode) -> HttpResponseRedirect:
+    return HttpResponseRedirect(reverse("alerts:episode-detail", args=[episode.pk]))
+
+
+@login_required
+@require_POST
+def episode_acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
+    episode = get_episode_for_user(request, pk)
+    actions.acknowledge(episode, request.user, _comment(request))
+    messages.success(request, "Acknowledged.")
+    return _back(episode)
+
+
+@login_required
+@require_POST
+def episode_silence(request: HttpRequest, pk: int) -> HttpResponse:
+    episode = get_episode_for_user(request, pk)
+    raw = request.POST.get("hours", "")
+    if raw not in {str(hours) for hours in SILENCE_HOURS}:
+        return HttpResponse("hours must be one of 4, 24, 72, 168", status=400)
+    until = timezone.now() + timedelta(hours=int(raw))
+    actions.silence(episode, request.user, until, _comment(request))
+    messages.success(request, f"Silenced until {until:%Y-%m-%d %H:%M} UTC.")
+    return _back(episode)
+
+
+@login_required
+@require_POST
+def episode_exempt(request: HttpRequest, pk: int) -> HttpResponse:
+    episode = get_episode_for_user(request, pk)
+    if not request.user.is_staff:
+        raise PermissionDenied("Only staff add exemptions.")
+    if actions.exempt_workload(episode, request.user, _comment(request)) is None:
+        return HttpResponse("this episode has no workload or queue to exempt", status=400)
+    messages.success(request, "Exempt from now on: shown, never notified or remediated.")
+    return _back(episode)
