@@ -1,0 +1,334 @@
+"""Hoarding-alert evaluation benchmark on PostgreSQL (``alerts.evaluate.evaluate_range``).
+
+One window: a cluster of ``--gpus`` GPUs (8 per node) held by as many 1-GPU Kueue workloads from
+1,000 ClusterQueues (5 per team, 50 cohorts); 10 % of the workloads idle, 1 % ghosts (admitted,
+no pod: their GPUs unallocated), one node in 200 without DCGM (its pods' rows have no telemetry),
+one queue in 10 borrowing 2 GPUs per window with one of its workloads idle. Three 60 s windows
+go in with COPY (``core.bulk.copy_rows``); the first two are evaluated to open the episodes, then
+the third alone is timed ``--runs`` times (each run re-evaluates it from a copy of the episodes
+as they were, so every run does the full work). Memory: the peak RSS of a fresh process that
+only evaluates that window, minus its RSS before.
+
+Backfill: ``--backfill-gpus`` GPUs × ``--backfill-hours`` hours of 60 s windows, evaluated in one
+call as ``collect_metrics --start/--end`` does; the time is extrapolated linearly to 7 days.
+
+    .venv/bin/python bench/alerts.py [--database-url postgres://…] [--gpus 50000] [--runs 3]
+        [--backfill-gpus 5000] [--backfill-hours 6] [--reload]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import urllib.parse
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gpuledger_bench_alerts"
+T0 = datetime(2026, 2, 2, 0, 0, tzinfo=UTC)
+WINDOW = timedelta(seconds=60)
+QUEUES = 1000
+COHORTS = 50
+GPUS_PER_NODE = 8
+COLUMNS = [
+    "cluster_id", "window_start", "window_end", "gpu_key", "namespace", "pod", "container",
+    "node_name", "flavor", "gpu_model", "workload_id", "local_queue_id", "cluster_queue_id",
+    "team_id", "allocated", "gpus", "capacity_gpus", "shared", "sm_active", "activity",
+    "activity_source", "samples", "expected_samples", "created_at",
+]  # fmt: skip
+SAMPLE_COLUMNS = [
+    "cluster_queue_id", "flavor_name", "resource", "sampled_at", "window_seconds", "total",
+    "reserved", "borrowed", "lent", "nominal", "pending_demand", "pending_workloads",
+    "admitted_workloads",
+]  # fmt: skip
+
+
+def setup_django(database_url: str) -> None:
+    ensure_database(database_url)
+    os.environ["DATABASE_URL"] = database_url
+    os.environ.setdefault("SECRET_KEY", "bench-only")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings_test"
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def ensure_database(database_url: str) -> None:
+    import psycopg
+
+    parts = urllib.parse.urlsplit(database_url)
+    name = parts.path.lstrip("/")
+    admin = urllib.parse.urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as connection:
+        found = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+        if found.fetchone() is None:
+            connection.execute(f'CREATE DATABASE "{name}"')
+
+
+def load(name: str, gpus: int, windows: int, reload: bool) -> int:
+    """The cluster ``name`` with ``windows`` windows from T0; its id (built once)."""
+    from django.db import connection, transaction
+
+    from core.bulk import copy_rows
+    from fleet.models import Cluster, Node
+    from quotas.models import (
+        ClusterQueue,
+        Cohort,
+        LocalQueue,
+        Team,
+        Workload,
+    )
+
+    existing = Cluster.objects.filter(name=name).first()
+    if existing is not None and not reload:
+        return existing.pk
+    if existing is not None:
+        existing.delete()
+    started = time.monotonic()
+    with transaction.atomic():
+        cluster = Cluster.objects.create(name=name)
+        teams = Team.objects.bulk_create(
+            [Team(name=f"{name}-team-{i:03d}") for i in range(QUEUES // 5)]
+        )
+        cohorts = Cohort.objects.bulk_create(
+            [Cohort(cluster=cluster, name=f"cohort-{i:02d}") for i in range(COHORTS)]
+        )
+        queues = ClusterQueue.objects.bulk_create(
+            [
+                ClusterQueue(
+                    cluster=cluster,
+                    name=f"cq-{i:04d}",
+                    team=teams[i // 5],
+                    cohort=cohorts[i % COHORTS],
+                )
+                for i in range(QUEUES)
+            ]
+        )
+        local_queues = LocalQueue.objects.bulk_create(
+            [
+                LocalQueue(
+                    cluster=cluster,
+                    namespace=f"ns-{q.name}",
+                    name="default",
+                    cluster_queue=q,
+                    cluster_queue_name=q.name,
+                )
+                for q in queues
+            ]
+        )
+        nodes = gpus // GPUS_PER_NODE
+        Node.objects.bulk_create(
+            [Node(cluster=cluster, name=f"node-{n:05d}", gpu_capacity=8) for n in range(nodes)]
+        )
+        held = T0 - timedelta(hours=1)
+        workloads = Workload.objects.bulk_create(
+            [
+                Workload(
+                    cluster=cluster,
+                    namespace=f"ns-{queues[i % QUEUES].name}",
+                    name=f"job-{i:06d}",
+                    cluster_queue=queues[i % QUEUES],
+                    local_queue=local_queues[i % QUEUES],
+                    pod_sets=[{"name": "main", "count": 1, "gpus_per_pod": 1.0}],
+                    requested_gpus=1.0,
+                    admitted_gpus=1.0,
+                    flavors={"nvidia.com/gpu": "h100"},
+                    state="admitted",
+                    quota_reserved_at=held,
+                    admitted_at=held,
+                )
+                for i in range(gpus)
+            ],
+            batch_size=5000,
+        )
+        now = datetime.now(UTC)
+        for w in range(windows):
+            start, end = T0 + w * WINDOW, T0 + (w + 1) * WINDOW
+            rows = []
+            for i, workload in enumerate(workloads):
+                node = i // GPUS_PER_NODE
+                queue = queues[i % QUEUES]
+                ghost = i % 100 == 37
+                dark = node % 200 == 7
+                idle = i % 10 == 3 or (i % QUEUES) % 10 == 1 and i < QUEUES * 2
+                activity = None if dark or ghost else (0.002 if idle else 0.4 + (i % 7) / 20)
+                rows.append(
+                    (
+                        cluster.pk,
+                        start,
+                        end,
+                        "" if dark else f"node-{node:05d}/GPU-{i:06d}/",
+                        "" if ghost else workload.namespace,
+                        "" if ghost else f"{workload.name}-0",
+                        "" if ghost else "main",
+                        f"node-{node:05d}",
+                        "h100",
+                        "H100",
+                        None if ghost else workload.pk,
+                        None if ghost else local_queues[i % QUEUES].pk,
+                        None if ghost else queue.pk,
+                        None if ghost else queue.team_id,
+                        not ghost,
+                        1.0,
+                        1.0,
+                        False,
+                        activity,
+                        activity,
+                        "none" if activity is None else "sm_active",
+                        0 if activity is None else 4,
+                        4,
+                        now,
+                    )
+                )
+            copy_rows("fleet_gpuusage", COLUMNS, rows)
+            copy_rows(
+                "quotas_clusterqueuesample",
+                SAMPLE_COLUMNS,
+                [
+                    (
+                        queue.pk,
+                        "h100",
+                        "nvidia.com/gpu",
+                        end,
+                        60,
+                        Decimal(50),
+                        Decimal(50),
+                        Decimal(2 if index % 10 == 1 else 0),
+                        Decimal(2 if index % 10 == 2 else 0),
+                        Decimal(40),
+                        Decimal(0),
+                        0,
+                        0,
+                    )
+                    for index, queue in enumerate(queues)
+                ],
+            )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    print(f"loaded {name}: {gpus:,} GPUs × {windows} windows in {time.monotonic() - started:.0f} s")
+    return cluster.pk
+
+
+def one_window(cluster_id: int, runs: int) -> list[float]:
+    from django.db import transaction
+
+    from alerts.evaluate import evaluate_range
+    from alerts.models import Episode
+
+    Episode.objects.filter(cluster_id=cluster_id).delete()
+    evaluate_range(cluster_id, T0, T0 + 2 * WINDOW)
+    times = []
+    for _ in range(runs):
+        with transaction.atomic():
+            started = time.perf_counter()
+            result = evaluate_range(cluster_id, T0 + 2 * WINDOW, T0 + 3 * WINDOW)
+            times.append(time.perf_counter() - started)
+            transaction.set_rollback(True)  # the next run does the same work
+    print(
+        f"  episodes after window 3: {result.created} created, {result.updated} updated "
+        f"(open: {Episode.objects.filter(cluster_id=cluster_id).count():,} before rollback)"
+    )
+    return times
+
+
+def rss_child(database_url: str, cluster_id: int) -> None:
+    """In a fresh process: evaluate window 3 once and print the RSS it added, in MB."""
+    from django.db import connection, transaction
+
+    from alerts.evaluate import evaluate_range
+
+    connection.ensure_connection()
+    before = _rss_mb()
+    with transaction.atomic():
+        evaluate_range(cluster_id, T0 + 2 * WINDOW, T0 + 3 * WINDOW)
+        transaction.set_rollback(True)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"RSS {before:.0f} {peak:.0f}")
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def backfill(cluster_id: int, hours: int) -> float:
+    from alerts.evaluate import evaluate_range
+    from alerts.models import Episode
+
+    Episode.objects.filter(cluster_id=cluster_id).delete()
+    started = time.perf_counter()
+    result = evaluate_range(cluster_id, T0, T0 + timedelta(hours=hours), live=False)
+    seconds = time.perf_counter() - started
+    print(f"  {result.windows} windows, {result.created} episodes written")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL))
+    parser.add_argument("--gpus", type=int, default=50_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--backfill-gpus", type=int, default=5_000)
+    parser.add_argument("--backfill-hours", type=int, default=6)
+    parser.add_argument("--reload", action="store_true")
+    parser.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    setup_django(args.database_url)
+    if args.rss_child:
+        rss_child(args.database_url, args.rss_child)
+        return
+
+    cluster_id = load(f"bench-alerts-{args.gpus}", args.gpus, 3, args.reload)
+    times = one_window(cluster_id, args.runs)
+    child = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--database-url",
+            args.database_url,
+            "--rss-child",
+            str(cluster_id),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    before, peak = (float(v) for v in child.stdout.split("RSS ")[-1].split())
+    print(
+        f"one window, {args.gpus:,} GPUs / {args.gpus:,} workloads / {QUEUES:,} ClusterQueues: "
+        f"median {statistics.median(times):.2f} s, max {max(times):.2f} s over {len(times)} runs; "
+        f"peak RSS {peak:.0f} MB, {peak - before:.0f} MB above the {before:.0f} MB before"
+    )
+
+    windows = args.backfill_hours * 60
+    backfill_id = load(
+        f"bench-alerts-backfill-{args.backfill_gpus}", args.backfill_gpus, windows, args.reload
+    )
+    seconds = backfill(backfill_id, args.backfill_hours)
+    week = seconds * (7 * 24 / args.backfill_hours)
+    print(
+        f"backfill, {args.backfill_gpus:,} GPUs × {args.backfill_hours} h ({windows} windows): "
+        f"{seconds:.1f} s; linear to 7 days: {week:.0f} s; to 7 days at {args.gpus:,} GPUs: "
+        f"{week * args.gpus / args.backfill_gpus:.0f} s"
+    )
+    print(f"load average: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
