@@ -1,11 +1,13 @@
 """The simulated fleet: deterministic, and every scenario element reaches the tables."""
 
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.db.models import Sum
 
+from alerts.models import Episode
 from demo.simulation import FleetSimulator
 from fleet.choices import ActivitySource, IngestSource, IngestStatus
 from fleet.models import Gpu, IngestRun, Node
@@ -113,6 +115,12 @@ def test_every_scenario_element_is_ingested_through_the_real_path():
     run = IngestRun.objects.get(source=IngestSource.SIMULATION)
     assert run.status == IngestStatus.SUCCESS
     assert run.rows_written > 0
+
+    # The idle notebook's alert is priced: the demo's rate cards are in force when the
+    # simulated history is evaluated (every demo flavor costs at least 0.70 per GPU-hour).
+    episode = Episode.objects.get(rule="idle_workload", workload__name__contains="notebook-dana-0")
+    assert episode.idle_gpu_hours > 0
+    assert episode.cost >= Decimal("0.70") * Decimal(str(episode.idle_gpu_hours)) * Decimal("0.99")
 
     # The same seed from scratch writes the same tables (the simulator rewinds time, so a
     # re-run over stored history needs --reset, as `make demo` does).

@@ -98,6 +98,8 @@ class Command(BaseCommand):
         )
         sync_days = options["sync_days"]
         synced_from = sim.end - timedelta(days=days / 2 if sync_days is None else sync_days)
+        # The rate cards first: alert episodes evaluated on the simulated history cost under them.
+        cards = seed_rate_cards(sim.start, sim.end)
         stats = IngestStats()
         kube_skipped = 0
         rows = 0
@@ -158,7 +160,6 @@ class Command(BaseCommand):
         run.status = IngestStatus.PARTIAL if run.skipped else IngestStatus.SUCCESS
         run.finished_at = timezone.now()
         run.save()
-        cards = seed_rate_cards(sim.start, sim.end)
         self.stdout.write(
             self.style.SUCCESS(
                 f"Simulated {days:g} days ({len(windows)} windows of {step} s) on cluster "
