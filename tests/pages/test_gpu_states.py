@@ -60,14 +60,16 @@ def test_a_silent_gpu_nobody_holds_is_no_telemetry_never_free(staff_client, sile
     assert "free" not in traces["State"]["text"][0][0].split("<br>")[1]
 
 
-def test_a_lead_sees_the_team_not_the_pod_of_another_teams_silent_gpu(lead_client, silent):
+def test_a_lead_sees_another_team_not_its_pod_on_a_silent_gpu(lead_client, silent):
+    # Under the default (private) team visibility another team's holder is named only as such.
     node = silent["node-silent"]
 
     page = lead_client.get(reverse("fleet:node", args=[node.pk]))
     figure, traces = _map(lead_client, q="node-silent")
 
     labels = {row["holders"][0]["holder"].label for row in page.context["gpu_rows"]}
-    assert labels == {"team beta"}
+    assert labels == {"another team"}
+    assert "beta" not in traces["State"]["text"][0][0]
     assert "gang-0" not in page.content.decode()
     assert "gang-0" not in traces["State"]["text"][0][0]
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db.models import Max
 from django.urls import reverse
@@ -142,3 +144,40 @@ def test_the_team_list_shows_both_allocations_and_quota_used_per_flavor(staff_cl
     assert shares == {"h100": "125.0", "a100": "0.0"}
     # team-b: 2 of 8 nominal h100 in its newest sample.
     assert {f["flavor"]: f["share"] for f in rows["beta"]["flavors"]}["h100"] == "25.0"
+
+
+@pytest.mark.django_db
+def test_my_teams_lists_the_open_alerts_of_the_lead_s_teams_only(lead_client, world):
+    from alerts.models import Episode
+
+    def episode(team, queue, workload, summary):
+        started = NOW - timedelta(hours=3)
+        return Episode.objects.create(
+            rule="idle_workload",
+            severity="critical",
+            cluster=queue.cluster,
+            team=team,
+            cluster_queue=queue,
+            namespace=workload.namespace,
+            workload=workload,
+            gpus=2,
+            subject_key=f"workload:{workload.pk}",
+            started_at=started,
+            fired_at=started + timedelta(hours=1),
+            evaluated_until=NOW,
+            idle_gpu_hours=6.0,
+            held_gpu_hours=6.0,
+            summary=summary,
+        )
+
+    ours = episode(world.alpha, world.cq_a, world.wl["a2"], "alpha notebook idles")
+    theirs = episode(world.beta, world.cq_b, world.wl["b1"], "beta job idles")
+    resolved = episode(world.alpha, world.cq_a, world.wl["a1"], "alpha job idled once")
+    Episode.objects.filter(pk=resolved.pk).update(resolved_at=NOW - timedelta(hours=1))
+
+    body = lead_client.get(reverse("quotas:my-teams")).content.decode()
+
+    assert ours.summary in body
+    assert reverse("alerts:episode-detail", args=[ours.pk]) in body
+    assert theirs.summary not in body
+    assert resolved.summary not in body
