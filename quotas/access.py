@@ -90,3 +90,14 @@ def leads_team(user: Any, team_id: int | None) -> bool:
     if team_id is None or not getattr(user, "is_authenticated", False):
         return False
     return Team.objects.filter(pk=team_id, leads=user).exists()
+
+
+def acts_for_team(user: Any, team_id: int | None) -> bool:
+    """Whether ``user`` may act on a team's object (acknowledge or silence its alerts): staff,
+    or a lead of that team. Seeing a team (``visible_team_ids``, e.g. under ``public``) is not
+    enough to act for it."""
+    if not getattr(user, "is_authenticated", False):
+        return False
+    if getattr(user, "is_staff", False):
+        return True
+    return team_id is not None and team_id in led_team_ids(user)

@@ -6,10 +6,13 @@ the teams they lead. Pending episodes (not yet past their duration) are never li
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -17,7 +20,7 @@ from alerts.actions import acknowledge
 from alerts.api import filtersets, serializers
 from alerts.models import Episode
 from core.api import ApiViewMixin, parameter_error_response_schema
-from quotas.access import visible_team_ids
+from quotas.access import acts_for_team, visible_team_ids
 
 PARAMETER_ERROR = OpenApiResponse(
     response=parameter_error_response_schema(),
@@ -51,9 +54,11 @@ class EpisodeViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
         responses={200: serializers.EpisodeSerializer},
     )
     @action(detail=True, methods=["post"])
-    def acknowledge(self, request: Request, pk: str | None = None) -> Response:
+    def acknowledge(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         """Acknowledge the episode (who and when are recorded, with the comment)."""
         episode = self.get_object()
+        if not acts_for_team(request.user, episode.team_id):
+            raise PermissionDenied("Only the team's leads (and staff) acknowledge its alerts.")
         form = serializers.AcknowledgeSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         acknowledge(episode, request.user, form.validated_data["comment"])

@@ -24,6 +24,7 @@ from dashboard.frame import paginate, stat
 from dashboard.queries import alerts as queries
 from dashboard.templatetags.formatting import duration, figure
 from fleet.models import Cluster
+from quotas.access import acts_for_team
 from quotas.models import ClusterQueue, Team
 
 STATES = ("all", "open", "resolved")
@@ -139,10 +140,18 @@ def _back(episode: Episode) -> HttpResponseRedirect:
     return HttpResponseRedirect(reverse("alerts:episode-detail", args=[episode.pk]))
 
 
+def _episode_to_act_on(request: HttpRequest, pk: int) -> Episode:
+    """The episode, if the user may act on it: staff or a lead of its team (quotas.access)."""
+    episode = get_episode_for_user(request, pk)
+    if not acts_for_team(request.user, episode.team_id):
+        raise PermissionDenied("Only the team leads (and staff) acknowledge or silence its alerts.")
+    return episode
+
+
 @login_required
 @require_POST
 def episode_acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
-    episode = get_episode_for_user(request, pk)
+    episode = _episode_to_act_on(request, pk)
     actions.acknowledge(episode, request.user, _comment(request))
     messages.success(request, "Acknowledged.")
     return _back(episode)
@@ -151,7 +160,7 @@ def episode_acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def episode_silence(request: HttpRequest, pk: int) -> HttpResponse:
-    episode = get_episode_for_user(request, pk)
+    episode = _episode_to_act_on(request, pk)
     raw = request.POST.get("hours", "")
     if raw not in {str(hours) for hours in SILENCE_HOURS}:
         return HttpResponse("hours must be one of 4, 24, 72, 168", status=400)

@@ -235,7 +235,14 @@ def cohort_detail(
     borrowing, borrowing_more = queries.borrowing_workloads(queue_filter)
     pace = eviction_pace(Q(workload__cluster_queue__cohort=cohort), now)
     over_range = queries.member_figures(members, time_range.covered_hours())
-    flows = borrowing_flows(members, time_range.covered_hours())
+    # Who borrowed from whom pairs members' figures: shown only to users who see every member
+    # (staff, finance, or GPULEDGER_TEAM_VISIBILITY=public); a lead sees their queues' borrowed
+    # and lent figures in the member table.
+    flows = (
+        borrowing_flows(members, time_range.covered_hours())
+        if all(sees_team(allowed, queue.team_id) for queue in members)
+        else None
+    )
 
     shown = [queue for queue in members if sees_team(allowed, queue.team_id)]
     hidden = [queue for queue in members if not sees_team(allowed, queue.team_id)]
@@ -327,7 +334,7 @@ def cohort_detail(
         "hidden_lenders": hidden_lenders,
         "another_teams_queue": ANOTHER_TEAMS_QUEUE,
         "another_teams_workload": ANOTHER_TEAMS_WORKLOAD,
-        "flows": flow_matrix(flows, members, allowed),
+        "flows": flow_matrix(flows, members, allowed) if flows is not None else None,
         "pace": pace,
         "statuses": ReclaimStatus,
         "samples_seen": bool(samples),

@@ -9,7 +9,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
@@ -17,7 +16,7 @@ from dashboard.access import get_cluster_queue_for_user
 from dashboard.decorators import BadParameter, dashboard_form, dashboard_page, int_param
 from dashboard.frame import paginate
 from ledger.quota_usage import queue_utilization
-from quotas.access import leads_team, visible_team_ids
+from quotas.access import leads_team
 from quotas.choices import QuotaChangeStatus
 from quotas.models import ClusterQueue, QuotaChange, Team
 from quotas.writeback import service
@@ -100,9 +99,9 @@ def quota_change_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @dashboard_form
 def quota_change_apply(request: HttpRequest, pk: int) -> HttpResponse:
     """POST: apply a previewed change, or approve / decline a request."""
+    change = _get_change_for_user(request, pk)  # 404 / 403 before anything else
     if request.method != "POST":
         return redirect("quotas:quota-change-detail", pk)
-    change = _get_change_for_user(request, pk)
     if not service.can_apply(request.user):
         raise PermissionDenied("Applying quota changes needs the apply_quota_change permission.")
     action = request.POST.get("action", "apply")
@@ -139,11 +138,7 @@ def quota_change_list(request: HttpRequest) -> HttpResponse:
     changes = QuotaChange.objects.select_related(
         "cluster", "cluster_queue", "requested_by", "decided_by"
     )
-    allowed = visible_team_ids(request.user)
-    if allowed is not None:
-        changes = changes.filter(
-            Q(cluster_queue__team_id__in=allowed) | Q(requested_by=request.user)
-        )
+    changes = service.changes_for(request.user, changes)
     queue_id = int_param(request, "queue")
     team = request.GET.get("team", "").strip()[:100]
     subject = ""

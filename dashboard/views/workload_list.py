@@ -139,15 +139,14 @@ def search(request: HttpRequest) -> HttpResponse:
             .select_related("cluster_queue__team")
             .order_by("-observed_at", "-pk")[:SEARCH_LIMIT]
         )
-        queues = (
-            ClusterQueue.objects.present()
-            .filter(name__icontains=term)
-            .select_related("cluster", "team")
-            .order_by("name")[:SEARCH_LIMIT]
-        )
-        teams = Team.objects.filter(
-            Q(name__icontains=term) | Q(display_name__icontains=term)
-        ).order_by("name")[:SEARCH_LIMIT]
+        # Queues and teams the user may see (quotas.access): no other team's names.
+        queues = ClusterQueue.objects.present().filter(name__icontains=term)
+        teams = Team.objects.filter(Q(name__icontains=term) | Q(display_name__icontains=term))
+        if allowed is not None:
+            queues = queues.filter(team_id__in=allowed)
+            teams = teams.filter(pk__in=allowed)
+        queues = queues.select_related("cluster", "team").order_by("name")[:SEARCH_LIMIT]
+        teams = teams.order_by("name")[:SEARCH_LIMIT]
         nodes = (
             Node.objects.filter(name__icontains=term)
             .select_related("cluster")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import PermissionDenied, ValidationError
@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from core.api import ApiViewMixin
 from ledger.api import serializers
 from ledger.quota_usage import queue_utilization
-from quotas.access import leads_team, visible_team_ids
+from quotas.access import leads_team
 from quotas.choices import QuotaChangeSource, QuotaChangeStatus
 from quotas.models import ApiToken, ClusterQueue, Cohort, QuotaChange
 from quotas.writeback import service
@@ -55,12 +55,7 @@ class QuotaChangeViewSet(
         queryset = QuotaChange.objects.select_related("cluster", "requested_by", "decided_by")
         if getattr(self, "swagger_fake_view", False):  # the schema generator: no user
             return queryset.none()
-        allowed = visible_team_ids(self.request.user)
-        if allowed is None:
-            return queryset
-        return queryset.filter(
-            Q(cluster_queue__team_id__in=allowed) | Q(requested_by=self.request.user)
-        )
+        return service.changes_for(self.request.user, queryset)
 
     @extend_schema(
         request=serializers.QuotaChangeRequestSerializer,

@@ -14,13 +14,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import PermissionDenied
 from django.core.mail import send_mail
 from django.db import transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from quotas.access import led_team_ids
 from quotas.choices import QuotaChangeSource, QuotaChangeStatus
 from quotas.kueue import KubeError, KueueClient
 from quotas.models import ClusterQueue, Cohort, QuotaChange
@@ -55,6 +57,20 @@ ClientFactory = Callable[[Any], KueueClient]
 
 def can_apply(user: Any) -> bool:
     return bool(getattr(user, "is_authenticated", False) and user.has_perm(APPLY_PERMISSION))
+
+
+_Changes = TypeVar("_Changes", bound=QuerySet[QuotaChange])
+
+
+def changes_for(user: Any, changes: _Changes) -> _Changes:
+    """The quota changes ``user`` may see: all for staff and quota admins; otherwise those of
+    the queues of teams they lead, and their own requests (whatever the team visibility says:
+    a change request is a team's business, not a figure)."""
+    if not getattr(user, "is_authenticated", False):
+        return changes.none()
+    if can_apply(user) or getattr(user, "is_staff", False):
+        return changes
+    return changes.filter(Q(cluster_queue__team_id__in=led_team_ids(user)) | Q(requested_by=user))
 
 
 def _client(cluster: Any, factory: ClientFactory | None) -> KueueClient:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import pytest
 from django.conf import settings
@@ -34,6 +35,9 @@ TEAM_SCOPED = "team-scoped"
 AGGREGATE = "aggregate"
 STAFF_ONLY = "staff-only"
 PUBLIC = "public"
+# A form or action on one team's object (quota change requests, alert acknowledgements): the
+# other team's lead is refused under either setting; anonymous users are refused.
+ACTION = "action"
 
 Urls = Callable[[World], list[str]]
 
@@ -51,6 +55,8 @@ class Policy:
     other: Urls = nothing
     # Markers of birch that appear in ``own`` bodies (together) when birch is visible.
     shows: tuple[str, ...] = field(default=())
+    # ACTION: the HTTP method the action takes.
+    method: str = "get"
 
 
 def url(name: str, *args: object, **query: str) -> str:
@@ -115,6 +121,27 @@ def scoped(pair: tuple[Urls, Urls], shows: tuple[str, ...] = ()) -> Policy:
 
 def aggregate(own: Urls, *shows: str) -> Policy:
     return Policy(AGGREGATE, own=own, shows=shows)
+
+
+def episode_of(team_name: str) -> int:
+    from alerts.models import Episode
+
+    return Episode.objects.get(team__name=team_name).pk
+
+
+def change_of(team_name: str) -> int:
+    from quotas.models import QuotaChange
+
+    return QuotaChange.objects.get(cluster_queue__team__name=team_name).pk
+
+
+def action(own: Urls, method: str = "get") -> Policy:
+    return Policy(ACTION, own=own, method=method)
+
+
+def alert_api(name: str) -> list[str]:
+    pk = episode_of("aspen")
+    return [reverse(name, kwargs={"pk": pk}), reverse(name, kwargs={"pk": pk, "format": "json"})]
 
 
 POLICY: dict[str, Policy] = {
@@ -221,6 +248,61 @@ POLICY: dict[str, Policy] = {
     # --- The API's schema and docs: signed in, no team data.
     "api-schema": aggregate(lambda w: [url("api-schema")]),
     "api-docs": aggregate(lambda w: [url("api-docs")]),
+    # --- Pages added with alerts, quota changes and the lead's pages.
+    "fleet:figures": aggregate(lambda w: [url("fleet:figures")]),
+    "quotas:my-teams": aggregate(lambda w: [url("quotas:my-teams")]),
+    "quotas:search": aggregate(
+        lambda w: [url("quotas:search", q="cq"), url("quotas:search", q="ns-")], "cq-birch"
+    ),
+    "quotas:workload-list": aggregate(lambda w: [url("quotas:workload-list")]),
+    "quotas:chargeback": aggregate(
+        lambda w: [url("quotas:chargeback"), f"{url('quotas:chargeback')}?{window(w)}"]
+    ),
+    "quotas:quota-change-list": aggregate(lambda w: [url("quotas:quota-change-list")]),
+    "quotas:quota-change-new": action(
+        lambda w: [url("quotas:quota-change-new", w.cluster.name, "cq-aspen")]
+    ),
+    "quotas:quota-change-detail": action(
+        lambda w: [url("quotas:quota-change-detail", change_of("aspen"))]
+    ),
+    "quotas:quota-change-patch": action(
+        lambda w: [url("quotas:quota-change-patch", change_of("aspen"))]
+    ),
+    "quotas:quota-change-apply": action(
+        lambda w: [url("quotas:quota-change-apply", change_of("aspen"))], method="post"
+    ),
+    "alerts:alert-list": aggregate(lambda w: [url("alerts:alert-list")], "birch-serve"),
+    "alerts:episode-detail": scoped(
+        (
+            lambda w: [url("alerts:episode-detail", episode_of("aspen"))],
+            lambda w: [url("alerts:episode-detail", episode_of("birch"))],
+        )
+    ),
+    "alerts:episode-chart-evidence": scoped(
+        (
+            lambda w: [url("alerts:episode-chart-evidence", episode_of("aspen"))],
+            lambda w: [url("alerts:episode-chart-evidence", episode_of("birch"))],
+        )
+    ),
+    "alerts:episode-acknowledge": action(
+        lambda w: [url("alerts:episode-acknowledge", episode_of("aspen"))], method="post"
+    ),
+    "alerts:episode-silence": action(
+        lambda w: [url("alerts:episode-silence", episode_of("aspen"))], method="post"
+    ),
+    "alerts:episode-exempt": action(
+        lambda w: [url("alerts:episode-exempt", episode_of("aspen"))], method="post"
+    ),
+    "alert-list": aggregate(lambda w: api("alert-list"), "birch-serve"),
+    "alert-detail": scoped(
+        (
+            lambda w: api("alert-detail", episode_of("aspen")),
+            lambda w: api("alert-detail", episode_of("birch")),
+        )
+    ),
+    "alert-acknowledge": action(lambda w: alert_api("alert-acknowledge"), method="post"),
+    "quotachange-list": aggregate(lambda w: api("quotachange-list")),
+    "quotachange-detail": action(lambda w: api("quotachange-detail", change_of("aspen"))),
 }
 
 
@@ -300,6 +382,7 @@ def assert_shown(texts: list[str], markers: tuple[str, ...], entry: str) -> None
 
 KEYS = sorted(POLICY)
 SIGNED_IN = [key for key in KEYS if POLICY[key].kind in (TEAM_SCOPED, AGGREGATE)]
+ACTIONS = [key for key in KEYS if POLICY[key].kind == ACTION]
 
 
 @pytest.mark.parametrize("key", [key for key in KEYS if POLICY[key].kind != PUBLIC])
@@ -376,3 +459,59 @@ def test_private_staff_and_finance_see_every_team(key, user, world, client_of):
     for path in policy.other(world):
         fetch(client, path)
     assert_shown(texts, policy.shows, key)
+
+
+@pytest.fixture(autouse=True)
+def alerts_and_quota_changes(world):
+    """One open alert episode and one quota-change request per team with a lead."""
+    from alerts.models import Episode
+    from quotas.models import QuotaChange
+
+    for name in ("aspen", "birch"):
+        queue = world.queues[name]
+        workload = world.workloads[f"{name}-main"]
+        started = world.start
+        Episode.objects.create(
+            rule="idle_workload",
+            severity="critical",
+            cluster=world.cluster,
+            team=world.teams[name],
+            cluster_queue=queue,
+            namespace=workload.namespace,
+            workload=workload,
+            gpus=2,
+            subject_key=f"workload:{workload.pk}",
+            started_at=started,
+            fired_at=started + timedelta(hours=1),
+            evaluated_until=world.end,
+            idle_gpu_hours=3.0,
+            held_gpu_hours=3.0,
+            summary=f"Workload {workload.namespace}/{workload.name} idles",
+        )
+        QuotaChange.objects.create(
+            cluster=world.cluster,
+            target_name=queue.name,
+            cluster_queue=queue,
+            status="requested",
+            reason=f"more for {name}",
+            requested_by=world.users[f"lead_{'a' if name == 'aspen' else 'b'}"],
+        )
+
+
+@pytest.mark.parametrize("visibility", ["private", "public"])
+@pytest.mark.parametrize("key", ACTIONS)
+def test_another_teams_lead_may_not_act_on_a_teams_object(key, visibility, world, client_of):
+    policy = POLICY[key]
+    lead = client_of("lead_b")
+    with override_settings(GPULEDGER_TEAM_VISIBILITY=visibility):
+        for path in policy.own(world):
+            response = getattr(lead, policy.method)(path)
+            assert response.status_code in (403, 404), f"{path}: {response.status_code}"
+
+
+@pytest.mark.parametrize("key", [key for key in ACTIONS if POLICY[key].method == "get"])
+def test_the_owning_lead_may_open_the_team_s_forms(key, world, client_of):
+    lead = client_of("lead_a")
+    with override_settings(GPULEDGER_TEAM_VISIBILITY="private"):
+        for path in POLICY[key].own(world):
+            assert lead.get(path).status_code == 200, path
