@@ -66,7 +66,6 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         row = _team_row(
             team, figures.get(team.pk, Figures()), now_gpus.get(team.pk, 0.0), team.pk in led
         )
-        row["visible"] = True
         row["held"] = figure(held.get(team.pk, 0.0))
         row["flavors"] = flavor_rows(flavors.get(team.pk, []))
         table.append(row)
