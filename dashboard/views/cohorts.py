@@ -188,15 +188,10 @@ def _member_row(
     }
 
 
-def flow_matrix(
-    flows: BorrowingFlows, members: list[ClusterQueue], allowed: set[int] | None
-) -> dict[str, Any]:
-    """The lender → borrower matrix of the template: names, cells, row and column totals.
-    Members of teams the user may not see are named only as another team's queue."""
-    names = {
-        queue.pk: queue.name if sees_team(allowed, queue.team_id) else ANOTHER_TEAMS_QUEUE
-        for queue in members
-    }
+def flow_matrix(flows: BorrowingFlows, members: list[ClusterQueue]) -> dict[str, Any]:
+    """The lender → borrower matrix of the template: names, cells, row and column totals (built
+    only for users who see every member)."""
+    names = {queue.pk: queue.name for queue in members}
     names[POOL] = "cohort's own pool"
     borrowers = flows.borrowers
     rows = [
@@ -334,7 +329,7 @@ def cohort_detail(
         "hidden_lenders": hidden_lenders,
         "another_teams_queue": ANOTHER_TEAMS_QUEUE,
         "another_teams_workload": ANOTHER_TEAMS_WORKLOAD,
-        "flows": flow_matrix(flows, members, allowed) if flows is not None else None,
+        "flows": flow_matrix(flows, members) if flows is not None else None,
         "pace": pace,
         "statuses": ReclaimStatus,
         "samples_seen": bool(samples),
