@@ -11,14 +11,20 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from tests.prometheus_server import LOOPBACK, READY_TIMEOUT_SECONDS, free_port, in_ci
+from tests.prometheus_server import (
+    LOOPBACK,
+    READY_TIMEOUT_SECONDS,
+    free_port,
+    in_ci,
+    launch,
+    wait_ready,
+)
 
 BINARY = "prometheus-alertmanager"
 CONFIG = """\
@@ -62,8 +68,7 @@ class AlertmanagerServer:
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> AlertmanagerServer:
-        log = self.log_file.open("ab")
-        self._process = subprocess.Popen(
+        self._process = launch(
             [
                 self.binary,
                 f"--config.file={self.config_file}",
@@ -72,26 +77,13 @@ class AlertmanagerServer:
                 "--cluster.listen-address=",
                 "--log.level=warn",
             ],
-            stdout=log,
-            stderr=log,
-            stdin=subprocess.DEVNULL,
+            self.log_file,
         )
-        log.close()
         self.wait_ready()
         return self
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_SECONDS) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._process is not None and self._process.poll() is not None:
-                raise RuntimeError(f"alertmanager exited: {self.log_file.read_text()[-2000:]}")
-            try:
-                if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"alertmanager not ready after {timeout}s: {self.log_file.read_text()}")
+        wait_ready(self._process, self.url, self.log_file, "alertmanager", timeout)
 
     def alerts(self, **filters: str) -> list[dict[str, Any]]:
         """``GET /api/v2/alerts``: by default the active, unsilenced, uninhibited ones."""

@@ -146,6 +146,33 @@ def copy_tsdb(pristine: Path, target: Path) -> Path:
     return target
 
 
+def launch(command: list[str], log_file: Path) -> subprocess.Popen[bytes]:
+    """Start a Prometheus-family binary with its output appended to ``log_file``."""
+    with log_file.open("ab") as log:
+        return subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+
+
+def wait_ready(
+    process: subprocess.Popen[bytes] | None,
+    url: str,
+    log_file: Path,
+    name: str,
+    timeout: float = READY_TIMEOUT_SECONDS,
+) -> None:
+    """Poll ``url``/-/ready until it answers 200; fail with the log if the process exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{name} exited: {log_file.read_text()[-2000:]}")
+        try:
+            if requests.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{name} not ready after {timeout}s: {log_file.read_text()}")
+
+
 class PrometheusServer:
     """One ``prometheus`` process on a free loopback port."""
 
@@ -187,8 +214,7 @@ class PrometheusServer:
         return "\n".join(lines) + "\n"
 
     def start(self) -> PrometheusServer:
-        log = self.log_file.open("ab")
-        self._process = subprocess.Popen(
+        self._process = launch(
             [
                 self.binary,
                 f"--config.file={self.config_file}",
@@ -197,26 +223,13 @@ class PrometheusServer:
                 f"--web.listen-address={LOOPBACK}:{self.port}",
                 "--log.level=warn",
             ],
-            stdout=log,
-            stderr=log,
-            stdin=subprocess.DEVNULL,
+            self.log_file,
         )
-        log.close()
         self.wait_ready()
         return self
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_SECONDS) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._process is not None and self._process.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {self.log_file.read_text()[-2000:]}")
-            try:
-                if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"prometheus not ready after {timeout}s: {self.log_file.read_text()}")
+        wait_ready(self._process, self.url, self.log_file, "prometheus", timeout)
 
     def wait_for_series(self, promql: str, timeout: float = 20.0) -> None:
         """Poll until ``promql`` returns something (a first scrape takes ~5-6 s to show)."""
