@@ -20,7 +20,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from alerts.choices import Rule, Severity
 from alerts.exemptions import ExemptionMatcher, Subject
@@ -29,11 +29,23 @@ from alerts.pricing import Prices
 from alerts.rules import Finding, Findings, WorkloadInfo, uuid_of
 from alerts.store import update_episodes
 from alerts.summary import describe
+from core.bulk import fetch_rows
 from fleet.models import Cluster, Node
 
-COST_PLACES = Decimal("0.0001")  # Episode.cost's decimal places
+COST_PLACES = Decimal("0.0001")
+# Longer than any collection window: a resolved episode's ``evaluated_until`` is at most this
+# after its ``resolved_at`` (the end of the window it resolved in).
+RESOLVED_WINDOW_SLACK = timedelta(days=1)  # Episode.cost's decimal places
 # Evidence keeps at most this many GPUs per episode (a 64-GPU gang fits).
 EVIDENCE_GPUS = 64
+
+# The threshold that says how long each rule's condition holds before the episode fires.
+FIRE_AFTER: dict[str, str] = {
+    Rule.IDLE_WORKLOAD: "idle_warning_minutes",
+    Rule.GHOST_RESERVATION: "ghost_minutes",
+    Rule.BORROWING_WHILE_IDLE: "borrowing_minutes",
+    Rule.TELEMETRY_MISSING: "telemetry_minutes",
+}
 
 EPISODE_UPDATE_FIELDS = [
     "severity",
@@ -77,8 +89,10 @@ class EpisodeBook:
         self.new: list[Episode] = []
         self.dropped: list[int] = []
         self._nodes: dict[str, int] | None = None
-        for episode in Episode.objects.filter(cluster=cluster).filter(
-            Q(resolved_at__isnull=True) | Q(evaluated_until__gt=start)
+        # A resolved episode was evaluated up to the end of the window it resolved in.
+        recent = Q(resolved_at__gt=start - RESOLVED_WINDOW_SLACK, evaluated_until__gt=start)
+        for episode in _read(
+            Episode.objects.filter(cluster=cluster).filter(Q(resolved_at__isnull=True) | recent)
         ):
             self.by_key[(episode.rule, episode.subject_key)].append(episode)
             if episode.resolved_at is None:
@@ -170,12 +184,7 @@ class EpisodeBook:
         episode.gpu_uuids = sorted(uuids)[:EVIDENCE_GPUS]
         self._evidence(episode, finding, seconds)
         limits = finding.thresholds
-        fire_after = {
-            Rule.IDLE_WORKLOAD: limits.idle_warning_minutes,
-            Rule.GHOST_RESERVATION: limits.ghost_minutes,
-            Rule.BORROWING_WHILE_IDLE: limits.borrowing_minutes,
-            Rule.TELEMETRY_MISSING: limits.telemetry_minutes,
-        }[Rule(finding.rule)]
+        fire_after = getattr(limits, FIRE_AFTER[finding.rule])
         episode.evidence["fire_after_minutes"] = fire_after
         if episode.fired_at is None and episode.held_seconds >= fire_after * 60:
             episode.fired_at = end
@@ -317,9 +326,16 @@ class EpisodeBook:
                     continue
                 position += 1
 
+    def workload_ids(self) -> set[int]:
+        """The workloads of the episodes ``save`` writes (their exemptions and summaries)."""
+        return {
+            episode.workload_id
+            for episode in [*self.new, *self.touched.values()]
+            if episode.workload_id is not None
+        }
+
     def save(self, now: datetime, workloads: dict[int, WorkloadInfo]) -> tuple[int, int, int]:
-        """Write what changed; (created, updated, deleted)."""
-        self.finish()
+        """Write what changed (after ``finish``); (created, updated, deleted)."""
         exemptions = ExemptionMatcher(self.cluster.pk, now)
         silences = list(Silence.objects.filter(ends_at__gt=now))
         for episode in [*self.new, *self.touched.values()]:
@@ -362,3 +378,14 @@ def _new_gpu_entry(key: str) -> dict[str, object]:
         "sum": 0.0,
         "max": None,
     }
+
+
+def _read(queryset: QuerySet[Episode]) -> list[Episode]:
+    """The episodes of ``queryset``, built the way Django builds them (``Model.from_db``) from
+    one fetch (``core.bulk.fetch_rows``); a window of a large fleet reads thousands of open
+    episodes."""
+    names = [field.attname for field in Episode._meta.concrete_fields]
+    return [
+        Episode.from_db(queryset.db, names, list(values))
+        for values in fetch_rows(queryset.order_by(), *names)
+    ]

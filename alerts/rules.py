@@ -1,9 +1,9 @@
 """The four hoarding rules over one stored window (DESIGN "Hoarding"); no I/O.
 
-``detect`` turns one window's GpuUsage rows, ClusterQueue samples and the workloads holding
-quota into ``Finding``s per rule and subject: the condition held in this window. For the idle
-rule a workload whose GPUs have no telemetry in the window is a ``gap``: it neither starts,
-extends nor ends an episode.
+``detect`` turns what ``alerts.reading`` read of one window (the candidate GpuUsage rows, the
+holders short of pods, the ClusterQueue samples that borrow or lend) into ``Finding``s per rule
+and subject: the condition held in this window. For the idle rule a workload whose GPUs have no
+telemetry in the window is a ``gap``: it neither starts, extends nor ends an episode.
 """
 
 from __future__ import annotations
@@ -12,19 +12,22 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from alerts.choices import Rule
 from alerts.exemptions import Subject
 from alerts.thresholds import ThresholdResolver, Thresholds
 from fleet.choices import ActivitySource
 
+if TYPE_CHECKING:
+    from alerts.reading import Window
+
 # Shares below this are float noise.
 EPSILON = 1e-9
 
 
 class UsageRow(NamedTuple):
-    """The GpuUsage columns the rules read (``USAGE_FIELDS``, in this order)."""
+    """An allocated GpuUsage row as the rules read it (``alerts.reading``)."""
 
     gpu_key: str
     node_name: str
@@ -34,15 +37,12 @@ class UsageRow(NamedTuple):
     local_queue_id: int | None
     cluster_queue_id: int | None
     team_id: int | None
-    allocated: bool
     gpus: float
     activity: float | None
     activity_source: str
     flavor: str
     gpu_model: str
-
-
-USAGE_FIELDS = UsageRow._fields
+    node_series: bool  # the node's exporter answered in the window (maybe with NaN)
 
 
 class QueueSample(NamedTuple):
@@ -60,8 +60,31 @@ class QueueInfo:
 
 
 @dataclass
+class Hold:
+    """A workload's last quota hold and the gang it holds for."""
+
+    gpus: float
+    pods_expected: int  # pods of the gang that request GPUs
+    start: datetime | None
+    end: datetime | None
+    ended: bool = False
+
+    def through(self, start: datetime, end: datetime) -> bool:
+        """Held quota during the whole window (start, end]."""
+        if self.start is None or self.start > start:
+            return False
+        return self.end is None or self.end >= end
+
+    def overlaps(self, start: datetime, end: datetime) -> bool:
+        """Held quota at some time in (start, end]: a window in it may be held through."""
+        return (
+            self.start is not None and self.start < end and (self.end is None or self.end > start)
+        )
+
+
+@dataclass
 class WorkloadInfo:
-    """What the rules and exemptions need of a Workload; ``hold_*`` is its last quota hold."""
+    """What the rules and exemptions need of a Workload."""
 
     id: int
     namespace: str
@@ -72,20 +95,11 @@ class WorkloadInfo:
     priority_class: str
     owner_kind: str
     gpus: float
-    pods_expected: int
     flavor: str
-    hold_start: datetime | None = None
-    hold_end: datetime | None = None
 
     @property
     def path(self) -> str:
         return f"{self.namespace}/{self.name}"
-
-    def holds_through(self, start: datetime, end: datetime) -> bool:
-        """Held quota during the whole window (start, end]."""
-        if self.hold_start is None or self.hold_start > start:
-            return False
-        return self.hold_end is None or self.hold_end >= end
 
     def subject(self) -> Subject:
         return Subject(
@@ -122,7 +136,6 @@ class Finding:
     # Per GPU key: (activity or None, idle) in this window.
     per_gpu: dict[str, tuple[float | None, bool]] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
-    subject: Subject = field(default_factory=Subject)
 
 
 @dataclass
@@ -148,36 +161,32 @@ def workload_key(cluster: str, workload: WorkloadInfo) -> str:
 
 
 class RuleSet:
-    """The rules for one cluster with its thresholds, queues and workloads."""
+    """The rules for one cluster with its thresholds, queues, holds and workloads."""
 
     def __init__(
         self,
         cluster: str,
         resolver: ThresholdResolver,
         queues: dict[int, QueueInfo],
-        workloads: dict[int, WorkloadInfo],
+        holders: dict[int, Hold],
     ) -> None:
         self.cluster = cluster
         self.resolver = resolver
         self.queues = queues
-        self.workloads = workloads
+        self.holders = holders
+        # Filled by the caller with every workload a window names (``Window.workload_ids``).
+        self.workloads: dict[int, WorkloadInfo] = {}
 
-    def detect(
-        self,
-        start: datetime,
-        end: datetime,
-        rows: list[UsageRow],
-        samples: Iterable[QueueSample],
-    ) -> Findings:
+    def detect(self, window: Window) -> Findings:
         found = Findings()
         by_workload: dict[int, list[UsageRow]] = defaultdict(list)
-        for row in rows:
-            if row.allocated and row.workload_id is not None:
+        for row in window.rows:
+            if row.workload_id is not None:
                 by_workload[row.workload_id].append(row)
         idle_by_queue = self._idle(by_workload, found)
-        self._ghosts(start, end, by_workload, found)
-        self._borrowing(samples, idle_by_queue, found)
-        self._telemetry(rows, found)
+        self._ghosts(window, by_workload, found)
+        self._borrowing(window.samples, idle_by_queue, found)
+        self._telemetry(window.rows, found)
         return found
 
     # --- idle_workload ---------------------------------------------------------------------
@@ -205,6 +214,9 @@ class RuleSet:
                     idle += row.gpus
             if idle > EPSILON and first.cluster_queue_id is not None:
                 idle_by_queue[first.cluster_queue_id][workload_id] = idle
+            gap = telemetry <= EPSILON
+            if not gap and idle / telemetry + EPSILON < limits.idle_gpu_fraction:
+                continue
             finding = Finding(
                 rule=Rule.IDLE_WORKLOAD,
                 key=workload_key(self.cluster, workload),
@@ -219,12 +231,9 @@ class RuleSet:
                 workload_id=workload_id,
                 node_name=first.node_name,
                 gpu_keys=sorted({row.gpu_key for row in rows if row.gpu_key}),
-                subject=workload.subject(),
             )
-            if telemetry <= EPSILON:
+            if gap:
                 found.gaps[Rule.IDLE_WORKLOAD][finding.key] = finding
-                continue
-            if idle / telemetry + EPSILON < limits.idle_gpu_fraction:
                 continue
             for row in rows:
                 if row.activity is None:
@@ -243,23 +252,21 @@ class RuleSet:
     # --- ghost_reservation -----------------------------------------------------------------
 
     def _ghosts(
-        self,
-        start: datetime,
-        end: datetime,
-        by_workload: dict[int, list[UsageRow]],
-        found: Findings,
+        self, window: Window, by_workload: dict[int, list[UsageRow]], found: Findings
     ) -> None:
-        for workload in self.workloads.values():
-            if workload.pods_expected <= 0 or workload.gpus <= EPSILON:
+        """Holders that held quota through the window with fewer pods running than their gang
+        (``Window.short``: the database compared the pods)."""
+        for workload_id, (pods, running_gpus) in window.short.items():
+            hold = self.holders.get(workload_id)
+            workload = self.workloads.get(workload_id)
+            if hold is None or workload is None:
                 continue
-            if not workload.holds_through(start, end):
+            if hold.pods_expected <= pods or hold.gpus <= EPSILON:
                 continue
-            rows = by_workload.get(workload.id, ())
-            running = {(row.namespace, row.pod) for row in rows}
-            if len(running) >= workload.pods_expected:
+            if not hold.through(window.start, window.end):
                 continue
-            running_gpus = sum(row.gpus for row in rows)
-            unused = max(workload.gpus - running_gpus, 0.0)
+            rows = by_workload.get(workload_id, ())
+            unused = max(hold.gpus - running_gpus, 0.0)
             queue = self.queues.get(workload.cluster_queue_id or 0)
             finding = Finding(
                 rule=Rule.GHOST_RESERVATION,
@@ -267,18 +274,17 @@ class RuleSet:
                 thresholds=self.resolver.for_subject(
                     workload.cluster_queue_id, workload.local_queue_id, workload.namespace
                 ),
-                gpus=workload.gpus,
+                gpus=hold.gpus,
                 idle_gpus=unused,
-                held_gpus=workload.gpus,
+                held_gpus=hold.gpus,
                 priced=[(workload.flavor, "", unused)],
                 team_id=queue.team_id if queue else None,
                 cluster_queue_id=workload.cluster_queue_id,
                 local_queue_id=workload.local_queue_id,
                 namespace=workload.namespace,
-                workload_id=workload.id,
+                workload_id=workload_id,
                 gpu_keys=sorted({row.gpu_key for row in rows if row.gpu_key}),
-                facts={"pods_running": len(running), "pods_expected": workload.pods_expected},
-                subject=workload.subject(),
+                facts={"pods_running": pods, "pods_expected": hold.pods_expected},
             )
             found.hits[Rule.GHOST_RESERVATION][finding.key] = finding
 
@@ -336,22 +342,18 @@ class RuleSet:
                     "lenders": lenders,
                     "idle_workloads": names,
                 },
-                subject=Subject(cluster_queue_id=queue_id),
             )
             found.hits[Rule.BORROWING_WHILE_IDLE][finding.key] = finding
 
     # --- telemetry_missing -----------------------------------------------------------------
 
     def _telemetry(self, rows: list[UsageRow], found: Findings) -> None:
-        with_series: set[str] = set()
         dark: dict[str, list[UsageRow]] = defaultdict(list)
         for row in rows:
-            if row.gpu_key:
-                with_series.add(row.node_name)  # the exporter answers (maybe with NaN)
-            if row.allocated and row.activity is None:
+            if row.activity is None:
                 dark[row.node_name].append(row)
         for node, missing in dark.items():
-            whole_node = bool(node) and node not in with_series
+            whole_node = bool(node) and not missing[0].node_series
             groups: dict[str, list[UsageRow]] = defaultdict(list)
             for row in missing:
                 if whole_node:
@@ -385,6 +387,5 @@ class RuleSet:
                         "whole_node": whole_node,
                         "pods": sorted({f"{row.namespace}/{row.pod}" for row in group})[:20],
                     },
-                    subject=Subject(namespace=first.namespace if single else ""),
                 )
                 found.hits[Rule.TELEMETRY_MISSING][key] = finding

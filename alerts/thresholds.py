@@ -76,6 +76,17 @@ class ThresholdResolver:
         self._cache: dict[tuple[int | None, int | None, str], Thresholds] = {}
         self.uniform = not (self.by_cq or self.by_lq or self.by_ns)
 
+    def highest_idle_threshold(self) -> float:
+        """The highest idle threshold any subject of the cluster gets: a GPU at or above it is
+        busy for every subject."""
+        overrides = [
+            row.idle_threshold
+            for rows in (self.by_cq, self.by_lq, self.by_ns)
+            for row in rows.values()
+            if row.idle_threshold is not None
+        ]
+        return max([self.base.idle_threshold, *overrides])
+
     def for_subject(
         self, cluster_queue_id: int | None, local_queue_id: int | None, namespace: str
     ) -> Thresholds:

@@ -378,6 +378,11 @@ class Workload(KueueObject):
         blank=True,
         help_text="[{name, count, gpus_per_pod, resources}] from spec.podSets.",
     )
+    gpu_pods = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Pods of the gang that request GPUs (from pod_sets; null until the next sync).",
+    )
     requested_gpus = models.FloatField(default=0.0, help_text="GPUs for the whole gang.")
     admitted_gpus = models.FloatField(
         default=0.0,
@@ -438,6 +443,22 @@ class Workload(KueueObject):
     @property
     def is_holding(self) -> bool:
         return self.state in HOLDING_STATES and self.deleted_at is None
+
+    @staticmethod
+    def count_gpu_pods(pod_sets: object) -> int:
+        """Pods of the pod sets that request GPUs: what a gang runs when it is whole."""
+        if not isinstance(pod_sets, list):
+            return 0
+        total = 0
+        for pod_set in pod_sets:
+            if not isinstance(pod_set, dict):
+                continue
+            try:
+                if float(pod_set.get("gpus_per_pod") or 0) > 0:
+                    total += max(int(pod_set.get("count") or 0), 0)
+            except (TypeError, ValueError):
+                continue
+        return total
 
 
 class WorkloadTransition(models.Model):

@@ -50,6 +50,7 @@ def write_workloads(
             "priority_class_name": row.priority_class_name,
             "active": row.active,
             "pod_sets": row.pod_sets,
+            "gpu_pods": Workload.count_gpu_pods(row.pod_sets),
             "requested_gpus": row.requested_gpus,
             "admitted_gpus": row.admitted_gpus,
             "flavors": row.flavors,

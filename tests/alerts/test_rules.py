@@ -68,6 +68,19 @@ def test_a_queue_fraction_override_alerts_on_a_partly_idle_gang(world: World):
     assert episode.idle_gpu_hours == pytest.approx(2 * 30 / 60)
 
 
+def test_a_queue_with_a_higher_idle_threshold_alerts_above_the_default_one(world: World):
+    # 0.05 is busy at the default threshold (0.01) and idle at the queue's (0.1).
+    AlertThreshold.objects.create(
+        scope=AlertThreshold.Scope.CLUSTER_QUEUE, cluster_queue=world.cq, idle_threshold=0.1
+    )
+    gang = world.gang(world.workload("slow", 2, pods=1))
+    world.run(gang, range(70), 0.05)
+    world.evaluate(0, 70)
+    [episode] = world.episodes(Rule.IDLE_WORKLOAD)
+    assert (episode.started_at, episode.fired_at) == (at(0), at(60))
+    assert episode.idle_gpu_hours == pytest.approx(2 * 70 / 60)
+
+
 def test_the_gr_engine_fallback_is_named_on_the_alert(world: World):
     gang = world.gang(world.workload("old-gpu", 1))
     world.run(gang, range(61), IDLE, source=ActivitySource.GR_ENGINE_ACTIVE)

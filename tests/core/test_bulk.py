@@ -46,6 +46,19 @@ def test_fetch_rows_returns_the_values_list_tuples(cluster):
     assert [tuple(row) for row in rows] == [("GPU-1", "", NOW)]
 
 
+def test_fetch_rows_decodes_json_fields_as_django_does(cluster):
+    labels = {"team": "red", "nested": {"gpus": 8, "ok": True}, "list": [1.5, None]}
+    Node.objects.create(cluster=cluster, name="n1", labels=labels)
+    Node.objects.create(cluster=cluster, name="n2", labels={})
+
+    rows = bulk.fetch_rows(Node.objects.order_by("name"), "name", "labels", "pk")
+
+    assert [tuple(row[:2]) for row in rows] == [("n1", labels), ("n2", {})]
+    assert [row[2] for row in rows] == list(
+        Node.objects.order_by("name").values_list("pk", flat=True)
+    )
+
+
 @pytest.mark.parametrize("batch_size", [2, 100])
 def test_read_keys_matches_composite_keys_exactly(cluster, batch_size):
     for ns in ("a", "b"):

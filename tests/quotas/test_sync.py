@@ -766,3 +766,29 @@ def test_the_watch_lasts_until_the_tick_before_the_next_relist(
     settings.GPULEDGER_SYNC_SECONDS = interval
 
     assert watch_window_seconds() == expected
+
+
+def test_a_sync_stores_how_many_pods_of_each_gang_request_gpus(kube_api, kube_cluster) -> None:
+    # The expected counts come straight from the fixture's pod templates.
+    gpu_pods = {}
+    for item in fixture_items("Workload"):
+        total = 0
+        for pod_set in item["spec"]["podSets"]:
+            containers = pod_set["template"]["spec"].get("containers", [])
+            if any(
+                float((c.get("resources", {}).get("requests") or {}).get("nvidia.com/gpu", 0)) > 0
+                for c in containers
+            ):
+                total += pod_set.get("count", 1)
+        gpu_pods[(item["metadata"]["namespace"], item["metadata"]["name"])] = total
+
+    sync_cluster(kube_cluster.pk)
+
+    stored = {
+        (namespace, name): pods
+        for namespace, name, pods in Workload.objects.filter(cluster=kube_cluster).values_list(
+            "namespace", "name", "gpu_pods"
+        )
+    }
+    assert stored == gpu_pods
+    assert any(pods > 1 for pods in gpu_pods.values())
