@@ -135,31 +135,46 @@ def _candidates(
     """The candidate rows of the windows ending in [first, last] (module docstring)."""
     table = connection.ops.quote_name(GpuUsage._meta.db_table)
     columns = ", ".join(f"u.{connection.ops.quote_name(name)}" for name in _ROW_COLUMNS)
-    # Semi-joins on hashed subqueries, not window functions: no sort of the chunk's rows.
+    # A hash join on a small distinct set, not window functions (a sort of the chunk's rows)
+    # nor an IN subquery (planned as a rescan per row once the set outgrows work_mem).
     scope = "cluster_id = %s AND window_end >= %s AND window_end <= %s"
     sql = f"""
-        SELECT u.window_end, {columns},
-            CASE WHEN u.activity IS NULL THEN
-                (u.window_end, u.node_name) IN (
-                    SELECT window_end, node_name FROM {table} WHERE {scope} AND gpu_key <> ''
-                )
-            END
+        SELECT u.window_end, {columns}
         FROM {table} u
-        WHERE {scope} AND u.allocated AND (
-            u.activity IS NULL
-            OR (u.window_end, u.workload_id) IN (
-                SELECT window_end, workload_id FROM {table}
-                WHERE {scope} AND allocated AND workload_id IS NOT NULL
-                    AND (activity IS NULL OR activity < %s)
-            )
-        )
+        LEFT JOIN (
+            SELECT DISTINCT window_end, workload_id FROM {table}
+            WHERE {scope} AND allocated AND workload_id IS NOT NULL
+                AND (activity IS NULL OR activity < %s)
+        ) c ON c.window_end = u.window_end AND c.workload_id = u.workload_id
+        WHERE u.cluster_id = %s AND u.window_end >= %s AND u.window_end <= %s
+            AND u.allocated AND (u.activity IS NULL OR c.workload_id IS NOT NULL)
     """  # noqa: S608 - table and column names come from the model
     adapt = connection.ops.adapt_datetimefield_value
     bounds = [cluster_id, adapt(first), adapt(last)]
-    params = [*bounds, *bounds, *bounds, idle_threshold]
-    width = len(_ROW_COLUMNS)
-    for values in fetch_sql(sql, params):
-        window = windows.get(_moment(values[0]))
+    rows = fetch_sql(sql, [*bounds, idle_threshold, *bounds])
+    # Whether the exporter of a node with rows without telemetry answered in the window.
+    dark_nodes = sorted({values[2] for values in rows if values[10] is None})
+    answered: set[tuple[datetime, str]] = set()
+    if dark_nodes:
+        answered = {
+            (_moment(window_end), node)
+            for window_end, node in fetch_rows(
+                GpuUsage.objects.filter(
+                    cluster_id=cluster_id,
+                    window_end__gte=first,
+                    window_end__lte=last,
+                    node_name__in=dark_nodes,
+                )
+                .exclude(gpu_key="")
+                .order_by()
+                .distinct(),
+                "window_end",
+                "node_name",
+            )
+        }
+    for values in rows:
+        window_end = _moment(values[0])
+        window = windows.get(window_end)
         if window is None:
             continue
         (
@@ -176,7 +191,7 @@ def _candidates(
             activity_source,
             flavor,
             gpu_model,
-        ) = values[1 : width + 1]
+        ) = values[1:]
         window.rows.append(
             UsageRow(
                 gpu_key,
@@ -192,12 +207,13 @@ def _candidates(
                 activity_source,
                 flavor,
                 gpu_model,
-                bool(values[width + 1]),
+                activity is not None or (window_end, node_name) in answered,
             )
         )
 
 
-# GpuUsage columns of a candidate row, in UsageRow's order (without node_series).
+# GpuUsage columns of a candidate row, in UsageRow's order (without node_series); the
+# positions above (2: node_name, 10: activity) count the window end first.
 _ROW_COLUMNS = (
     "gpu_key",
     "node_name",
