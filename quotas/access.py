@@ -101,3 +101,32 @@ def acts_for_team(user: Any, team_id: int | None) -> bool:
     if getattr(user, "is_staff", False):
         return True
     return team_id is not None and team_id in led_team_ids(user)
+
+
+# How many led teams the user menu names before it says "and N more".
+ROLE_TEAMS_SHOWN = 3
+
+
+def role_label(user: Any) -> str:
+    """What the user is, in the words of this policy (the user menu): staff, finance, the lead of
+    named teams, or a member who leads none. At most two queries, none for staff."""
+    if not getattr(user, "is_authenticated", False):
+        return ""
+    if user.is_staff:
+        return "Staff: sees every team"
+    if user.is_superuser:
+        return "Superuser: sees every team"
+    parts = []
+    if user.groups.filter(name=settings.GPULEDGER_FINANCE_GROUP).exists():
+        parts.append("Finance: sees every team's figures and chargeback")
+    led = list(Team.objects.filter(leads=user).order_by("name"))
+    if led:
+        names = ", ".join(str(team) for team in led[:ROLE_TEAMS_SHOWN])
+        if len(led) > ROLE_TEAMS_SHOWN:
+            names += f" and {len(led) - ROLE_TEAMS_SHOWN} more"
+        parts.append(f"Team lead of {names}")
+    if parts:
+        return "; ".join(parts)
+    if team_visibility() == PUBLIC:
+        return "Member: leads no team; sees every team's figures"
+    return "Member: leads no team; sees fleet totals"
