@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import template
 
+from dashboard.access import request_roles
 from quotas.access import role_label
 
 register = template.Library()
@@ -13,5 +14,6 @@ register = template.Library()
 def user_role(context: template.Context) -> str:
     """Staff, finance, the lead of which teams, or a member who leads none (``role_label``)."""
     request = context.get("request")
-    user = getattr(request, "user", None) or context.get("user")
-    return role_label(user)
+    if request is None:
+        return role_label(context.get("user"))
+    return role_label(request.user, lambda: request_roles(request))
