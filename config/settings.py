@@ -324,8 +324,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     # The schema and its Swagger UI page are for signed-in users (sessions or tokens).
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
-    # Swagger UI comes from the drf-spectacular-sidecar package, never from a CDN. (ReDoc is not
-    # offered: its bundle always loads its logo from a CDN.)
+    # Swagger UI and ReDoc come from the drf-spectacular-sidecar package, never from a CDN
+    # (ReDoc's bundle with its one CDN logo address replaced: core.api_docs).
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }

@@ -8,6 +8,7 @@ from drf_spectacular.views import (
     SpectacularSwaggerSplitView,
 )
 
+from core.api_docs import RedocView, redoc_bundle_js
 from dashboard.views.my_teams import LandingLoginView
 
 api_v1 = [
@@ -37,6 +38,13 @@ urlpatterns = [
         login_required(SpectacularSwaggerSplitView.as_view(url_name="api-schema")),
         name="api-docs",
     ),
+    # ReDoc, from a copy of its bundle that loads nothing from a CDN (core.api_docs).
+    path(
+        "api/redoc/",
+        login_required(RedocView.as_view(url_name="api-schema")),
+        name="api-redoc",
+    ),
+    path("api/redoc/redoc.standalone.js", redoc_bundle_js, name="api-redoc-bundle"),
     path("", include("core.urls")),
     path("", include("dashboard.urls.quotas")),
     path("", include("dashboard.urls.fleet")),

@@ -13,11 +13,12 @@ from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 
 from alerts.models import Episode
-from quotas.access import sees_team, visible_team_ids
+from quotas.access import Roles, sees_team, user_roles, visible_team_ids
 from quotas.models import ClusterQueue, Cohort, Team, Workload
 
 __all__ = [
     "allowed_team_ids",
+    "request_roles",
     "get_cluster_queue_for_user",
     "get_cohort_for_user",
     "get_team_for_user",
@@ -26,11 +27,21 @@ __all__ = [
 ]
 
 
+def request_roles(request: HttpRequest) -> Roles:
+    """The user's finance membership and led teams, read once per request (the visibility
+    policy and the user menu's role line share them)."""
+    cached = getattr(request, "_gpuledger_roles", None)
+    if cached is None:
+        cached = user_roles(request.user)
+        request._gpuledger_roles = cached  # type: ignore[attr-defined]
+    return cached
+
+
 def allowed_team_ids(request: HttpRequest) -> set[int] | None:
     """The team ids whose detail the user sees (None = all), computed once per request."""
     cached = getattr(request, "_gpuledger_team_ids", False)
     if cached is False:
-        cached = visible_team_ids(request.user)
+        cached = visible_team_ids(request.user, lambda: request_roles(request))
         request._gpuledger_team_ids = cached  # type: ignore[attr-defined]
     return cached  # type: ignore[return-value]
 

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 
 from dashboard.templatetags.formatting import figure
+from quotas.models import Workload
+from quotas.now import QueueNow
 
 SHORTFALL = re.compile(
     r"insufficient (?:unused )?quota for (?P<resource>[\w./-]+) in flavor (?P<flavor>[\w./-]+),"
@@ -58,3 +60,18 @@ def short_reason(message: str, requested: float, free_in_quota: dict[str, float]
             )
         parts.append(f"{clause}, {figure(short.more)} short")
     return "; ".join(parts)
+
+
+def free_in_quota(found: QueueNow | None) -> dict[str, float]:
+    """Flavor → the queue's nominal minus its usage in its newest samples (never below 0)."""
+    if found is None:
+        return {}
+    return {
+        flavor: max(values["nominal"] - values["total"], 0.0)
+        for flavor, values in found.flavors.items()
+    }
+
+
+def workload_reason(workload: Workload, free: dict[str, float]) -> str:
+    """``short_reason`` of a pending workload's Kueue message ("" when it names no shortfall)."""
+    return short_reason(workload.state_message, float(workload.requested_gpus or 0), free)

@@ -19,6 +19,8 @@ detail nobody leads: visible only to those who see everything.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -70,14 +72,34 @@ def led_team_ids(user: Any) -> set[int]:
     return set(Team.objects.filter(leads=user).values_list("id", flat=True))
 
 
-def visible_team_ids(user: Any) -> set[int] | None:
+@dataclass(frozen=True)
+class Roles:
+    """What the policy needs to know of a user who is neither staff nor superuser."""
+
+    finance: bool
+    # Team id → its name as pages say it (``str(team)``), in name order.
+    led: dict[int, str]
+
+
+def user_roles(user: Any) -> Roles:
+    """Finance membership and the teams ``user`` leads: two queries."""
+    finance = user.groups.filter(name=settings.GPULEDGER_FINANCE_GROUP).exists()
+    led = {team.pk: str(team) for team in Team.objects.filter(leads=user).order_by("name")}
+    return Roles(finance=finance, led=led)
+
+
+def visible_team_ids(user: Any, roles: Callable[[], Roles] | None = None) -> set[int] | None:
     """The ids of the teams whose figures, names and objects ``user`` may see; ``None`` means
-    every team's (and rows without a team). At most two queries: call it once per request."""
+    every team's (and rows without a team). At most two queries: call it once per request.
+    ``roles`` returns the user's ``Roles`` when a caller already has (or caches) them."""
     if not getattr(user, "is_authenticated", False):
         return set()
-    if team_visibility() == PUBLIC or sees_everything(user):
+    if team_visibility() == PUBLIC or user.is_staff or user.is_superuser:
         return None
-    return led_team_ids(user)
+    if roles is None:
+        return None if sees_everything(user) else led_team_ids(user)
+    found = roles()
+    return None if found.finance else set(found.led)
 
 
 def sees_team(allowed: set[int] | None, team_id: int | None) -> bool:
@@ -101,3 +123,34 @@ def acts_for_team(user: Any, team_id: int | None) -> bool:
     if getattr(user, "is_staff", False):
         return True
     return team_id is not None and team_id in led_team_ids(user)
+
+
+# How many led teams the user menu names before it says "and N more".
+ROLE_TEAMS_SHOWN = 3
+
+
+def role_label(user: Any, roles: Callable[[], Roles] | None = None) -> str:
+    """What the user is, in the words of this policy (the user menu): staff, finance, the lead of
+    named teams, or a member who leads none. No query for staff; ``roles`` as for
+    ``visible_team_ids`` (the dashboard shares one per request)."""
+    if not getattr(user, "is_authenticated", False):
+        return ""
+    if user.is_staff:
+        return "Staff: sees every team"
+    if user.is_superuser:
+        return "Superuser: sees every team"
+    found = roles() if roles is not None else user_roles(user)
+    parts = []
+    if found.finance:
+        parts.append("Finance: sees every team's figures and chargeback")
+    if found.led:
+        names = list(found.led.values())
+        shown = ", ".join(names[:ROLE_TEAMS_SHOWN])
+        if len(names) > ROLE_TEAMS_SHOWN:
+            shown += f" and {len(names) - ROLE_TEAMS_SHOWN} more"
+        parts.append(f"Team lead of {shown}")
+    if parts:
+        return "; ".join(parts)
+    if team_visibility() == PUBLIC:
+        return "Member: leads no team; sees every team's figures"
+    return "Member: leads no team; sees fleet totals"

@@ -78,3 +78,9 @@ def gpu_label(gpu: Gpu) -> str:
     if gpu.gi_id:
         return f"GPU {gpu.index} · MIG {gpu.mig_profile or '?'} (GI {gpu.gi_id})"
     return f"GPU {gpu.index}"
+
+
+@register.filter
+def queue_place(position: int | None) -> str:
+    """Kueue's ``positionInClusterQueue`` (0 = next to be admitted) as people count: 1 is next."""
+    return DASH if position is None else f"{position + 1:,}"

@@ -13,7 +13,7 @@ from core.ranges import TimeRange
 from dashboard.access import allowed_team_ids, get_cluster_queue_for_user
 from dashboard.decorators import dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
-from dashboard.pending import short_reason
+from dashboard.pending import free_in_quota, workload_reason
 from dashboard.queries import cluster_queues as queries
 from dashboard.templatetags.formatting import duration, figure, percent, quantity
 from quotas.access import leads_team
@@ -95,10 +95,7 @@ def cluster_queue_detail(
     page, page_query = paginate(request, queries.pending_workloads(queue))
     requeued = queries.last_requeues([w.pk for w in page.object_list])
     # Free quota per flavor now (nominal − usage of the newest samples), for the short reasons.
-    free_in_quota = {
-        flavor: max(values["nominal"] - values["total"], 0.0)
-        for flavor, values in (found.flavors if found else {}).items()
-    }
+    free = free_in_quota(found)
     pending_rows = []
     for workload in page.object_list:
         since = max(
@@ -111,9 +108,7 @@ def cluster_queue_detail(
                 "wait": duration((now - since).total_seconds()) if since else "—",
                 "waiting_since": since,
                 "requeued": workload.pk in requeued,
-                "short_reason": short_reason(
-                    workload.state_message, float(workload.requested_gpus or 0), free_in_quota
-                ),
+                "short_reason": workload_reason(workload, free),
             }
         )
     eviction_counts = queries.eviction_counts(queue, time_range)

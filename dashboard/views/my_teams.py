@@ -7,6 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.views import LoginView
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render, resolve_url
 from django.urls import reverse
@@ -15,11 +16,13 @@ from django.utils import timezone
 from core.ranges import TimeRange
 from dashboard.decorators import dashboard_page
 from dashboard.frame import utilization_tone
+from dashboard.pending import free_in_quota, workload_reason
 from dashboard.queries import my_teams as queries
 from dashboard.queries.teams import figures_by_team
 from dashboard.templatetags.formatting import figure, percent
 from ledger.figures import Figures
 from quotas.models import Team
+from quotas.now import latest_samples
 
 
 def flavor_rows(uses: list[queries.FlavorUse]) -> list[dict[str, Any]]:
@@ -50,13 +53,18 @@ def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     ids = [team.pk for team in teams]
     now = timezone.now()
     span = time_range.covered_hours()
-    flavors = queries.flavor_use_by_team(ids, now)
+    # The queues' newest samples serve both the flavor rows and the pending rows' short reasons.
+    samples = latest_samples(
+        Q(cluster_queue__team_id__in=ids, cluster_queue__deleted_at__isnull=True), now
+    )
+    flavors = queries.flavor_use_by_team(ids, now, samples=samples)
     admitted = queries.admitted_gpus_by_team(ids)
     held = queries.pod_gpus_by_team(ids)
     figures = figures_by_team(ids, span)
     cards = []
     for team in teams:
         found = figures.get(team.pk, Figures())
+        pending = queries.pending_workloads(team)
         cards.append(
             {
                 "team": team,
@@ -75,7 +83,16 @@ def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
                     }
                     for workload, workload_figures in queries.idle_workloads(team, span)
                 ],
-                "pending": queries.pending_workloads(team),
+                "pending": pending,
+                "pending_rows": [
+                    {
+                        "workload": workload,
+                        "short_reason": workload_reason(
+                            workload, free_in_quota(samples.get(workload.cluster_queue_id or 0))
+                        ),
+                    }
+                    for workload in pending["rows"]
+                ],
             }
         )
     context = {

@@ -16,6 +16,7 @@ from core.ranges import TimeRange, hidden_params
 from dashboard.access import allowed_team_ids, get_team_for_user, sees_team
 from dashboard.decorators import choice_param, dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
+from dashboard.pending import free_in_quota, workload_reason
 from dashboard.queries import teams as queries
 from dashboard.queries.my_teams import flavor_use_by_team, pod_gpus_by_team
 from dashboard.queries.workload_list import workload_charges
@@ -26,7 +27,7 @@ from ledger.figures import Figures
 from quotas.access import PUBLIC, leads_team, led_team_ids, other_teams_label, team_visibility
 from quotas.choices import HOLDING_STATES
 from quotas.models import Team, Workload
-from quotas.now import gpu_quotas, holding_gpus, latest_samples
+from quotas.now import QueueNow, gpu_quotas, holding_gpus, latest_samples
 from quotas.writeback.service import can_apply
 
 
@@ -139,15 +140,24 @@ def _workload_row(
     allowed: set[int] | None,
     now: datetime,
     charges: dict[int, Charge] | None = None,
+    samples: dict[int, QueueNow] | None = None,
 ) -> dict[str, Any]:
-    """A row of a workload table (``quotas/partials/workload_table.html``)."""
+    """A row of a workload table (``quotas/partials/workload_table.html``); a pending row says
+    why it waits when its queue's newest ``samples`` are given."""
     found = figures.get(workload.pk, Figures())
     charge = (charges or {}).get(workload.pk)
     gpus = workload.admitted_gpus or workload.requested_gpus
     cluster_queue = workload.cluster_queue
     idle_hours = found.idle_gpu_hours / gpus if gpus else None
+    pending = workload.state in queries.PENDING_STATES
     return {
         "workload": workload,
+        "pending": pending,
+        "short_reason": workload_reason(
+            workload, free_in_quota((samples or {}).get(workload.cluster_queue_id or 0))
+        )
+        if pending and samples is not None
+        else "",
         "visible": sees_team(allowed, cluster_queue.team_id if cluster_queue else None),
         "gpus": figure(gpus),
         "flavor": (workload.flavors or {}).get(GPU_RESOURCE, ""),
@@ -211,7 +221,7 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
     per_workload = queries.workload_figures(page_ids, span)
     charges = workload_charges(span, Q(workload_id__in=page_ids)) if page_ids else {}
     workload_rows = [
-        _workload_row(w, per_workload, allowed, now, charges) for w in page.object_list
+        _workload_row(w, per_workload, allowed, now, charges, samples) for w in page.object_list
     ]
 
     stats = [

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -15,13 +17,16 @@ from core.ranges import CUSTOM, RANGE_PARAMS, TimeRange
 from core.timewindows import floor_time
 from dashboard.access import allowed_team_ids, get_workload_for_user, sees_team
 from dashboard.decorators import dashboard_page
-from dashboard.frame import range_query, stat, utilization_tone
+from dashboard.frame import LIST_LIMIT, range_query, stat, utilization_tone
 from dashboard.live import WORKLOAD_LIVE_SPAN
+from dashboard.pending import free_in_quota, workload_reason
 from dashboard.queries import workloads as queries
+from dashboard.queries.teams import PENDING_STATES
 from dashboard.templatetags.formatting import duration, figure, percent
 from quotas.access import ANOTHER_TEAMS_WORKLOAD, hide_queue_path
-from quotas.choices import WorkloadState
-from quotas.models import Workload
+from quotas.choices import FINISHED_STATES, HOLDING_STATES, WorkloadState
+from quotas.models import Allocation, Workload
+from quotas.now import latest_samples
 
 # A workload page opens on the workload's whole life, at most this long (a serving deployment
 # may live for months: its last 30 days).
@@ -59,6 +64,49 @@ def _life_query(workload: Workload, end: datetime) -> str:
             "start": life_start.strftime("%Y-%m-%dT%H:%M"),
             "end": life_end.strftime("%Y-%m-%dT%H:%M"),
         }
+    )
+
+
+def peak_gpus(allocations: list[Allocation]) -> float:
+    """The most GPUs the pods held at one moment: a sweep over their start and end times (a pod
+    that ends at the instant another starts hands its GPUs over, never counts twice)."""
+    events: list[tuple[datetime, int, float]] = []
+    for allocation in allocations:
+        events.append((allocation.started_at, 1, allocation.gpus))
+        if allocation.ended_at is not None:
+            events.append((allocation.ended_at, 0, -allocation.gpus))
+    events.sort(key=lambda event: (event[0], event[1]))
+    held = peak = 0.0
+    for _, _, change in events:
+        held += change
+        peak = max(peak, held)
+    return peak
+
+
+def _gpus_card(workload: Workload, allocations: list[Allocation]) -> dict[str, Any]:
+    """What it holds now; for a workload that no longer holds quota (finished, evicted,
+    deactivated) the most GPUs its pods held at once, since "0 held" says nothing of its run."""
+    requested = f"requested {figure(workload.requested_gpus)}"
+    flavor = (workload.flavors or {}).get(GPU_RESOURCE)
+    if flavor:
+        requested += f", {flavor}"
+    ended = workload.state in FINISHED_STATES or workload.state == WorkloadState.INACTIVE
+    if workload.state in HOLDING_STATES or (not allocations and not ended):
+        return stat(
+            "GPUs held", figure(workload.admitted_gpus), "GPUs", requested, testid="stat-gpus"
+        )
+    if not allocations:
+        note = "no pod of it was seen holding GPUs"
+        if workload.requested_gpus:
+            note += f"; {requested}"
+        return stat("GPUs at peak", "0", "GPUs", note, tone=None, testid="stat-gpus")
+    more = len(allocations) >= LIST_LIMIT
+    return stat(
+        "GPUs at peak",
+        ("≥ " if more else "") + figure(peak_gpus(allocations)),
+        "GPUs",
+        f"held at once by its pods while it ran; holds none now; {requested}",
+        testid="stat-gpus",
     )
 
 
@@ -110,6 +158,12 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
         }
         for transition in queries.preemptions_caused(workload)
     ]
+    waiting = workload.state in PENDING_STATES and workload.deleted_at is None
+    reason = ""
+    if waiting and workload.cluster_queue_id is not None:
+        # Why it waits, said short: its queue's free quota now against Kueue's shortfall.
+        samples = latest_samples(Q(cluster_queue_id=workload.cluster_queue_id), now)
+        reason = workload_reason(workload, free_in_quota(samples.get(workload.cluster_queue_id)))
     allocations = queries.workload_allocations(workload)
     pods_running = sum(1 for a in allocations if a.ended_at is None)
     gpus = workload.admitted_gpus or workload.requested_gpus
@@ -123,18 +177,7 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
             tone="good" if workload.state == WorkloadState.ADMITTED else None,
             testid="stat-state",
         ),
-        stat(
-            "GPUs held",
-            figure(workload.admitted_gpus),
-            "GPUs",
-            f"requested {figure(workload.requested_gpus)}"
-            + (
-                f", {workload.flavors.get(GPU_RESOURCE)}"
-                if workload.flavors.get(GPU_RESOURCE)
-                else ""
-            ),
-            testid="stat-gpus",
-        ),
+        _gpus_card(workload, allocations),
         stat(
             "SM activity",
             percent(figures.utilization),
@@ -177,6 +220,8 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
         "range_chosen_by_page": life is not None,
         "life_capped": life_capped,
         "workload": workload,
+        "waiting": waiting,
+        "short_reason": reason,
         "stats": stats,
         "transition_rows": transition_rows,
         "caused": caused,

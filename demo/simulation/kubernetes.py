@@ -3,7 +3,8 @@
 v1beta2 Kueue objects (ResourceFlavors, Cohorts, ClusterQueues with their quotas and usage,
 LocalQueues, WorkloadPriorityClasses, Workloads with Kueue's conditions, admission and requeue
 state), the Running Pods that hold GPUs and the Nodes with their GPU capacity, as the ``simulate``
-command hands them to the real ``quotas.ingest.snapshot_from_lists``.
+command hands them to the real ``quotas.ingest.snapshot_from_lists``; and each ClusterQueue's
+pending workloads as Kueue's visibility API lists them (read by ``quotas.sync.pending_positions``).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from demo.simulation.scenario import (
     pod_uid,
     stable_uid,
 )
-from demo.simulation.scheduler import REQUEUE_BACKOFF
+from demo.simulation.scheduler import REQUEUE_BACKOFF, quota_shortfall, waiting_order
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
+VISIBILITY_API = "visibility.kueue.x-k8s.io/v1beta2"
 TEAM_LABEL = "gpuledger.io/team"
 POOL_LABEL = "nodepool"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -281,7 +283,62 @@ def _conditions(fleet: SimFleet, workload: SimWorkload, at: datetime) -> list[di
         elif event["kind"] == "finished":
             put("Finished", "True", "Succeeded", "Job finished successfully", when)
             put("PodsReady", "False", "PodsCompleted", "Pods completed", when)
+    reserved = conditions["QuotaReserved"]
+    if (
+        reserved["status"] == "False"
+        and "Finished" not in conditions
+        and not _backing_off(workload, at)
+    ):
+        # Kueue rewrites the message at each scheduling attempt (the transition time stays):
+        # what the queue's quota and the cohort's lending leave it short of, as of now.
+        more = quota_shortfall(fleet, workload)
+        if more:
+            reserved["message"] = (
+                f"couldn't assign flavors to pod set main: insufficient unused quota for "
+                f"{workload.resource} in flavor {workload.flavor}, {more} more needed"
+            )
     return list(conditions.values())
+
+
+def _backing_off(workload: SimWorkload, at: datetime) -> bool:
+    """Whether an evicted workload still waits out its requeue backoff at ``at``."""
+    return workload.evict_at is not None and at < workload.evict_at + REQUEUE_BACKOFF
+
+
+def pending_workloads(fleet: SimFleet, at: datetime) -> dict[str, dict]:
+    """ClusterQueue name → what Kueue's visibility API answers for its ``pendingworkloads`` at
+    ``at``: the workloads waiting in its queue in admission order, with 0-based positions in the
+    ClusterQueue and the LocalQueue (workloads backing off after an eviction are not queued)."""
+    items: dict[str, list[dict]] = {team: [] for team in TEAMS}
+    in_local_queue: dict[str, int] = {}
+    for workload in waiting_order(fleet, at):
+        if _backing_off(workload, at):
+            continue
+        queue = items[workload.team]
+        local_queue = local_queue_name(workload.team)
+        queue.append(
+            {
+                "metadata": {
+                    "name": workload.name,
+                    "namespace": workload.namespace,
+                    "creationTimestamp": _iso(workload.created),
+                },
+                "priority": PRIORITY_CLASSES[workload.priority_class],
+                "localQueueName": local_queue,
+                "positionInClusterQueue": len(queue),
+                "positionInLocalQueue": in_local_queue.get(local_queue, 0),
+            }
+        )
+        in_local_queue[local_queue] = in_local_queue.get(local_queue, 0) + 1
+    return {
+        name: {
+            "kind": "PendingWorkloadsSummary",
+            "apiVersion": VISIBILITY_API,
+            "metadata": {"creationTimestamp": None},
+            "items": queue,
+        }
+        for name, queue in items.items()
+    }
 
 
 def _workload(fleet: SimFleet, workload: SimWorkload, at: datetime) -> dict:

@@ -23,33 +23,53 @@ def _quota(team: str, flavor: str) -> tuple[int, int | None, int | None]:
     return TEAMS[team][2].get(flavor, (0, 0, 0))
 
 
-def _can_admit(fleet: SimFleet, workload: SimWorkload) -> bool:
-    """Whether quota (own, else borrowed within the cohort) and free GPUs admit the workload."""
+def quota_shortfall(fleet: SimFleet, workload: SimWorkload) -> int:
+    """GPUs the workload needs beyond its queue's free nominal quota and what the cohort can
+    lend it within the borrowing and lending limits: Kueue's "N more needed"; 0 when quota
+    admits it (MIG workloads need only free instances)."""
     if workload.flavor == "a100-mig":
-        free = _free_gpus(fleet, workload)
-        return free is not None
+        return 0
     team, flavor = workload.team, workload.flavor
     nominal, borrow_limit, _ = _quota(team, flavor)
     used = fleet.held_gpus(team, flavor)
-    if used + workload.gpus > nominal:
-        if borrow_limit is not None and used + workload.gpus - nominal > borrow_limit:
-            return False
-        cohort = TEAMS[team][1]
-        lendable = 0
-        for other, (_, other_cohort, quotas) in TEAMS.items():
-            if other == team or other_cohort != cohort or flavor not in quotas:
-                continue
-            o_nominal, _, o_lend = quotas[flavor]
-            unused = max(0, o_nominal - fleet.held_gpus(other, flavor))
-            lendable += unused if o_lend is None else min(unused, o_lend)
-        borrowed_now = sum(
-            max(0, fleet.held_gpus(o, flavor) - _quota(o, flavor)[0])
-            for o, (_, oc, _) in TEAMS.items()
-            if oc == cohort and o != team
-        )
-        if used + workload.gpus - nominal > lendable - borrowed_now:
-            return False
+    cohort = TEAMS[team][1]
+    lendable = 0
+    for other, (_, other_cohort, quotas) in TEAMS.items():
+        if other == team or other_cohort != cohort or flavor not in quotas:
+            continue
+        o_nominal, _, o_lend = quotas[flavor]
+        unused = max(0, o_nominal - fleet.held_gpus(other, flavor))
+        lendable += unused if o_lend is None else min(unused, o_lend)
+    borrowed_now = sum(
+        max(0, fleet.held_gpus(o, flavor) - _quota(o, flavor)[0])
+        for o, (_, oc, _) in TEAMS.items()
+        if oc == cohort and o != team
+    )
+    # What the queue already borrows counts against both the cohort's offer and its limit.
+    borrowing = max(0, used - nominal)
+    can_borrow = max(0, lendable - borrowed_now - borrowing)
+    if borrow_limit is not None:
+        can_borrow = min(can_borrow, max(0, borrow_limit - borrowing))
+    return max(0, workload.gpus - max(0, nominal - used) - can_borrow)
+
+
+def _can_admit(fleet: SimFleet, workload: SimWorkload) -> bool:
+    """Whether quota (own, else borrowed within the cohort) and free GPUs admit the workload."""
+    if quota_shortfall(fleet, workload) > 0:
+        return False
     return _free_gpus(fleet, workload) is not None
+
+
+def waiting_order(fleet: SimFleet, now: datetime) -> list[SimWorkload]:
+    """The workloads waiting for quota at ``now``, in the order admission considers them
+    (priority, then age): each ClusterQueue's pending queue, as Kueue's visibility API lists it."""
+    pending = [
+        w
+        for w in fleet.workloads
+        if w.created <= now and w.admitted_at is None and w.finished_at is None
+    ]
+    pending.sort(key=lambda w: (-PRIORITY_CLASSES[w.priority_class], w.created, w.key))
+    return pending
 
 
 def _free_gpus(fleet: SimFleet, workload: SimWorkload) -> dict[str, list[SimGpu]] | None:
@@ -127,13 +147,7 @@ def advance(fleet: SimFleet, now: datetime) -> None:
             _event(fleet, workload, "evicted", now, preemptor=victim_of.key)
             _release(workload)
             workload.attempt += 1
-    pending = [
-        w
-        for w in fleet.workloads
-        if w.created <= now and w.admitted_at is None and w.finished_at is None
-    ]
-    pending.sort(key=lambda w: (-PRIORITY_CLASSES[w.priority_class], w.created, w.key))
-    for workload in pending:
+    for workload in waiting_order(fleet, now):
         # A requeued workload waits out its backoff before it is considered again.
         if workload.evict_at is not None and now < workload.evict_at + REQUEUE_BACKOFF:
             continue

@@ -31,3 +31,7 @@ class FleetSimulator(SimFleet):
     def kube_lists(self, at: datetime) -> dict[str, dict]:
         """LIST payloads per ``quotas.ingest.snapshot_from_lists`` keyword, as of ``at``."""
         return kubernetes.list_payloads(self, at)
+
+    def pending_workloads(self, at: datetime) -> dict[str, dict]:
+        """Kueue's visibility API answer per ClusterQueue name (``pendingworkloads``) at ``at``."""
+        return kubernetes.pending_workloads(self, at)

@@ -30,6 +30,13 @@ batching loop), ``samples`` (queue samples and pending positions per window) and
 from quotas.sync.cluster import ClusterSync
 from quotas.sync.objects import object_key
 from quotas.sync.run import SyncBusy, sync_cluster
-from quotas.sync.samples import write_pending_positions
+from quotas.sync.samples import pending_positions, write_pending_positions
 
-__all__ = ["ClusterSync", "SyncBusy", "object_key", "sync_cluster", "write_pending_positions"]
+__all__ = [
+    "ClusterSync",
+    "SyncBusy",
+    "object_key",
+    "pending_positions",
+    "sync_cluster",
+    "write_pending_positions",
+]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db.models import Q
@@ -75,15 +75,23 @@ def _pending_positions(sync: ClusterSync) -> None:
             if exc.permanent:
                 return
             continue
-        for index, item in enumerate(items):
-            meta = item.get("metadata") if isinstance(item, dict) else None
-            if not isinstance(meta, dict) or not meta.get("name"):
-                continue
-            position = item.get("positionInClusterQueue")
-            if not isinstance(position, int) or position < 0:
-                position = index
-            positions[(str(meta.get("namespace") or ""), str(meta["name"]))] = position
+        positions.update(pending_positions(items))
     sync.rows_written += write_pending_positions(sync.cluster, positions)
+
+
+def pending_positions(items: list[Any]) -> dict[Key, int]:
+    """(namespace, name) → ``positionInClusterQueue`` of one queue's visibility API answer (its
+    place in the answer when the field is missing); items without a name are skipped."""
+    positions: dict[Key, int] = {}
+    for index, item in enumerate(items):
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        if not isinstance(meta, dict) or not meta.get("name"):
+            continue
+        position = item.get("positionInClusterQueue")
+        if not isinstance(position, int) or isinstance(position, bool) or position < 0:
+            position = index
+        positions[(str(meta.get("namespace") or ""), str(meta["name"]))] = position
+    return positions
 
 
 def seconds_to_next_window(sync: ClusterSync) -> float:

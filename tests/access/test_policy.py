@@ -13,6 +13,9 @@ its access is checked:
   ``shows`` markers are.
 - ``STAFF_ONLY``: the Django admin; a lead is sent to the admin login under either setting.
 - ``PUBLIC``: anonymous users get an answer (no login redirect) that shows no team.
+- ``VENDOR``: a file of a package served by a view (ReDoc's bundle): anyone gets 200 and the
+  same bytes whoever asks, so it cannot carry data (its megabyte of minified code would match
+  the figure markers by chance).
 
 Every other kind refuses anonymous users. A URL pattern with no entry fails
 ``test_every_url_pattern_has_an_access_policy``: a new URL needs its policy here first.
@@ -35,6 +38,7 @@ TEAM_SCOPED = "team-scoped"
 AGGREGATE = "aggregate"
 STAFF_ONLY = "staff-only"
 PUBLIC = "public"
+VENDOR = "vendor"
 # A form or action on one team's object (quota change requests, alert acknowledgements): the
 # other team's lead is refused under either setting; anonymous users are refused.
 ACTION = "action"
@@ -248,6 +252,8 @@ POLICY: dict[str, Policy] = {
     # --- The API's schema and docs: signed in, no team data.
     "api-schema": aggregate(lambda w: [url("api-schema")]),
     "api-docs": aggregate(lambda w: [url("api-docs")]),
+    "api-redoc": aggregate(lambda w: [url("api-redoc")]),
+    "api-redoc-bundle": Policy(VENDOR, own=lambda w: [url("api-redoc-bundle")]),
     # --- Pages added with alerts, quota changes and the lead's pages.
     "fleet:figures": aggregate(lambda w: [url("fleet:figures")]),
     "quotas:my-teams": aggregate(lambda w: [url("quotas:my-teams")]),
@@ -385,7 +391,7 @@ SIGNED_IN = [key for key in KEYS if POLICY[key].kind in (TEAM_SCOPED, AGGREGATE)
 ACTIONS = [key for key in KEYS if POLICY[key].kind == ACTION]
 
 
-@pytest.mark.parametrize("key", [key for key in KEYS if POLICY[key].kind != PUBLIC])
+@pytest.mark.parametrize("key", [key for key in KEYS if POLICY[key].kind not in (PUBLIC, VENDOR)])
 def test_anonymous_users_are_refused(key, world):
     policy = POLICY[key]
     for path in [*policy.own(world), *policy.other(world)]:
@@ -402,6 +408,18 @@ def test_public_urls_answer_anyone_and_show_no_team(key, world):
         assert response.status_code < 500, path
         assert response.status_code != 302 or "next=" not in response.get("Location", ""), path
         assert_hidden(body(response).lower(), [*birch_markers(), "aspen"], path)
+
+
+@pytest.mark.parametrize("key", [key for key in KEYS if POLICY[key].kind == VENDOR])
+def test_vendor_files_are_the_same_bytes_for_anyone(key, world):
+    for path in POLICY[key].own(world):
+        answers = [Client().get(path)]
+        for user in ("lead_a", "staff"):
+            client = Client()
+            client.force_login(world.users[user])
+            answers.append(client.get(path))
+        assert [answer.status_code for answer in answers] == [200, 200, 200], path
+        assert len({body(answer) for answer in answers}) == 1, path
 
 
 @pytest.mark.parametrize("visibility", ["private", "public"])

@@ -104,6 +104,63 @@ def test_swagger_ui_starts_from_a_script_file_not_an_inline_script(client, alice
     assert "SwaggerUIBundle" in script.content.decode()
 
 
+def test_redoc_needs_a_login_and_starts_without_an_inline_script(client, alice):
+    assert client.get("/api/redoc/")["Location"].startswith("/login/")
+    client.force_login(alice)
+
+    body = client.get("/api/redoc/").content.decode()
+
+    assert '<redoc spec-url="/api/schema/">' in body
+    assert '<script src="/api/redoc/redoc.standalone.js"></script>' in body
+    assert "<script>" not in body
+    assert "https://" not in body
+
+
+def test_the_redoc_bundle_loads_nothing_from_a_cdn(client):
+    response = client.get("/api/redoc/redoc.standalone.js")
+
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/javascript")
+    bundle = response.content.decode()
+    # (Booleans: a failing `in` would print the whole megabyte.)
+    assert len(bundle) > 500_000
+    assert ("Redoc.init" in bundle or "function Kw(" in bundle) is True
+    assert ("cdn.redoc.ly" in bundle) is False
+    # The package's source map describes the unpatched file.
+    assert ("sourceMappingURL=redoc.standalone.js.map" in bundle) is False
+    # Addresses left are schema ids, documentation links and examples, none an <img src>.
+    assert ('src:"https://' in bundle) is False
+
+
+def test_the_redoc_bundle_is_revalidated_and_gzipped(client):
+    first = client.get("/api/redoc/redoc.standalone.js", HTTP_ACCEPT_ENCODING="gzip, br")
+
+    again = client.get("/api/redoc/redoc.standalone.js", HTTP_IF_NONE_MATCH=first["ETag"])
+
+    assert first["Content-Encoding"] == "gzip"
+    assert len(first.content) < 500_000
+    assert "Accept-Encoding" in first["Vary"]
+    assert again.status_code == 304
+
+
+def test_the_bundle_is_refused_when_a_new_redoc_release_loads_other_outside_files(
+    monkeypatch, tmp_path
+):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from core import api_docs
+
+    changed = tmp_path / "redoc.standalone.js"
+    changed.write_text('img({src:"https://cdn.example.net/logo.svg"})', encoding="utf-8")
+    monkeypatch.setattr(api_docs.finders, "find", lambda path: str(changed))
+    api_docs.redoc_bundle.cache_clear()
+    try:
+        with pytest.raises(ImproperlyConfigured, match="0 times"):
+            api_docs.redoc_bundle()
+    finally:
+        api_docs.redoc_bundle.cache_clear()
+
+
 def test_every_page_carries_a_self_only_content_security_policy(client, alice):
     client.force_login(alice)
 

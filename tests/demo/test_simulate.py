@@ -8,6 +8,7 @@ from django.core.management import CommandError, call_command
 from django.db.models import Sum
 
 from alerts.models import Episode
+from dashboard.pending import short_reason
 from demo.simulation import FleetSimulator
 from fleet.choices import ActivitySource, IngestSource, IngestStatus
 from fleet.models import Gpu, IngestRun, Node
@@ -111,6 +112,25 @@ def test_every_scenario_element_is_ingested_through_the_real_path():
         a=Sum("allocated_gpu_hours")
     )["a"]
     assert teams == pytest.approx(fleet)
+
+    # Kueue's visibility API, read as the sync reads it: every waiting workload has its place,
+    # numbered from 0 in each ClusterQueue by priority, then age (no "≈" estimates in the demo).
+    waiting = Workload.objects.pending().select_related("cluster_queue")
+    assert waiting.exists()
+    assert not waiting.filter(pending_position__isnull=True).exists()
+    by_queue: dict[str, list[Workload]] = {}
+    for workload in waiting:
+        by_queue.setdefault(workload.cluster_queue.name, []).append(workload)
+    for queue in by_queue.values():
+        queue.sort(key=lambda w: (-w.priority, w.observed_at, w.name))
+        assert [w.pending_position for w in queue] == list(range(len(queue)))
+    assert [w.name.split("-")[1] for w in by_queue["nlp"]] == ["llama", "eval", "lora"]
+    # Their messages are Kueue's own ("…, N more needed"), so pages can say them short.
+    llama = by_queue["nlp"][0]
+    assert llama.state_message.endswith("in flavor h100, 16 more needed")
+    assert short_reason(llama.state_message, llama.requested_gpus, {}).startswith(
+        f"needs {llama.requested_gpus:g} nvidia.com/gpu on h100: "
+    )
 
     run = IngestRun.objects.get(source=IngestSource.SIMULATION)
     assert run.status == IngestStatus.SUCCESS

@@ -24,3 +24,26 @@ def test_swagger_ui_renders_offline_from_static_files(
     assert any(url.startswith(f"{live_server.url}/api/schema/") for url in loaded)
     assert outside_requests == []
     assert console_errors == []
+
+
+def test_redoc_renders_offline_from_this_site(
+    page, live_server, browser_login, staff_user, console_errors, outside_requests, tmp_path
+):
+    browser_login(page, live_server.url, staff_user)
+    loaded: list[str] = []
+    page.on("request", lambda request: loaded.append(request.url))
+
+    page.goto(f"{live_server.url}/api/redoc/")
+    page.wait_for_selector("text=/api/v1/chargeback/", timeout=30_000)
+    # ReDoc's footer, whose logo the bundle from the package would fetch from Redocly's CDN.
+    footer = page.locator("a", has_text="API docs by Redocly")
+    footer.wait_for(state="attached")
+    page.screenshot(path=str(tmp_path / "redoc.png"), full_page=False)
+
+    assert page.title() == "GPU Ledger API · ReDoc"
+    assert footer.locator("img").get_attribute("src").startswith("data:image/svg+xml,")
+    assert f"{live_server.url}/api/redoc/redoc.standalone.js" in loaded
+    assert any(url.startswith(f"{live_server.url}/api/schema/") for url in loaded)
+    assert all(url.startswith((live_server.url, "data:", "blob:")) for url in loaded), loaded
+    assert outside_requests == []
+    assert console_errors == []

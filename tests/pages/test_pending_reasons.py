@@ -64,3 +64,78 @@ def test_the_queue_page_shows_the_short_reason(
         "8 short"
     )
     assert 'data-testid="short-reason"' in response.content.decode()
+
+
+@pytest.fixture
+def pending_world(cluster, lead_user, beta_lead, time_machine):
+    time_machine.move_to(NOW, tick=False)
+    return build_world(cluster, lead_user, beta_lead, NOW)
+
+
+A3_REASON = (
+    "needs 8 nvidia.com/gpu on h100: 0 available (0 free in quota, the cohort can lend 0), 8 short"
+)
+
+
+@pytest.mark.django_db
+def test_the_queue_page_counts_kueue_positions_from_1(staff_client, pending_world):
+    # a3 and a5 have Kueue's positionInClusterQueue 1 and 2 (0 would be next in line).
+    response = staff_client.get(
+        reverse("quotas:cluster-queue-detail", args=["test", pending_world.cq_a.name])
+    )
+
+    body = response.content.decode()
+    cells = body.split('data-testid="pending-position">')[1:]
+    assert [cell.split("</span>")[0].rsplit(">", 1)[-1] for cell in cells] == ["2", "3"]
+
+
+@pytest.mark.django_db
+def test_the_workload_page_says_where_a_pending_workload_stands_and_why(lead_client, pending_world):
+    a3 = pending_world.wl["a3"]
+
+    response = lead_client.get(reverse("quotas:workload-detail", args=[a3.pk]))
+
+    assert response.context["short_reason"] == A3_REASON
+    body = response.content.decode()
+    assert "Position <strong>2</strong> in ClusterQueue team-a" in body
+    assert "Needs 8 nvidia.com/gpu on h100" in body
+    # Kueue's own words stay one click away.
+    assert '<summary class="muted">Kueue\'s message</summary>' in body
+
+
+@pytest.mark.django_db
+def test_a_pending_workload_without_a_position_says_kueue_gave_none(lead_client, pending_world):
+    a3 = pending_world.wl["a3"]
+    a3.pending_position = None
+    a3.save(update_fields=["pending_position"])
+
+    body = lead_client.get(reverse("quotas:workload-detail", args=[a3.pk])).content.decode()
+
+    assert "Kueue gave no queue position" in body
+    assert "Position <strong>" not in body
+
+
+@pytest.mark.django_db
+def test_the_team_page_lists_pending_workloads_with_position_and_reason(lead_client, pending_world):
+    response = lead_client.get(
+        reverse("quotas:team-detail", args=["alpha"]) + "?state=pending&range=7d"
+    )
+
+    rows = {row["workload"].name: row for row in response.context["workload_rows"]}
+    assert rows["job-llama-eval"]["short_reason"] == A3_REASON
+    assert rows["job-lr-sweep"]["short_reason"] == ""  # its message names no shortfall
+    body = response.content.decode()
+    assert "position 2 in team-a" in body
+    assert "position 3 in team-a" in body
+
+
+@pytest.mark.django_db
+def test_my_teams_lists_pending_workloads_with_position_and_reason(lead_client, pending_world):
+    response = lead_client.get(reverse("quotas:my-teams"))
+
+    (card,) = response.context["cards"]
+    reasons = {row["workload"].name: row["short_reason"] for row in card["pending_rows"]}
+    assert reasons["job-llama-eval"] == A3_REASON
+    body = response.content.decode()
+    assert "position 2 in team-a" in body
+    assert A3_REASON in body

@@ -31,7 +31,7 @@ from quotas.models import (
     WorkloadPriorityClass,
     WorkloadTransition,
 )
-from quotas.sync import SyncBusy, sync_cluster
+from quotas.sync import SyncBusy, pending_positions, sync_cluster
 from tests.kube_api_server import FakeKubeAPI, fixture_items
 
 pytestmark = pytest.mark.django_db
@@ -607,6 +607,26 @@ def test_pending_positions_are_stored_when_the_visibility_api_is_served(
         "job-backfill-embeddings-48f3b": 0,
     }
     assert run.status == IngestStatus.SUCCESS
+
+
+def test_pending_positions_read_kueues_field_and_fall_back_to_the_answers_order():
+    items = [
+        {"metadata": {"namespace": "ns", "name": "head"}, "positionInClusterQueue": 0},
+        {"metadata": {"namespace": "ns", "name": "no-field"}},
+        {"metadata": {"namespace": "ns"}, "positionInClusterQueue": 2},  # no name: skipped
+        {"metadata": {"namespace": "ns", "name": "negative"}, "positionInClusterQueue": -4},
+        {"metadata": {"namespace": "ns", "name": "boolean"}, "positionInClusterQueue": True},
+        "not an object",
+        {"metadata": {"name": "no-namespace"}, "positionInClusterQueue": 9},
+    ]
+
+    assert pending_positions(items) == {
+        ("ns", "head"): 0,
+        ("ns", "no-field"): 1,
+        ("ns", "negative"): 3,
+        ("ns", "boolean"): 4,
+        ("", "no-namespace"): 9,
+    }
 
 
 def test_pending_positions_are_cleared_when_a_workload_is_admitted(

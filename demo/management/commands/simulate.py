@@ -35,6 +35,7 @@ from quotas.store import (
     write_queue_samples,
     write_snapshot,
 )
+from quotas.sync import pending_positions, write_pending_positions
 
 
 class Command(BaseCommand):
@@ -123,6 +124,11 @@ class Command(BaseCommand):
                     rows += write_queue_samples(
                         cluster, build_queue_samples(batch), window.end, window.seconds
                     )
+                    # As the sync does after each sample: positions from the visibility API.
+                    positions = {}
+                    for summary in sim.pending_workloads(window.end).values():
+                        positions.update(pending_positions(summary["items"]))
+                    rows += write_pending_positions(cluster, positions)
                 answers = sim.prometheus_window(window)
                 window_batch = build_window(
                     WindowInput(
