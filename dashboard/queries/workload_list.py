@@ -22,6 +22,8 @@ from quotas.models import Workload
 STATE_FILTERS = ("all", "holding", "pending", "finished")
 SORTS = ("newest", "gpu_hours", "idle_share", "cost", "name")
 FIGURE_SORTS = frozenset({"gpu_hours", "idle_share", "cost"})
+# Workload columns the list does not show (JSON and long text): not read for its rows.
+UNLISTED_FIELDS = ("labels", "pod_sets", "state_message")
 
 
 def state_q(state: str) -> Q:
