@@ -111,17 +111,23 @@ def flavor_use_by_team(
 
 
 def pod_gpus_by_team(team_ids: list[int]) -> dict[int, float]:
-    """Team id → GPUs held by running pods in each cluster's newest window: 2 queries."""
+    """Team id → GPUs held by running pods in each cluster's newest window: 2 queries.
+
+    The window's rows are summed per team and the teams kept here: a ``team_id IN`` filter
+    made PostgreSQL AND the window's rows with a bitmap of every window's rows of those teams
+    (13 times more index entries than the window has rows).
+    """
     if not team_ids:
         return {}
+    wanted = set(team_ids)
     rows = (
         latest_usage(latest_windows())
-        .filter(allocated=True, team_id__in=team_ids)
+        .filter(allocated=True)
         .order_by()
-        .values("team_id")
+        .values_list("team_id")
         .annotate(gpus=Sum("gpus"))
     )
-    return {row["team_id"]: float(row["gpus"] or 0.0) for row in rows}
+    return {team_id: float(gpus or 0.0) for team_id, gpus in rows if team_id in wanted}
 
 
 def admitted_gpus_by_team(team_ids: list[int]) -> dict[int, float]:
