@@ -568,6 +568,38 @@ class HourlyRollup(models.Model):
                 ],
                 name="fleet_rollup_chargeback",
             ),
+            # Cohort and team charts and the cohort's borrowing flows: a month of every member
+            # ClusterQueue's hours (20 queues: 14,400 rows, each on its own table page) as an
+            # index-only scan of what those charts plot (bench/RESULTS.md, 2026-12-01).
+            models.Index(
+                fields=["cluster_queue", "hour"],
+                include=[
+                    "flavor",
+                    "allocated_gpu_hours",
+                    "nominal_gpu_hours",
+                    "borrowed_gpu_hours",
+                    "lent_gpu_hours",
+                ],
+                condition=Q(scope=RollupScope.CLUSTER_QUEUE),
+                name="fleet_rollup_cq_series",
+            ),
+            # The workload list sorted by a figure (HourlyRollupQuerySet.ranking): every
+            # workload's rows of the range, with what its GPU-hours, idle share and cost sum.
+            models.Index(
+                fields=["hour"],
+                include=[
+                    "workload",
+                    "flavor",
+                    "gpu_model",
+                    "allocated_gpu_hours",
+                    "idle_gpu_hours",
+                    "nominal_gpu_hours",
+                    "borrowed_gpu_hours",
+                    "lent_gpu_hours",
+                ],
+                condition=Q(scope=RollupScope.WORKLOAD),
+                name="fleet_rollup_workload_rank",
+            ),
         ]
 
     def __str__(self) -> str:
