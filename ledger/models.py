@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections, models, transaction
-from django.db.models import Case, Count, ExpressionWrapper, Max, Q, Sum, When
+from django.db.models import Case, Count, ExpressionWrapper, FloatField, Max, Q, Sum, When
 from django.db.models.functions import Cast, Round
 
 from core.ranges import HourSpan, TimeRange, covered_hours
@@ -174,6 +174,7 @@ class GpuUsage(models.Model):
 
 # Aggregates are named sum_<figure>: a bare figure name would clash with the column.
 SUM_PREFIX = "sum_"
+CENTS = models.DecimalField(max_digits=30, decimal_places=2)
 # The ratios ``HourlyRollupQuerySet.ranking`` ranks by: (numerator, denominator) figures, as
 # the ``Figures`` properties of the same names compute them (core.figures).
 RANKED_RATIOS: dict[str, tuple[str, str]] = {
@@ -337,43 +338,24 @@ class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
         ``(figure, price, sign)`` of ``priced``, Σ figure × price (a per-row price expression)
         rounded to cents, signed and added, as the chargeback prices and rounds a row.
         """
+        queryset: models.QuerySet[Any, Any] = self.values(group_by)
         if by == "cost":
             if not priced:
                 raise ValueError("ranking by cost needs priced components")
             _checked(figure for figure, _price, _sign in priced)
-            cents = models.DecimalField(max_digits=30, decimal_places=2)
             key: Any = None
             for figure, price, sign in priced:
-                product = ExpressionWrapper(
-                    models.F(figure) * price, output_field=models.FloatField()
-                )
-                component = Round(
-                    Cast(Sum(product), models.DecimalField(max_digits=30, decimal_places=12)), 2
-                )
-                if key is None:
-                    key = component if sign > 0 else -component
-                else:
-                    key = ExpressionWrapper(
-                        key + component if sign > 0 else key - component, output_field=cents
-                    )
+                product = ExpressionWrapper(models.F(figure) * price, output_field=FloatField())
+                exact = Cast(Sum(product), models.DecimalField(max_digits=30, decimal_places=12))
+                component = Round(exact, 2) * sign
+                key = component if key is None else ExpressionWrapper(key + component, CENTS)
         elif by in RANKED_RATIOS:
-            key = Case(
-                When(
-                    **{f"{SUM_PREFIX}den__gt": 0},
-                    then=models.F(f"{SUM_PREFIX}num") / models.F(f"{SUM_PREFIX}den"),
-                ),
-                default=None,
-                output_field=models.FloatField(),
-            )
-        else:
-            _checked((by,))
-            key = _aggregates((by,))[SUM_PREFIX + by]
-        queryset = self.values(group_by)
-        if by in RANKED_RATIOS:
             numerator, denominator = RANKED_RATIOS[by]
-            queryset = queryset.annotate(
-                **{f"{SUM_PREFIX}num": Sum(numerator), f"{SUM_PREFIX}den": Sum(denominator)}
-            )
+            queryset = queryset.annotate(rank_num=Sum(numerator), rank_den=Sum(denominator))
+            ratio = models.F("rank_num") / models.F("rank_den")
+            key = Case(When(rank_den__gt=0, then=ratio), output_field=FloatField())
+        else:
+            key = _aggregates(_checked((by,)))[SUM_PREFIX + by]
         return (
             queryset.annotate(rank_key=key)
             .filter(rank_key__isnull=False)
