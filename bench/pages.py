@@ -1,6 +1,7 @@
 """Benchmark: server time of every dashboard page and chart JSON view at the issue's scale.
 
-    .venv/bin/python bench/pages.py [--database-url URL] [--reset] [--requests 20]
+    .venv/bin/python bench/pages.py [--database-url URL] [--reset] [--requests 20] [--only LABEL]
+                                    [--no-migrate]
 
 PostgreSQL (default postgres://postgres@127.0.0.1:5432/gpuledger_bench_pages, created when
 missing) holds one cluster with 50,000 GPUs on 6,250 nodes, 100 teams, 1,000 ClusterQueues in 50
@@ -671,16 +672,27 @@ def main() -> int:
     )
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--only", help="time only URLs whose label contains this")
+    parser.add_argument(
+        "--no-migrate",
+        action="store_true",
+        help="read an existing database as it is: no migration, no data generation (measuring "
+        "code whose migrations it does not have, without writing to it)",
+    )
     args = parser.parse_args()
 
     prepare_environment(args.database_url)
-    create_database(args.database_url, drop=args.reset)
+    if not args.no_migrate:
+        create_database(args.database_url, drop=args.reset)
     setup_django()
     from django.core.management import call_command
     from django.db import transaction
     from django.utils import timezone
 
-    call_command("migrate", run_syncdb=True, verbosity=0)
+    if args.no_migrate:
+        if args.reset or not data_present() or not queue_history_present():
+            parser.error("--no-migrate reads a generated database as it is (no --reset)")
+    else:
+        call_command("migrate", run_syncdb=True, verbosity=0)
     if not data_present():
         call_command("flush", interactive=False, verbosity=0)
         end = timezone.now().replace(second=0, microsecond=0)

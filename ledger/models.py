@@ -15,7 +15,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections, models, transaction
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Case, Count, ExpressionWrapper, FloatField, Max, Q, Sum, When
+from django.db.models.functions import Cast, Round
 
 from core.ranges import HourSpan, TimeRange, covered_hours
 from fleet.choices import ActivitySource
@@ -173,6 +174,13 @@ class GpuUsage(models.Model):
 
 # Aggregates are named sum_<figure>: a bare figure name would clash with the column.
 SUM_PREFIX = "sum_"
+CENTS = models.DecimalField(max_digits=30, decimal_places=2)
+# The ratios ``HourlyRollupQuerySet.ranking`` ranks by: (numerator, denominator) figures, as
+# the ``Figures`` properties of the same names compute them (core.figures).
+RANKED_RATIOS: dict[str, tuple[str, str]] = {
+    "idle_share": ("idle_gpu_hours", "allocated_gpu_hours"),
+    "utilization": ("active_gpu_hours", "telemetry_gpu_hours"),
+}
 
 
 def hour_span(
@@ -299,6 +307,61 @@ class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
             group_of(row): into.from_values(row, SUM_PREFIX, names)
             for row in _fetch(queryset, big_scan)
         }
+
+    def ranking(
+        self,
+        group_by: str,
+        by: str,
+        *,
+        priced: Sequence[tuple[str, Any, int]] = (),
+        then: Sequence[str] = (),
+        big_scan: bool = False,
+    ) -> list[Any]:
+        """The groups, largest ``by`` first (ties in ``then`` order): ``ranked`` run, JIT off
+        with ``big_scan`` (see ``figures``)."""
+        return _fetch(self.ranked(group_by, by, priced=priced, then=then), big_scan)
+
+    def ranked(
+        self,
+        group_by: str,
+        by: str,
+        *,
+        priced: Sequence[tuple[str, Any, int]] = (),
+        then: Sequence[str] = (),
+    ) -> models.QuerySet[Any, Any]:
+        """The values of ``group_by``, largest ``by`` first (ties in ``then`` order): one GROUP
+        BY query that returns only the group values, so a page can rank every group without
+        building its figures (lazy: also a subquery of the groups ranked).
+
+        ``by`` is a figure (its sum), a ratio of ``RANKED_RATIOS`` (the ratio of the sums, as
+        ``Figures``; groups where it is unknown are left out), or ``"cost"``: per component
+        ``(figure, price, sign)`` of ``priced``, Σ figure × price (a per-row price expression)
+        rounded to cents, signed and added, as the chargeback prices and rounds a row.
+        """
+        queryset: models.QuerySet[Any, Any] = self.values(group_by)
+        if by == "cost":
+            if not priced:
+                raise ValueError("ranking by cost needs priced components")
+            _checked(figure for figure, _price, _sign in priced)
+            key: Any = None
+            for figure, price, sign in priced:
+                product = ExpressionWrapper(models.F(figure) * price, output_field=FloatField())
+                exact = Cast(Sum(product), models.DecimalField(max_digits=30, decimal_places=12))
+                component = Round(exact, 2) * sign
+                key = component if key is None else ExpressionWrapper(key + component, CENTS)
+        elif by in RANKED_RATIOS:
+            numerator, denominator = RANKED_RATIOS[by]
+            queryset = queryset.annotate(rank_num=Sum(numerator), rank_den=Sum(denominator))
+            ratio = models.F("rank_num") / models.F("rank_den")
+            key = Case(When(rank_den__gt=0, then=ratio), output_field=FloatField())
+        else:
+            key = _aggregates(_checked((by,)))[SUM_PREFIX + by]
+        return (
+            queryset.annotate(rank_key=key)
+            .filter(rank_key__isnull=False)
+            .order_by(models.F("rank_key").desc(), *then)
+            .values_list(group_by, flat=True)
+        )
 
     def total(self, *, names: Iterable[str] = FIGURES, big_scan: bool = False) -> Figures:
         """The figures of every row together (zeros when there is none)."""
@@ -486,6 +549,38 @@ class HourlyRollup(models.Model):
                     "pending_gpu_hours",
                 ],
                 name="fleet_rollup_chargeback",
+            ),
+            # Cohort and team charts and the cohort's borrowing flows: a month of every member
+            # ClusterQueue's hours (20 queues: 14,400 rows, each on its own table page) as an
+            # index-only scan of what those charts plot (bench/RESULTS.md, 2026-12-01).
+            models.Index(
+                fields=["cluster_queue", "hour"],
+                include=[
+                    "flavor",
+                    "allocated_gpu_hours",
+                    "nominal_gpu_hours",
+                    "borrowed_gpu_hours",
+                    "lent_gpu_hours",
+                ],
+                condition=Q(scope=RollupScope.CLUSTER_QUEUE),
+                name="fleet_rollup_cq_series",
+            ),
+            # The workload list sorted by a figure (HourlyRollupQuerySet.ranking): every
+            # workload's rows of the range, with what its GPU-hours, idle share and cost sum.
+            models.Index(
+                fields=["hour"],
+                include=[
+                    "workload",
+                    "flavor",
+                    "gpu_model",
+                    "allocated_gpu_hours",
+                    "idle_gpu_hours",
+                    "nominal_gpu_hours",
+                    "borrowed_gpu_hours",
+                    "lent_gpu_hours",
+                ],
+                condition=Q(scope=RollupScope.WORKLOAD),
+                name="fleet_rollup_workload_rank",
             ),
         ]
 

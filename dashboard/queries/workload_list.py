@@ -6,18 +6,24 @@ layer, priced with the rate cards the chargeback API uses), in one GROUP BY quer
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any, overload
+
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import Case, FloatField, Q, QuerySet, Value, When
 
 from core.ranges import HourSpan
 from dashboard.queries.teams import state_filter
-from ledger.chargeback import Charge, Pricer, aggregate_pieces, chargeback_model
-from ledger.choices import RollupScope
+from ledger.chargeback import Charge, Pricer, aggregate_pieces, ceil_hour, chargeback_model
+from ledger.choices import RateKind, RollupScope
+from ledger.models import HourlyRollup
 from quotas.models import Workload
 
 STATE_FILTERS = ("all", "holding", "pending", "finished")
 SORTS = ("newest", "gpu_hours", "idle_share", "cost", "name")
 FIGURE_SORTS = frozenset({"gpu_hours", "idle_share", "cost"})
+# Workload columns the list does not show (JSON and long text): not read for its rows.
+UNLISTED_FIELDS = ("labels", "pod_sets", "state_message")
 
 
 def state_q(state: str) -> Q:
@@ -96,6 +102,126 @@ def workload_charges(span: HourSpan, restrict: Q) -> dict[int, Charge]:
             charges[workload_id] = summed = Charge()
         summed.add(piece.figures)
     return charges
+
+
+# The list's figure sorts as the read layer's ranking keys (``HourlyRollupQuerySet.ranking``).
+RANK_BY = {"gpu_hours": "allocated_gpu_hours", "idle_share": "idle_share", "cost": "cost"}
+# Ties (and the workloads a figure does not rank) in the list's "newest" order.
+NEWEST = ("-observed_at", "pk")
+
+
+def _price_case(pricer: Pricer, kind: str, fallback: Any) -> Any:
+    """The price of ``kind`` of each rollup row as a SQL CASE, by the pricer's rules: the card in
+    force when the row's hour starts, the flavor's card first, else the GPU model's, else the
+    default card; ``fallback`` (an expression) where none is."""
+    whens = []
+    bounds = [None, *pricer.breaks, None]
+    for segment in range(len(bounds) - 1):
+        hours = Q()
+        if bounds[segment] is not None:
+            hours &= Q(hour__gte=bounds[segment])
+        if bounds[segment + 1] is not None:
+            hours &= Q(hour__lt=bounds[segment + 1])
+        start = pricer.segment_start(segment)
+        in_force = [
+            card
+            for card in pricer.cards
+            if card.kind == kind and ceil_hour(card.effective_from) <= start
+        ]
+        flavors = sorted({card.flavor for card in in_force if card.flavor})
+        models = sorted({card.gpu_model for card in in_force if not card.flavor and card.gpu_model})
+        for flavor in flavors:
+            price = pricer.price(kind, flavor, "", segment)
+            whens.append(When(hours & Q(flavor=flavor), then=Value(float(price or 0))))
+        for model in models:
+            price = pricer.price(kind, "", model, segment)
+            whens.append(When(hours & Q(gpu_model=model), then=Value(float(price or 0))))
+        default = pricer.price(kind, "", "", segment)
+        if default is not None:
+            whens.append(When(hours, then=Value(float(default))))
+    if not whens:
+        return fallback
+    return Case(*whens, default=fallback, output_field=FloatField())
+
+
+def priced_components(pricer: Pricer) -> list[tuple[str, Any, int]]:
+    """What a workload's cost sums (``HourlyRollupQuerySet.ranking``'s ``priced``), as
+    ``Pricer.price_piece`` prices a piece: allocated GPU-hours × the allocated price (usage
+    model), or nominal × allocated + borrowed × borrowing (else allocated) − lent × lending."""
+    none = Value(0.0, output_field=FloatField())
+    allocated = _price_case(pricer, RateKind.ALLOCATED, none)
+    if pricer.model == "usage":
+        return [("allocated_gpu_hours", allocated, 1)]
+    return [
+        ("nominal_gpu_hours", allocated, 1),
+        ("borrowed_gpu_hours", _price_case(pricer, RateKind.BORROWING, allocated), 1),
+        ("lent_gpu_hours", _price_case(pricer, RateKind.LENDING, none), -1),
+    ]
+
+
+class RankedWorkloads:
+    """The ids of the matching workloads sorted by a figure over a span, for a ``Paginator``.
+
+    The read layer ranks the workloads that have the figure there in one query returning only
+    their ids (largest first, ties newest first); after them come the matches it does not rank
+    (no rollups in the span, or a ratio without a denominator), newest first, read a page at a
+    time. Two queries and a count, however many workloads match.
+    """
+
+    def __init__(self, matched: QuerySet[Workload], sort: str, span: HourSpan) -> None:
+        self.matched = matched
+        rollups = HourlyRollup.objects.for_scope(RollupScope.WORKLOAD).covering(span)
+        # Every workload matches (no filter, no team restriction): no semi-join to read.
+        every = not matched.query.where
+        if every:
+            rollups = rollups.filter(workload__isnull=False)
+        else:
+            rollups = rollups.filter(workload__in=matched.values("pk"))
+        priced: list[tuple[str, Any, int]] = []
+        if sort == "cost":
+            pricer = Pricer(span.first, span.stop, settings.GPULEDGER_CURRENCY, chargeback_model())
+            priced = priced_components(pricer)
+        self.ranked: list[int] = []
+        # The workloads ranked (a subquery), for the matches after them.
+        self.ranked_ids = HourlyRollup.objects.none().values_list("workload_id", flat=True)
+        if span.count > 0:
+            # Ties newest first, as NEWEST orders the workloads.
+            how: dict[str, Any] = {
+                "priced": priced,
+                "then": ("-workload__observed_at", "workload_id"),
+            }
+            self.ranked = rollups.ranking("workload_id", RANK_BY[sort], big_scan=True, **how)
+            self.ranked_ids = rollups.ranked("workload_id", RANK_BY[sort], **how).order_by()
+        self._count: int | None = None
+
+    def count(self) -> int:
+        if self._count is None:
+            self._count = self.matched.count()
+        return self._count
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self[0 : self.count()])
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, int):
+            return self[index : index + 1][0]
+        start, stop, _step = index.indices(self.count())
+        ids = self.ranked[start:stop]
+        if stop > len(self.ranked):
+            # Past the ranked workloads: the matches the ranking left out, newest first.
+            rest = self.matched.exclude(pk__in=self.ranked_ids).order_by(*NEWEST)
+            first = max(start, len(self.ranked)) - len(self.ranked)
+            ids += list(rest.values_list("pk", flat=True)[first : stop - len(self.ranked)])
+        return ids
 
 
 def figure_sort_key(sort: str, charge: Charge | None) -> float:

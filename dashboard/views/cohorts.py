@@ -228,7 +228,7 @@ def cohort_detail(
     pending = queries.pending_by_queue(queue_filter)
     top_holding = queries.top_holding_priority(queue_filter)
     borrowing, borrowing_more = queries.borrowing_workloads(queue_filter)
-    pace = eviction_pace(Q(workload__cluster_queue__cohort=cohort), now)
+    pace = eviction_pace(Q(workload__in=queries.cohort_workloads(cohort)), now)
     over_range = queries.member_figures(members, time_range.covered_hours())
     # Who borrowed from whom pairs members' figures: shown only to users who see every member
     # (staff, finance, or GPULEDGER_TEAM_VISIBILITY=public); a lead sees their queues' borrowed

@@ -208,3 +208,53 @@ def test_no_module_outside_the_read_layer_sums_rollup_figures(tmp_path):
     assert offenders == []
     # The check sees such a sum (so the walk above is not vacuous).
     assert _figure_sums(sample) == [f"{sample}:1 Sum('allocated_gpu_hours')"]
+
+
+def test_ranking_orders_groups_by_a_summed_figure(rollups):
+    # Allocated over 10:00-13:00: red 15, blue 4; idle: red 1, blue 4.
+    assert list(teams_in_range().ranking("key", "allocated_gpu_hours")) == ["red", "blue"]
+    assert list(teams_in_range().ranking("key", "idle_gpu_hours")) == ["blue", "red"]
+
+
+def test_ranking_by_a_ratio_leaves_out_groups_without_its_denominator(rollups):
+    HourlyRollup.objects.create(
+        cluster=rollups.cluster, scope=RollupScope.TEAM, key="green", hour=H10, windows=60
+    )
+
+    # Idle share: blue 4 / 4 = 1, red 1 / 15; green allocated nothing: unknown, not ranked.
+    assert list(teams_in_range().ranking("key", "idle_share")) == ["blue", "red"]
+    assert list(teams_in_range().ranking("key", "allocated_gpu_hours", then=("key",))) == [
+        "red",
+        "blue",
+        "green",
+    ]
+
+
+def test_ranking_by_cost_sums_priced_rows_rounded_to_cents(rollups):
+    # Blue's GPU-hours cost 10.005 each, red's 1: blue 4 x 10.005 = 40.02, red 15 x 1 = 15,
+    # less 0.5 per lent GPU-hour (red lent 2: 14).
+    price = models.Case(
+        models.When(key="blue", then=models.Value(10.005)),
+        default=models.Value(1.0),
+        output_field=models.FloatField(),
+    )
+    credit = models.Value(0.5, output_field=models.FloatField())
+    ranked = teams_in_range().ranking(
+        "key", "cost", priced=[("allocated_gpu_hours", price, 1), ("lent_gpu_hours", credit, -1)]
+    )
+
+    assert list(ranked) == ["blue", "red"]
+    # Equal costs (every price 0) keep the ``then`` order.
+    free = [("allocated_gpu_hours", models.Value(0.0, output_field=models.FloatField()), 1)]
+    assert list(teams_in_range().ranking("key", "cost", priced=free, then=("key",))) == [
+        "blue",
+        "red",
+    ]
+    assert list(teams_in_range().ranking("key", "cost", priced=free, then=("-key",))) == [
+        "red",
+        "blue",
+    ]
+    with pytest.raises(ValueError, match="priced"):
+        teams_in_range().ranking("key", "cost")
+    with pytest.raises(ValueError, match="not rollup figures"):
+        teams_in_range().ranking("key", "allocated")

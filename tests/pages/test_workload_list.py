@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
+from importlib import import_module
 
 import pytest
 from django.urls import reverse
@@ -14,7 +15,7 @@ from core.ranges import covered_hours
 from core.timewindows import floor_time
 from dashboard.templatetags.formatting import figure as fmt
 from ledger.choices import RateKind, RollupScope
-from ledger.models import RateCard
+from ledger.models import HourlyRollup, RateCard
 from tests.pages.test_quota_pages import NOW, build_world, range_hours, rollup_sum
 
 H100_PRICE = Decimal("2.50")
@@ -81,6 +82,105 @@ def test_the_list_sorts_by_a_figure_highest_first(staff_client, world, sort):
     names = rows(response)
     ranked = sorted(("a1", "a2"), key=lambda key: expected(world, key)[sort], reverse=True)
     assert names[:2] == [world.wl[key].name for key in ranked]
+
+
+def ranked_pages(client, params: dict) -> list[str]:
+    """Every page of the list at one row a page, in order (no in-page re-sort to hide behind)."""
+    names: list[str] = []
+    page = 1
+    while True:
+        response = client.get(reverse("quotas:workload-list"), {**params, "page": page})
+        names += rows(response)
+        if not response.context["page_obj"].has_next():
+            return names
+        page += 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("sort", ["gpu_hours", "idle_share", "cost"])
+def test_after_the_ranked_workloads_come_the_others_newest_first(
+    staff_client, world, sort, monkeypatch
+):
+    monkeypatch.setattr(import_module("dashboard.views.workload_list"), "PAGE_SIZE", 1)
+
+    names = ranked_pages(staff_client, {"sort": sort})
+
+    ranked = sorted(("a1", "a2"), key=lambda key: expected(world, key)[sort], reverse=True)
+    others = sorted(
+        (w for key, w in world.wl.items() if key not in ("a1", "a2")),
+        key=lambda w: (-w.observed_at.timestamp(), w.pk),
+    )
+    assert names == [world.wl[key].name for key in ranked] + [w.name for w in others]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("model", ["usage", "quota"])
+def test_the_cost_sort_prices_each_hour_with_the_card_in_force(
+    staff_client, world, model, monkeypatch, settings
+):
+    """b1 ran 5 GPUs on a100, whose price rises from 1.00 to 9.00 mid-range: priced by the card
+    in force each hour it ranks between a2 and a1 (usage model), above a single price's rank
+    either way; the quota model prices its nominal and borrowed GPU-hours."""
+    settings.GPULEDGER_CHARGEBACK_MODEL = model
+    monkeypatch.setattr(import_module("dashboard.views.workload_list"), "PAGE_SIZE", 1)
+    hours = range_hours(world, 1)
+    rise = hours[len(hours) // 2]
+    for price, since in ((Decimal("1.00"), NOW.replace(year=2020)), (Decimal("9.00"), rise)):
+        RateCard.objects.create(
+            kind=RateKind.ALLOCATED, flavor="a100", price_per_gpu_hour=price, effective_from=since
+        )
+    RateCard.objects.create(
+        kind=RateKind.LENDING,
+        flavor="h100",
+        price_per_gpu_hour=Decimal("0.50"),
+        effective_from=NOW.replace(year=2020),
+    )
+    b1 = world.wl["b1"]
+    for hour in hours:
+        HourlyRollup.objects.create(
+            cluster=world.cluster,
+            scope=RollupScope.WORKLOAD,
+            key=f"{b1.namespace}/{b1.name}",
+            hour=hour,
+            flavor="a100",
+            workload=b1,
+            team=world.beta,
+            cluster_queue=world.cq_b,
+            allocated_gpu_hours=5.0,
+            nominal_gpu_hours=3.0,
+            borrowed_gpu_hours=2.0,
+            windows=60,
+        )
+
+    def cost(key: str) -> Decimal:
+        total = Decimal(0)
+        for row in HourlyRollup.objects.filter(
+            scope=RollupScope.WORKLOAD, workload=world.wl[key], hour__in=hours
+        ):
+            if row.flavor == "a100":
+                price = Decimal("9.00") if row.hour >= rise else Decimal("1.00")
+            else:
+                price = H100_PRICE
+            if model == "usage":
+                total += Decimal(str(row.allocated_gpu_hours)) * price
+            else:
+                total += Decimal(str(row.nominal_gpu_hours + row.borrowed_gpu_hours)) * price
+                if row.flavor == "h100":
+                    total -= Decimal(str(row.lent_gpu_hours)) * Decimal("0.50")
+        return total.quantize(Decimal("0.01"))
+
+    names = ranked_pages(staff_client, {"sort": "cost", "range": "24h"})
+
+    # Equal costs (a1 and a2 have no quota GPU-hours) newest first.
+    ranked = sorted(
+        ("a1", "a2", "b1"), key=lambda key: (-cost(key), -world.wl[key].observed_at.timestamp())
+    )
+    assert names[:3] == [world.wl[key].name for key in ranked]
+    monkeypatch.undo()  # the page size again: one page shows all three
+    costs = {row["workload"].name: row["cost"] for row in staff_client.get(
+        reverse("quotas:workload-list"), {"sort": "cost", "range": "24h"}
+    ).context["rows"]}  # fmt: skip
+    assert costs[b1.name] == f"{cost('b1'):,.2f}"
 
 
 @pytest.mark.django_db
