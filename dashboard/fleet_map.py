@@ -32,7 +32,9 @@ from dashboard.queries.gpu_states import (
     GpuState,
     GpuStates,
     NodeStory,
+    gpu_refs,
     gpu_states,
+    node_gpus,
     node_story,
 )
 from dashboard.queries.now import latest_usage
@@ -141,31 +143,41 @@ def team_choices(allowed: set[int] | None) -> list[Team]:
 
 
 def page_states(
-    nodes: Iterable[Node], windows: dict[int, datetime], allowed: set[int] | None
+    nodes: Iterable[Node],
+    windows: dict[int, datetime],
+    allowed: set[int] | None,
+    *,
+    holders: bool = True,
 ) -> GpuStates:
     """The states now of the GPUs of these nodes (``gpu_states``, the story the node and GPU
-    pages tell), in node, index and MIG instance order."""
+    pages tell), in node, index and MIG instance order: three queries.
+
+    ``holders=False`` for the node table, which counts held GPUs and names no holder.
+    """
     names = {node.pk: node.name for node in nodes}
-    gpus = list(
-        Gpu.objects.physical().filter(node_id__in=list(names)).order_by("node_id", "index", "gi_id")
+    gpus = node_gpus(list(names))
+    return gpu_states(
+        gpu_refs(gpus), windows, allowed, node_names=names, holders=holders, gpu_query=gpus
     )
-    return gpu_states(gpus, windows, allowed, node_names=names)
 
 
 def states_by_node(states: GpuStates) -> dict[int, list[GpuState]]:
     by_node: dict[int, list[GpuState]] = defaultdict(list)
     for state in states.values():
-        by_node[state.gpu.node_id].append(state)  # type: ignore[index]
+        if state.gpu.node_id is not None:
+            by_node[state.gpu.node_id].append(state)
     return by_node
 
 
-def mean_activity(gpu_ids: list[int], time_range: TimeRange) -> dict[int, float]:
-    """gpu id → its mean SM_ACTIVE over the range (windows with telemetry only)."""
-    if not gpu_ids:
+def mean_activity(nodes: Iterable[Node], time_range: TimeRange) -> dict[int, float]:
+    """gpu id → the mean SM_ACTIVE over the range of each GPU of these nodes (windows with
+    telemetry only)."""
+    node_ids = [node.pk for node in nodes]
+    if not node_ids:
         return {}
     means = (
         GpuUsage.objects.filter(
-            gpu_id__in=gpu_ids,
+            gpu_id__in=node_gpus(node_ids).values("pk"),
             window_end__gt=time_range.start,
             window_end__lte=time_range.end,
             activity__isnull=False,

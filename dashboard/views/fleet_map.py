@@ -28,7 +28,8 @@ def fleet_map(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     windows = latest_windows()
     page, page_query = map_page(request, query, windows)
     nodes = list(page.object_list)
-    summaries = node_summaries(nodes, page_states(nodes, windows, allowed_team_ids(request)))
+    states = page_states(nodes, windows, allowed_team_ids(request), holders=False)
+    summaries = node_summaries(nodes, states)
     rows = []
     for node in nodes:
         story = summaries[node.pk]
