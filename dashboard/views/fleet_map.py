@@ -43,6 +43,7 @@ def fleet_map(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
                 "no_data": story.no_telemetry,
             }
         )
+    flavors, pools = node_choices()
     context = {
         "nav": "map",
         "page_title": "Fleet map",
@@ -50,8 +51,8 @@ def fleet_map(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "page_obj": page,
         "page_query": page_query,
         "rows": rows,
-        "flavors": node_choices("flavor"),
-        "pools": node_choices("node_pool"),
+        "flavors": flavors,
+        "pools": pools,
         "teams": team_choices(allowed_team_ids(request)),
         "window_end": max(windows.values()) if windows else None,
         "map_chart_url": chart_url("fleet:chart-map", request),
