@@ -181,15 +181,17 @@ def states_by_node(states: GpuStates) -> dict[int, list[GpuState]]:
     return by_node
 
 
-def mean_activity(nodes: Iterable[Node], time_range: TimeRange) -> dict[int, float]:
-    """gpu id → the mean SM_ACTIVE over the range of each GPU of these nodes (windows with
-    telemetry only)."""
-    node_ids = [node.pk for node in nodes]
-    if not node_ids:
+def mean_activity(gpu_ids: list[int], time_range: TimeRange) -> dict[int, float]:
+    """gpu id → its mean SM_ACTIVE over the range (windows with telemetry only).
+
+    The ids go as a literal list: with a subquery instead, PostgreSQL hash-joins a scan of every
+    usage row of the range rather than probing the (gpu, window_end) index per GPU.
+    """
+    if not gpu_ids:
         return {}
     means = (
         GpuUsage.objects.filter(
-            gpu_id__in=node_gpus(node_ids).values("pk"),
+            gpu_id__in=gpu_ids,
             window_end__gt=time_range.start,
             window_end__lte=time_range.end,
             activity__isnull=False,

@@ -2,7 +2,7 @@
 slow at 50,000 GPUs (bench/pages.py) must not come back.
 
 - The map builds no ``Gpu`` model instance for its hundreds of GPUs (tuples, ``GpuRef``).
-- The map's usage reads take its GPUs by a subquery, never as a literal list of GPU ids.
+- The map's reads of the newest window take its GPUs by a subquery, not a literal list of ids.
 - The map's node table reads GPU states without joining workloads and teams, and its counts are
   those the states with holders give.
 - The overview scans pending workloads once (the card and pending-while-free share the scan).
@@ -55,10 +55,14 @@ def test_the_map_builds_no_gpu_model_instance(staff_client, silent):
     assert built == []
 
 
-def test_the_map_reads_usage_by_a_gpu_subquery_not_a_literal_id_list(staff_client, silent):
+def test_the_map_reads_usage_now_by_a_gpu_subquery_not_a_literal_id_list(staff_client, silent):
+    # (The mean over the range keeps its literal ids: PostgreSQL probes the (gpu, window_end)
+    # index per GPU for them, where a subquery gets a scan of the whole range.)
     literal_ids = re.compile(r'"gpu_id" IN \(\s*%s|"gpu_id" IN \(\s*\d')
 
     for name, params in MAP_URLS:
+        if params.get("value") == "mean":
+            continue
         usage = [sql for sql in _queries(staff_client, name, params) if "fleet_gpuusage" in sql]
         assert usage, name
         assert not [sql for sql in usage if literal_ids.search(sql)], (name, params)
