@@ -32,7 +32,9 @@ from dashboard.queries.gpu_states import (
     GpuState,
     GpuStates,
     NodeStory,
+    gpu_refs,
     gpu_states,
+    node_gpus,
     node_story,
 )
 from dashboard.queries.now import latest_usage
@@ -45,6 +47,18 @@ from quotas.models import Team
 MAP_NODES_PER_PAGE = 100
 MAP_GROUPS = ("flavor", "pool", "none")
 MAP_VALUES = ("latest", "mean", "team")
+# What the map's table and chart show of a node and its cluster: not the JSON columns (labels,
+# MIG allocatable, Prometheus headers) nor the cluster's settings, read 100 times a page.
+MAP_NODE_FIELDS = (
+    "cluster_id",
+    "name",
+    "gpu_product",
+    "node_pool",
+    "flavor",
+    "gpu_capacity",
+    "cluster__name",
+    "cluster__display_name",
+)
 
 
 @dataclass
@@ -112,7 +126,7 @@ def map_nodes(query: MapQuery, windows: dict[int, datetime]) -> QuerySet[Node]:
         nodes = nodes.filter(
             cluster_id__in=list(windows), name__in=held.values("node_name").distinct()
         )
-    return nodes.select_related("cluster").order_by(*query.order)
+    return nodes.select_related("cluster").only(*MAP_NODE_FIELDS).order_by(*query.order)
 
 
 def map_page(
@@ -122,16 +136,16 @@ def map_page(
     return paginate(request, map_nodes(query, windows), MAP_NODES_PER_PAGE)
 
 
-def node_choices(field_name: str) -> list[str]:
-    """The distinct non-empty values of a node field (flavor, node pool) for a filter."""
-    values: QuerySet = (
-        Node.objects.present()
-        .exclude(**{field_name: ""})
-        .values_list(field_name, flat=True)
-        .distinct()
-        .order_by(field_name)
-    )
-    return list(values)
+def node_choices() -> tuple[list[str], list[str]]:
+    """The distinct non-empty flavors and node pools of present nodes, for the filters: one
+    query (the distinct pairs are few)."""
+    pairs = Node.objects.present().values_list("flavor", "node_pool").distinct().order_by()
+    flavors: set[str] = set()
+    pools: set[str] = set()
+    for flavor, pool in pairs:
+        flavors.add(flavor)
+        pools.add(pool)
+    return sorted(flavors - {""}), sorted(pools - {""})
 
 
 def team_choices(allowed: set[int] | None) -> list[Team]:
@@ -141,26 +155,38 @@ def team_choices(allowed: set[int] | None) -> list[Team]:
 
 
 def page_states(
-    nodes: Iterable[Node], windows: dict[int, datetime], allowed: set[int] | None
+    nodes: Iterable[Node],
+    windows: dict[int, datetime],
+    allowed: set[int] | None,
+    *,
+    holders: bool = True,
 ) -> GpuStates:
     """The states now of the GPUs of these nodes (``gpu_states``, the story the node and GPU
-    pages tell), in node, index and MIG instance order."""
+    pages tell), in node, index and MIG instance order: three queries.
+
+    ``holders=False`` for the node table, which counts held GPUs and names no holder.
+    """
     names = {node.pk: node.name for node in nodes}
-    gpus = list(
-        Gpu.objects.physical().filter(node_id__in=list(names)).order_by("node_id", "index", "gi_id")
+    gpus = node_gpus(list(names))
+    return gpu_states(
+        gpu_refs(gpus), windows, allowed, node_names=names, holders=holders, gpu_query=gpus
     )
-    return gpu_states(gpus, windows, allowed, node_names=names)
 
 
 def states_by_node(states: GpuStates) -> dict[int, list[GpuState]]:
     by_node: dict[int, list[GpuState]] = defaultdict(list)
     for state in states.values():
-        by_node[state.gpu.node_id].append(state)  # type: ignore[index]
+        if state.gpu.node_id is not None:
+            by_node[state.gpu.node_id].append(state)
     return by_node
 
 
 def mean_activity(gpu_ids: list[int], time_range: TimeRange) -> dict[int, float]:
-    """gpu id → its mean SM_ACTIVE over the range (windows with telemetry only)."""
+    """gpu id → its mean SM_ACTIVE over the range (windows with telemetry only).
+
+    The ids go as a literal list: with a subquery instead, PostgreSQL hash-joins a scan of every
+    usage row of the range rather than probing the (gpu, window_end) index per GPU.
+    """
     if not gpu_ids:
         return {}
     means = (

@@ -1,6 +1,7 @@
 """The fleet overview's reads: the fleet now (newest windows), and flavors over the range.
 
-"Now" is one aggregate over the newest window of each cluster plus one over pending workloads;
+"Now" is one aggregate over the newest window of each cluster plus one over pending workloads
+(per ClusterQueue: the card's total and pending-while-free's flavors come from the same scan);
 the per-flavor GPU-hours come from the read layer (flavor-scope rollups of the hours the range
 counts); the team table is ``dashboard.queries.ranking``.
 """
@@ -42,6 +43,8 @@ class FleetNow:
     pending_workloads: int = 0
     # flavor → GPUs of capacity no running pod holds, in the newest windows.
     free_by_flavor: dict[str, float] = field(default_factory=dict)
+    # ClusterQueue id → (GPUs, workloads) of its pending workloads that request GPUs.
+    pending_by_queue: dict[int | None, tuple[float, int]] = field(default_factory=dict)
 
     # GPUs now, not GPU-hours; the ratios are DESIGN "Figures"' formulas all the same.
 
@@ -63,7 +66,8 @@ class FleetNow:
 
 
 def fleet_now(windows: dict[int, datetime]) -> FleetNow:
-    """The overview's numbers: one aggregate over the newest windows, one over pending workloads."""
+    """The overview's numbers: one aggregate over the newest windows, one over pending workloads
+    (per ClusterQueue, which ``pending_while_free`` reads too)."""
     util_min, sm_max = busy_thresholds()
     idle_below = settings.GPULEDGER_IDLE_THRESHOLD
     allocated = Q(allocated=True)
@@ -102,12 +106,36 @@ def fleet_now(windows: dict[int, datetime]) -> FleetNow:
                 totals[key.removeprefix("sum_")] += float(value or 0.0)
         capacity = float(values["sum_capacity"] or 0.0)
         free[values["flavor"]] = max(0.0, capacity - float(values["sum_allocated"] or 0.0))
-    pending = Workload.objects.pending().aggregate(gpus=Sum("requested_gpus"), count=Count("pk"))
+    # Every pending workload counts in the card; those requesting GPUs in pending-while-free.
+    requesting = Q(requested_gpus__gt=0)
+    demand = (
+        Workload.objects.pending()
+        .order_by()
+        .values("cluster_queue_id")
+        .annotate(
+            gpus=Sum("requested_gpus"),
+            count=Count("pk"),
+            requesting_gpus=Sum("requested_gpus", filter=requesting),
+            requesting_count=Count("pk", filter=requesting),
+        )
+    )
+    pending_gpus = 0.0
+    pending_workloads = 0
+    by_queue: dict[int | None, tuple[float, int]] = {}
+    for queue in demand:
+        pending_gpus += float(queue["gpus"] or 0.0)
+        pending_workloads += queue["count"]
+        if queue["requesting_count"]:
+            by_queue[queue["cluster_queue_id"]] = (
+                float(queue["requesting_gpus"] or 0.0),
+                queue["requesting_count"],
+            )
     return FleetNow(
         window_end=max(windows.values()) if windows else None,
-        pending_gpus=pending["gpus"] or 0.0,
-        pending_workloads=pending["count"] or 0,
+        pending_gpus=pending_gpus,
+        pending_workloads=pending_workloads,
         free_by_flavor=free,
+        pending_by_queue=by_queue,
         **totals,
     )
 
@@ -178,31 +206,24 @@ class FlavorWait:
         return max(0.0, self.pending - self.quota_bound)
 
 
-def pending_while_free(free_by_flavor: dict[str, float]) -> list[FlavorWait]:
+def pending_while_free(now: FleetNow) -> list[FlavorWait]:
     """Per flavor with pending demand: the GPUs pending workloads request (the "Pending demand"
-    card's workloads) against the GPUs free in the newest windows (``FleetNow.free_by_flavor``:
-    capacity no running pod holds). Two queries.
+    card's workloads, ``FleetNow.pending_by_queue``) against the GPUs free in the newest windows
+    (``FleetNow.free_by_flavor``: capacity no running pod holds). One query (the quotas).
 
     A pending workload's flavor is its ClusterQueue's first GPU flavor, as in Kueue's own
     pending figures (which flavor it would get is not knowable before admission), so this is the
     fleet-level signal, not a placement.
     """
-    demand = (
-        Workload.objects.pending()
-        .filter(requested_gpus__gt=0)
-        .order_by()
-        .values("cluster_queue_id")
-        .annotate(gpus=Sum("requested_gpus"), count=Count("pk"))
-    )
-    by_queue = {row["cluster_queue_id"]: row for row in demand}
+    by_queue = now.pending_by_queue
     quotas = gpu_quotas(Q(cluster_queue_id__in=[pk for pk in by_queue if pk is not None]))
     waits: dict[str, FlavorWait] = {}
-    for queue_id, row in by_queue.items():
-        first = quotas.get(queue_id)
+    for queue_id, (gpus, count) in by_queue.items():
+        first = quotas.get(queue_id) if queue_id is not None else None
         flavor = first[0].flavor_name if first else ""
         wait = waits.setdefault(flavor, FlavorWait(flavor))
-        wait.pending += float(row["gpus"] or 0.0)
-        wait.pending_workloads += row["count"]
+        wait.pending += gpus
+        wait.pending_workloads += count
     for flavor, wait in waits.items():
-        wait.free = free_by_flavor.get(flavor, 0.0)
+        wait.free = now.free_by_flavor.get(flavor, 0.0)
     return sorted(waits.values(), key=lambda wait: (-wait.quota_bound, -wait.pending, wait.flavor))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from django import template
 
 if TYPE_CHECKING:
-    from fleet.models import Gpu
+    from dashboard.queries.gpu_states import GpuLike
 
 register = template.Library()
 
@@ -73,7 +73,7 @@ def quantity(value: Decimal | None, resource: str) -> str:
 
 
 @register.filter
-def gpu_label(gpu: Gpu) -> str:
+def gpu_label(gpu: GpuLike) -> str:
     """``GPU 3``, or ``GPU 3 · MIG 1g.10gb (GI 7)`` for a MIG instance."""
     if gpu.gi_id:
         return f"GPU {gpu.index} · MIG {gpu.mig_profile or '?'} (GI {gpu.gi_id})"

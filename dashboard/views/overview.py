@@ -23,7 +23,7 @@ def overview(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     span = time_range.covered_hours()
     teams = ranked_teams(span, allowed_team_ids(request))
     flavors = flavor_figures(span)
-    waits = pending_while_free(now.free_by_flavor)
+    waits = pending_while_free(now)
     quota_bound = sum(wait.quota_bound for wait in waits)
     utilization = now.utilization
     cards = [
