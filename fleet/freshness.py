@@ -2,17 +2,21 @@
 
 Two queries whatever the history size: the clusters with the ids of their newest run and newest
 successful run per source (correlated subqueries on the ``fleet_ingestrun_freshness`` index),
-then those runs. Runs without a cluster (a simulation over every cluster) count for all.
+then those runs. Runs without a cluster (a simulation over every cluster) count for all. Both
+statements are compiled once per process (``_statements``).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import OuterRef, Q, Subquery
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.timesince import timesince
 
@@ -110,31 +114,55 @@ def _newest(source: str, *, succeeded: bool, cluster_ref: OuterRef | None) -> Su
     return Subquery(runs.order_by("-started_at").values("pk")[:1])
 
 
-def current_freshness(now: datetime | None = None) -> Freshness:
-    now = now or timezone.now()
-    stale_after = settings.GPULEDGER_STALE_SECONDS
-    sources = list(IngestSource)
+def _annotations() -> dict[str, Subquery]:
     annotations = {}
-    for source in sources:
+    for source in IngestSource:
         annotations[f"last_{source.value}"] = _newest(
             source, succeeded=False, cluster_ref=OuterRef("pk")
         )
         annotations[f"ok_{source.value}"] = _newest(
             source, succeeded=True, cluster_ref=OuterRef("pk")
         )
-    clusters: list[dict[str, Any]] = list(
-        Cluster.objects.annotate(**annotations).values("pk", "name", "prometheus_url", *annotations)
-    )
+    return annotations
 
+
+@functools.cache
+def _statements(vendor: str) -> tuple[tuple[str, tuple[Any, ...]], tuple[str, tuple[Any, ...]]]:
+    """The two fixed statements, compiled once per process and database vendor: building the
+    sixteen subqueries through the ORM took ~20 ms of CPU on every page."""
+    annotations = _annotations()
+    clusters = Cluster.objects.annotate(**annotations).values(
+        "pk", "name", "prometheus_url", *annotations
+    )
     # Cluster-less runs (one simulation for every cluster), newest of each kind per source.
     global_filter = Q()
-    for source in sources:
+    for source in IngestSource:
         for succeeded in (False, True):
             global_filter |= Q(pk=_newest(source, succeeded=succeeded, cluster_ref=None))
-    run_ids = {row[key] for row in clusters for key in annotations if row[key] is not None}
+    global_runs = IngestRun.objects.filter(global_filter).values("pk")
+    return clusters.query.sql_with_params(), global_runs.query.sql_with_params()
+
+
+def _fetch(statement: tuple[str, tuple[Any, ...]]) -> list[dict[str, Any]]:
+    sql, params = statement
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        names = [column.name for column in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def current_freshness(now: datetime | None = None) -> Freshness:
+    now = now or timezone.now()
+    stale_after = settings.GPULEDGER_STALE_SECONDS
+    sources = list(IngestSource)
+    keys = [f"{kind}_{source.value}" for source in sources for kind in ("last", "ok")]
+    clusters_sql, global_sql = _statements(connection.vendor)
+    clusters = _fetch(clusters_sql)
+    run_ids = {row[key] for row in clusters for key in keys if row[key] is not None}
+    global_ids = RawSQL(*global_sql)
     runs: dict[int, IngestRun] = {
         run.pk: run
-        for run in IngestRun.objects.filter(Q(pk__in=run_ids) | global_filter).only(
+        for run in IngestRun.objects.filter(Q(pk__in=run_ids) | Q(pk__in=global_ids)).only(
             "pk", "cluster_id", "source", "status", "error", "started_at", "finished_at"
         )
     }

@@ -619,6 +619,27 @@ def test_banner_warns_when_collection_is_stale_or_failing(staff_client, fleet_da
     assert "HTTP 503 from Prometheus" in failing
 
 
+def test_freshness_counts_cluster_less_runs_and_reuses_its_statements(fleet_data):
+    from fleet.freshness import current_freshness
+
+    IngestRun.objects.create(
+        source=IngestSource.SIMULATION,
+        status=IngestStatus.FAILED,
+        started_at=fleet_data.now,
+        error="simulator crashed",
+    )
+    current_freshness(fleet_data.now)  # compiles the statements
+    with CaptureQueriesContext(connection) as queries:
+        freshness = current_freshness(fleet_data.now)
+
+    assert len(queries) == 2
+    everywhere = [s for s in freshness.sources if s.cluster == "all clusters"]
+    assert [(s.source, s.last_status, s.failing) for s in everywhere] == [
+        (IngestSource.SIMULATION.value, IngestStatus.FAILED.value, True)
+    ]
+    assert any(s.cluster == fleet_data.cluster.name for s in freshness.sources)
+
+
 # --- Query counts -------------------------------------------------------------------------------
 
 
