@@ -153,7 +153,7 @@ def _candidates(
     bounds = [cluster_id, adapt(first), adapt(last)]
     rows = fetch_sql(sql, [*bounds, idle_threshold, *bounds])
     # Whether the exporter of a node with rows without telemetry answered in the window.
-    dark_nodes = sorted({values[2] for values in rows if values[10] is None})
+    dark_nodes = sorted({values[1 + _NODE] for values in rows if values[1 + _ACTIVITY] is None})
     answered: set[tuple[datetime, str]] = set()
     if dark_nodes:
         answered = {
@@ -177,43 +177,22 @@ def _candidates(
         window = windows.get(window_end)
         if window is None:
             continue
-        (
-            gpu_key,
-            node_name,
-            namespace,
-            pod,
-            workload_id,
-            local_queue_id,
-            cluster_queue_id,
-            team_id,
-            gpus,
-            activity,
-            activity_source,
-            flavor,
-            gpu_model,
-        ) = values[1:]
+        cells = values[1:]
+        gpus, activity = cells[_GPUS], cells[_ACTIVITY]
         window.rows.append(
-            UsageRow(
-                gpu_key,
-                node_name,
-                namespace,
-                pod,
-                workload_id,
-                local_queue_id,
-                cluster_queue_id,
-                team_id,
-                float(gpus),
-                None if activity is None else float(activity),
-                activity_source,
-                flavor,
-                gpu_model,
-                activity is not None or (window_end, node_name) in answered,
+            UsageRow._make(
+                [
+                    *cells[:_GPUS],
+                    float(gpus),
+                    None if activity is None else float(activity),
+                    *cells[_ACTIVITY + 1 :],
+                    activity is not None or (window_end, cells[_NODE]) in answered,
+                ]
             )
         )
 
 
-# GpuUsage columns of a candidate row, in UsageRow's order (without node_series); the
-# positions above (2: node_name, 10: activity) count the window end first.
+# GpuUsage columns of a candidate row, in UsageRow's order (without node_series).
 _ROW_COLUMNS = (
     "gpu_key",
     "node_name",
@@ -229,6 +208,7 @@ _ROW_COLUMNS = (
     "flavor",
     "gpu_model",
 )
+_NODE, _GPUS, _ACTIVITY = (_ROW_COLUMNS.index(name) for name in ("node_name", "gpus", "activity"))
 
 
 def _short(
