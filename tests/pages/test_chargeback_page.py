@@ -143,7 +143,11 @@ def test_the_chargeback_page_in_chromium(
     api_url = page.get_by_test_id("chargeback-api-url").input_value()
     assert api_url.startswith(live_server.url + "/api/v1/chargeback/?start=")
     page.get_by_test_id("chargeback-copy").click()
-    assert page.get_by_test_id("chargeback-copy").inner_text() == "Copied"
+    # The clipboard answers asynchronously: wait for the button to say so.
+    page.wait_for_function(
+        "document.querySelector('[data-testid=chargeback-copy]').textContent === 'Copied'",
+        timeout=10000,
+    )
     with page.expect_download() as download:
         page.get_by_test_id("chargeback-csv").click()
     assert download.value.suggested_filename.startswith("chargeback_team_")
