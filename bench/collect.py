@@ -1,7 +1,8 @@
 """Benchmark: one collection window of a 50,000-GPU cluster from a real Prometheus into PostgreSQL.
 
     .venv/bin/python bench/collect.py [--gpus 50000] [--minutes 15] [--backfill-gpus 5000]
-        [--queues 1000] [--database NAME] [--no-backfill]
+        [--queues 1000] [--database NAME] [--no-backfill] [--work DIR] [--rounds 3]
+        [--compare-with CHECKOUT [--alternations N]]
 
 1. Generates an OpenMetrics backfill (DCGM exporter series with exported_* pod labels, 6 fields,
    30 s scrape interval, plus kube-state-metrics for the pods) and imports it with promtool.
@@ -11,10 +12,19 @@
    end through ``Collector.run`` (queries + parse + build + write), reported without and with the
    hourly rollup.
    With ``--queues N`` (default 1,000) the history also holds Kueue's ClusterQueue gauges of N
-   queues, and the window is re-run with and without the Kueue queries (best of three each).
+   queues, and the window is run alternately without and with the Kueue queries (``--rounds``
+   each, best of them reported), each run writing the window's Kueue samples afresh; the CPU of
+   the collector's Kueue steps is reported too.
+   ``--compare-with CHECKOUT`` runs step 3 (without the floor) alternately on another checkout's
+   code and on this one, against the same Prometheus: before/after under the same load.
 4. Backfills N minutes of a 5,000-GPU cluster window by window and extrapolates to 24 h.
 
-Targets (issue 3): <= 10 s and <= 1 GB peak RSS per window at 50,000 GPUs, within 3x the floor.
+Every figure is wall time plus the CPU time of this process, of its PostgreSQL backend and of
+Prometheus (all on this machine): on a shared machine the wall time mostly measures the queue for
+a core, the CPU times what the code costs. The collection deadline is lifted (3,600 s).
+
+Targets (issue 3): <= 10 s and <= 1 GB peak RSS per window at 50,000 GPUs, within 3x the floor;
+Kueue's metrics add <= 10 % to a window at 50,000 GPUs and 1,000 ClusterQueues.
 """
 
 from __future__ import annotations
@@ -28,11 +38,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+# The code measured: this checkout, or another one (--compare-with runs children on it).
+BASE_DIR = Path(os.environ.get("GL_BENCH_CODE") or Path(__file__).resolve().parent.parent)
 sys.path.insert(0, str(BASE_DIR))
 
 PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
@@ -210,6 +224,10 @@ def setup_django(database_url: str) -> None:
     os.environ["DATABASE_URL"] = database_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("LOG_LEVEL", "WARNING")
+    # Production settings (DEBUG off, no query log); a throwaway key for the scratch database.
+    os.environ.setdefault("SECRET_KEY", "bench-collect-" + "x" * 40)
+    # The bench measures the cost of a window, not the deadline a loaded machine would miss.
+    os.environ.setdefault("GPULEDGER_COLLECT_DEADLINE_SECONDS", "3600")
     import django
 
     django.setup()
@@ -226,8 +244,151 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure_window(url: str, database_url: str, queues: int = 0) -> dict:
-    """Child process: floor, then one window end to end, then the rollup."""
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` of this machine has used; None if unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # Fields 14 and 15 of /proc/<pid>/stat (utime, stime), counted after the command name.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Cost:
+    """One measured run: wall time and the CPU of this process (all its threads), of the
+    PostgreSQL backend serving it and of Prometheus (both local here; None when not)."""
+
+    wall: float
+    cpu: float
+    backend_cpu: float | None
+    prometheus_cpu: float | None
+
+    def as_dict(self) -> dict[str, float | None]:
+        return asdict(self)
+
+
+class CostMeter:
+    """Measures a block's ``Cost``; on a loaded machine the CPU figures are what the code costs,
+    the wall time mostly how long it queued for a core."""
+
+    def __init__(self, prometheus_pid: int | None) -> None:
+        self.prometheus_pid = prometheus_pid
+
+    def backend_pid(self) -> int:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return int(cursor.fetchone()[0])
+
+    def measure(self, work: Callable[[], object]) -> tuple[Cost, object]:
+        backend = self.backend_pid()
+        prometheus = self.prometheus_pid
+        before = (
+            time.perf_counter(),
+            time.process_time(),
+            process_cpu(backend),
+            process_cpu(prometheus) if prometheus else None,
+        )
+        answer = work()
+        after = (
+            time.perf_counter(),
+            time.process_time(),
+            process_cpu(backend),
+            process_cpu(prometheus) if prometheus else None,
+        )
+
+        def delta(index: int) -> float | None:
+            first, last = before[index], after[index]
+            return None if first is None or last is None else last - first
+
+        cost = Cost(
+            wall=after[0] - before[0],
+            cpu=after[1] - before[1],
+            backend_cpu=delta(2),
+            prometheus_cpu=delta(3),
+        )
+        return cost, answer
+
+
+class KueueStages:
+    """CPU of the collector's Kueue steps in one run: decoding the Kueue answers (in the query
+    threads), routing them, building the samples, and writing them (with its PostgreSQL CPU).
+    Patches ``ledger.collector``'s names and the client's ``query``; the figures are per run."""
+
+    STEPS = ("query_decode", "route", "build", "write", "write_backend")
+
+    def __init__(self, client: Any, backend_pid: Callable[[], int]) -> None:
+        import threading
+
+        import ledger.collector as collector
+        from quotas.constants import KUEUE_QUERIES
+
+        self.figures = dict.fromkeys(self.STEPS, 0.0)
+        lock = threading.Lock()
+        kueue = set(KUEUE_QUERIES.values())
+        query = client.query
+
+        def timed_query(promql: str, at: object) -> object:
+            started = time.thread_time()
+            try:
+                return query(promql, at)
+            finally:
+                if promql in kueue:
+                    with lock:
+                        self.figures["query_decode"] += time.thread_time() - started
+
+        client.query = timed_query
+        for name, step in (
+            ("kueue_answers", "route"),
+            ("build_metric_samples", "build"),
+            ("write_metric_samples", "write"),
+        ):
+            setattr(collector, name, self._timed(getattr(collector, name), step, backend_pid))
+
+    def _timed(
+        self, function: Callable[..., Any], step: str, backend_pid: Callable[[], int]
+    ) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            backend = process_cpu(backend_pid()) if step == "write" else None
+            started = time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.figures[step] += time.process_time() - started
+                after = process_cpu(backend_pid()) if step == "write" else None
+                if backend is not None and after is not None:
+                    self.figures["write_backend"] += after - backend
+
+        return timed
+
+    def take(self) -> dict[str, float]:
+        """This run's figures; the next run starts from zero."""
+        figures = dict(self.figures)
+        self.figures = dict.fromkeys(self.STEPS, 0.0)
+        return figures
+
+
+def best(costs: list[Cost]) -> dict[str, float | None]:
+    """Best of several runs, per figure (each figure's minimum: the least-disturbed run)."""
+    figures: dict[str, float | None] = {}
+    for name in ("wall", "cpu", "backend_cpu", "prometheus_cpu"):
+        values = [getattr(cost, name) for cost in costs if getattr(cost, name) is not None]
+        figures[name] = min(values) if values else None
+    return figures
+
+
+def measure_window(
+    url: str,
+    database_url: str,
+    queues: int = 0,
+    prometheus_pid: int | None = None,
+    rounds: int = 3,
+    floor: bool = True,
+) -> dict:
+    """Child process: floor, then one window end to end, then the rollup; with ``queues``, the
+    window alternately without and with Kueue's queries, ``rounds`` times each."""
     setup_django(database_url)
     from fleet import constants as c
     from fleet.choices import IngestSource
@@ -236,7 +397,7 @@ def measure_window(url: str, database_url: str, queues: int = 0) -> dict:
     from ledger.collector import KUEUE, Collector, window_queries
     from ledger.models import GpuUsage
     from ledger.rollup import roll_up_hour
-    from quotas.models import ClusterQueue
+    from quotas.models import ClusterQueue, ClusterQueueSample
 
     cluster = Cluster.objects.create(name="bench", prometheus_url=url)
     # The ClusterQueues an earlier sync listed: Kueue's samples are written for known queues.
@@ -249,34 +410,41 @@ def measure_window(url: str, database_url: str, queues: int = 0) -> dict:
     queries = window_queries("auto", 60)
     kueue_queries = {name: q for name, q in queries.items() if name.startswith(KUEUE)}
     params = {"time": f"{window_end.timestamp():.3f}"}
+    meter = CostMeter(prometheus_pid)
+    stages = KueueStages(client, meter.backend_pid)
 
     def raw(promql: str) -> int:
         return len(client.fetch_raw("/api/v1/query", {"query": promql, **params}))
 
-    floors, sizes = [], 0
-    for _ in range(3):
-        started = time.perf_counter()
+    def concurrently(promqls: list[str]) -> int:
         with ThreadPoolExecutor(c.QUERY_CONCURRENCY) as pool:
-            sizes = sum(pool.map(raw, queries.values()))
-        floors.append(time.perf_counter() - started)
-    started = time.perf_counter()
-    for promql in queries.values():
-        raw(promql)
-    floor_sequential = time.perf_counter() - started
+            return sum(pool.map(raw, promqls))
 
-    kueue_floor = []
-    for _ in range(3):
-        started = time.perf_counter()
-        with ThreadPoolExecutor(c.QUERY_CONCURRENCY) as pool:
-            list(pool.map(raw, kueue_queries.values()))
-        kueue_floor.append(time.perf_counter() - started)
+    floors: list[Cost] = []
+    sizes = 0
+    floor_sequential = None
+    if floor:
+        for _ in range(3):
+            cost, answer = meter.measure(lambda: concurrently(list(queries.values())))
+            floors.append(cost)
+            sizes = int(answer)  # type: ignore[call-overload]
+        floor_sequential = meter.measure(lambda: [raw(q) for q in queries.values()])[0]
+    kueue_floor = [
+        meter.measure(lambda: concurrently(list(kueue_queries.values())))[0] for _ in range(rounds)
+    ]
 
-    def window_run(with_kueue: bool) -> tuple[float, int]:
+    kueue_stages: list[dict[str, float]] = []
+
+    def window_run(with_kueue: bool, fresh: bool = True) -> tuple[Cost, int]:
         CollectionCursor.objects.update_or_create(
             cluster=cluster,
             source=IngestSource.DCGM,
             defaults={"last_window_end": window_end - timedelta(minutes=1)},
         )
+        if fresh:
+            # Untimed: the window's Kueue samples go, so a run with the Kueue queries writes all
+            # of them (a live window's first write) and one without has none to delete.
+            ClusterQueueSample.objects.filter(sampled_at=window_end).delete()
         collector = Collector(cluster, client=client)
         if not with_kueue:
             collector.queries = {
@@ -284,41 +452,46 @@ def measure_window(url: str, database_url: str, queues: int = 0) -> dict:
             }
         # Rollups timed on their own: patch them out of the window run.
         collector._roll_up = lambda hour, result, **_: None  # type: ignore[method-assign]
-        started = time.perf_counter()
-        result = collector.run(now=window_end + timedelta(seconds=c.COLLECT_DELAY_SECONDS + 1))
-        return time.perf_counter() - started, result.windows
+        now = window_end + timedelta(seconds=c.COLLECT_DELAY_SECONDS + 1)
+        stages.take()
+        cost, result = meter.measure(lambda: collector.run(now=now))
+        if with_kueue and fresh:
+            kueue_stages.append(stages.take())
+        return cost, result.windows  # type: ignore[attr-defined]
 
-    results = []
-    for attempt in range(2):
-        seconds, windows = window_run(with_kueue=True)
-        results.append((seconds, windows, attempt))
-    # Re-runs (rows replaced) alternately with and without Kueue's queries, best of three each.
-    with_kueue, without_kueue = [], []
-    for _ in range(3):
+    first, windows = window_run(with_kueue=True)
+    # A re-run of the written window: usage rows replaced, Kueue samples already there.
+    rerun, _ = window_run(with_kueue=True, fresh=False)
+    # Alternately without and with Kueue's queries, best of ``rounds`` each.
+    with_kueue: list[Cost] = []
+    without_kueue: list[Cost] = []
+    for _ in range(rounds):
         without_kueue.append(window_run(with_kueue=False)[0])
         with_kueue.append(window_run(with_kueue=True)[0])
-    from quotas.models import ClusterQueueSample
-
     kueue_samples = ClusterQueueSample.objects.filter(sampled_at=window_end).count()
     rows = GpuUsage.objects.filter(cluster=cluster, window_end=window_end).count()
-    started = time.perf_counter()
-    roll_up_hour(cluster.pk, window_end - timedelta(minutes=1))
-    rollup_seconds = time.perf_counter() - started
+    rollup = meter.measure(lambda: roll_up_hour(cluster.pk, window_end - timedelta(minutes=1)))[0]
     return {
-        "floor_seconds": min(floors),
-        "floor_sequential_seconds": floor_sequential,
+        "floor": best(floors) if floors else None,
+        "floor_sequential": floor_sequential.as_dict() if floor_sequential else None,
         "answer_mib": sizes / 2**20,
-        "window_seconds_first": results[0][0],
-        "window_seconds_rerun": results[1][0],
-        "windows": results[0][1],
+        "window_first": first.as_dict(),
+        "window_rerun": rerun.as_dict(),
+        "windows": windows,
         "usage_rows": rows,
-        "rollup_seconds": rollup_seconds,
+        "rollup": rollup.as_dict(),
         "peak_rss_mib": peak_rss_mib(),
         "kueue_queries": len(kueue_queries),
-        "kueue_floor_seconds": min(kueue_floor),
-        "window_with_kueue_seconds": min(with_kueue),
-        "window_without_kueue_seconds": min(without_kueue),
+        "kueue_floor": best(kueue_floor),
+        "with_kueue": best(with_kueue),
+        "without_kueue": best(without_kueue),
+        "with_kueue_runs": [cost.as_dict() for cost in with_kueue],
+        "without_kueue_runs": [cost.as_dict() for cost in without_kueue],
         "kueue_samples": kueue_samples,
+        # Per step, the least of the runs that wrote the window's Kueue samples.
+        "kueue_stages": {
+            step: min(run[step] for run in kueue_stages) for step in KueueStages.STEPS
+        },
     }
 
 
@@ -340,17 +513,59 @@ def measure_backfill(url: str, database_url: str, minutes: int) -> dict:
     }
 
 
-def child(kind: str, *args: str) -> dict:
+def child(kind: str, *args: str, code: Path | None = None) -> dict:
+    """Run one measurement in a fresh process, on this checkout's code or on ``code``'s."""
+    env = dict(os.environ)
+    if code is not None:
+        env["GL_BENCH_CODE"] = str(code)
     output = subprocess.run(
         [sys.executable, __file__, "--child", kind, *args],
         check=False,
         capture_output=True,
         text=True,
-        cwd=BASE_DIR,
+        cwd=code or BASE_DIR,
+        env=env,
     )
     if output.returncode != 0:
         raise SystemExit(f"child {kind} failed:\n{output.stderr[-4000:]}")
     return json.loads(output.stdout.strip().splitlines()[-1])
+
+
+def seconds(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f} s"
+
+
+def print_kueue(window: dict, queues: int, label: str = "") -> None:
+    """The with/without Kueue figures of one window child."""
+    with_k, without = window["with_kueue"], window["without_kueue"]
+    print(
+        f"  Kueue metrics of {queues:,} ClusterQueues{label} ({window['kueue_queries']} queries, "
+        f"{window['kueue_samples']:,} samples written per window), best of "
+        f"{len(window['with_kueue_runs'])} alternating runs each:"
+    )
+    print("    figure            without      with   difference")
+    for name, title in (
+        ("wall", "wall"),
+        ("cpu", "process CPU"),
+        ("backend_cpu", "PostgreSQL CPU"),
+        ("prometheus_cpu", "Prometheus CPU"),
+    ):
+        a, b = without[name], with_k[name]
+        diff = "n/a" if a is None or b is None else f"{b - a:+.2f} s"
+        share = f" ({b / a - 1:+.1%})" if a and b is not None else ""
+        print(f"    {title:16s} {seconds(a):>9s} {seconds(b):>9s}   {diff}{share}")
+    print(
+        f"    the Kueue queries alone (raw answers): {seconds(window['kueue_floor']['wall'])} "
+        f"wall, Prometheus CPU {seconds(window['kueue_floor']['prometheus_cpu'])}"
+    )
+    stages = window.get("kueue_stages")
+    if stages:
+        print(
+            "    the collector's Kueue steps, CPU (least of the runs): decoding the answers "
+            f"{stages['query_decode']:.3f} s, routing {stages['route']:.3f} s, building the "
+            f"samples {stages['build']:.3f} s, writing them {stages['write']:.3f} s "
+            f"+ PostgreSQL {stages['write_backend']:.3f} s"
+        )
 
 
 def main() -> None:
@@ -365,12 +580,29 @@ def main() -> None:
     parser.add_argument("--database", default="gl_bench_collect", help="Scratch database name.")
     parser.add_argument("--no-backfill", action="store_true", help="Only the one-window part.")
     parser.add_argument("--work", type=Path, help="Work directory; reuses imported TSDBs in it.")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="Runs without and with the Kueue queries, each."
+    )
+    parser.add_argument(
+        "--compare-with",
+        type=Path,
+        metavar="CHECKOUT",
+        help="Also measure the window on another checkout's code (e.g. a worktree of the "
+        "previous commit), alternating with this one on the same Prometheus; skips the floor.",
+    )
+    parser.add_argument(
+        "--alternations", type=int, default=1, help="With --compare-with: rounds of both codes."
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         kind, *rest = args.child
         if kind == "window":
-            print(json.dumps(measure_window(rest[0], rest[1], int(rest[2]))))
+            url, database_url, queues, pid, rounds, floor = rest
+            measured = measure_window(
+                url, database_url, int(queues), int(pid) or None, int(rounds), floor == "floor"
+            )
+            print(json.dumps(measured))
         else:
             print(json.dumps(measure_backfill(rest[0], rest[1], int(rest[2]))))
         return
@@ -379,31 +611,50 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     print(f"bench/collect.py (work dir {work})")
     server = prepare_prometheus(work, args.gpus, args.minutes, args.queues)
+    process = getattr(server, "_process", None)
+    pid = str(process.pid if process is not None else 0)
+
+    def window_child(code: Path | None, floor: bool) -> dict:
+        database = fresh_database(args.database)
+        what = "floor" if floor else "no-floor"
+        return child(
+            "window", server.url, database, str(args.queues), pid, str(args.rounds), what, code=code
+        )
+
     try:
-        window = child("window", server.url, fresh_database(args.database), str(args.queues))
+        if args.compare_with:
+            for round_number in range(args.alternations):
+                for code, label in ((args.compare_with, "other"), (None, "this")):
+                    started = time.strftime("%H:%M:%S", time.gmtime())
+                    load = os.getloadavg()
+                    measured = window_child(code, floor=False)
+                    print(
+                        f"  [{label} checkout, round {round_number + 1}, {started} UTC, load "
+                        f"{load[0]:.1f}] window {seconds(measured['window_first']['wall'])} "
+                        f"first run"
+                    )
+                    print_kueue(measured, args.queues, f" ({label} checkout)")
+            return
+        window = window_child(None, floor=True)
     finally:
         server.cleanup()
-    ratio = window["window_seconds_first"] / window["floor_seconds"]
+    first, floor = window["window_first"], window["floor"]
+    ratio = first["wall"] / floor["wall"]
     print(
-        f"  one window, {args.gpus:,} GPUs: {window['window_seconds_first']:.2f} s first run, "
-        f"{window['window_seconds_rerun']:.2f} s re-run (replace), {window['usage_rows']:,} usage "
-        f"rows, peak RSS {window['peak_rss_mib']:.0f} MiB"
+        f"  one window, {args.gpus:,} GPUs: {seconds(first['wall'])} first run (process CPU "
+        f"{seconds(first['cpu'])}, PostgreSQL {seconds(first['backend_cpu'])}, Prometheus "
+        f"{seconds(first['prometheus_cpu'])}), {seconds(window['window_rerun']['wall'])} re-run "
+        f"(replace), {window['usage_rows']:,} usage rows, peak RSS "
+        f"{window['peak_rss_mib']:.0f} MiB"
     )
     print(
-        f"  floor (Prometheus alone, same {10} queries, raw bytes, "
-        f"{window['answer_mib']:.1f} MiB): {window['floor_seconds']:.2f} s concurrent, "
-        f"{window['floor_sequential_seconds']:.2f} s sequential; ratio {ratio:.2f}x"
+        f"  floor (Prometheus alone, the same queries, raw bytes, "
+        f"{window['answer_mib']:.1f} MiB): {seconds(floor['wall'])} concurrent, "
+        f"{seconds(window['floor_sequential']['wall'])} sequential; ratio {ratio:.2f}x"
     )
-    print(f"  hourly rollup of that hour: {window['rollup_seconds']:.2f} s")
+    print(f"  hourly rollup of that hour: {seconds(window['rollup']['wall'])}")
     if args.queues:
-        extra = window["window_with_kueue_seconds"] / window["window_without_kueue_seconds"] - 1
-        print(
-            f"  Kueue metrics of {args.queues:,} ClusterQueues ({window['kueue_queries']} queries, "
-            f"{window['kueue_samples']:,} samples written): window re-run "
-            f"{window['window_with_kueue_seconds']:.2f} s with them, "
-            f"{window['window_without_kueue_seconds']:.2f} s without (best of 3 each): "
-            f"{extra:+.1%}; the Kueue queries alone {window['kueue_floor_seconds']:.2f} s"
-        )
+        print_kueue(window, args.queues)
     if args.no_backfill:
         return
 
