@@ -27,6 +27,7 @@ from alerts.reading import read_windows
 from alerts.rules import QueueInfo, RuleSet, WorkloadInfo
 from alerts.thresholds import ThresholdResolver
 from core.bulk import fetch_rows
+from core.gcpause import gc_paused
 from core.mig import GPU_RESOURCE
 from fleet.models import Cluster
 from quotas.models import ClusterQueue, Workload
@@ -62,7 +63,7 @@ def evaluate_range(
 ) -> EvaluationResult:
     """Evaluate every stored window of the cluster ending in ``(start, end]``."""
     now = now or timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(), gc_paused():
         cluster = Cluster.objects.select_for_update().get(pk=cluster_id)
         if connection.vendor == "postgresql":
             # Compiling each chunk's queries cost more than running them (bench/alerts.py).

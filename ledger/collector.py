@@ -49,6 +49,7 @@ from django.utils import timezone
 
 from core.deadlines import Deadline
 from core.failpoints import failpoint
+from core.gcpause import gc_paused
 from core.timewindows import Window, ensure_aware, last_complete_window, windows_between
 from fleet import constants as c
 from fleet.choices import IngestSource, IngestStatus, PodLabelStyle
@@ -339,43 +340,62 @@ class Collector:
                     return
                 chunk_started = time.monotonic()
                 started_at = timezone.now()
-                try:
-                    inputs = self._fetch(chunk)
-                except PrometheusError as exc:
-                    self._record_failure(chunk[0].start, chunk[-1].end, started_at, exc)
-                    raise
-                for window in chunk:
-                    hour = hours_touched([window.end])[0]
-                    # An hour is complete once a later hour's window is written: roll it up now
-                    # rather than at the end, so a long catch-up shows its progress in rollups.
-                    for done in sorted(h for h in pending_hours if h < hour):
-                        self._roll_up(done, result)
-                        pending_hours.discard(done)
-                    started = started_at if window is chunk[0] else timezone.now()
-                    try:
-                        rows = self._write(inputs.pop(window.end), started, contiguous_only)
-                    except ClaimLostError:
-                        logger.warning(
-                            "cluster %s: claim lost before window %s, stopping",
-                            self.cluster,
-                            window.end.isoformat(),
-                        )
-                        return
-                    except Exception as exc:
-                        self._record_failure(window.start, window.end, started, exc)
-                        raise
-                    pending_hours.add(hour)
-                    result.windows += 1
-                    result.rows_written += rows
-                    if result.first_window_start is None:
-                        result.first_window_start = window.start
-                    result.last_window_end = window.end
-                    if progress is not None:
-                        progress(1)
+                with gc_paused():
+                    going_on = self._collect_chunk(
+                        chunk, started_at, result, pending_hours, contiguous_only, progress
+                    )
+                if not going_on:
+                    return
                 chunk_seconds = time.monotonic() - chunk_started
         finally:
             self._roll_up_due_hours(result)
             self._announce(result, live=not contiguous_only)
+
+    def _collect_chunk(
+        self,
+        chunk: list[Window],
+        started_at: datetime,
+        result: CollectResult,
+        pending_hours: set[datetime],
+        contiguous_only: bool,
+        progress: Callable[[int], None] | None,
+    ) -> bool:
+        """Fetch one chunk of windows and write them, oldest first (Python's garbage collector
+        paused: ``core.gcpause``); False when the claim was lost and the run must stop."""
+        try:
+            inputs = self._fetch(chunk)
+        except PrometheusError as exc:
+            self._record_failure(chunk[0].start, chunk[-1].end, started_at, exc)
+            raise
+        for window in chunk:
+            hour = hours_touched([window.end])[0]
+            # An hour is complete once a later hour's window is written: roll it up now
+            # rather than at the end, so a long catch-up shows its progress in rollups.
+            for done in sorted(h for h in pending_hours if h < hour):
+                self._roll_up(done, result)
+                pending_hours.discard(done)
+            started = started_at if window is chunk[0] else timezone.now()
+            try:
+                rows = self._write(inputs.pop(window.end), started, contiguous_only)
+            except ClaimLostError:
+                logger.warning(
+                    "cluster %s: claim lost before window %s, stopping",
+                    self.cluster,
+                    window.end.isoformat(),
+                )
+                return False
+            except Exception as exc:
+                self._record_failure(window.start, window.end, started, exc)
+                raise
+            pending_hours.add(hour)
+            result.windows += 1
+            result.rows_written += rows
+            if result.first_window_start is None:
+                result.first_window_start = window.start
+            result.last_window_end = window.end
+            if progress is not None:
+                progress(1)
+        return True
 
     def _announce(self, result: CollectResult, *, live: bool) -> None:
         """Tell the apps above (alerts) which windows were written, once they are committed."""

@@ -126,8 +126,9 @@ def team_workloads(team: Team, time_range: TimeRange, state: str) -> QuerySet[Wo
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=time_range.start))
         .filter(state_filter(state))
         .select_related("cluster_queue", "local_queue", "cluster")
-        # The table shows none of these (JSON and long text): not read for a page of rows.
-        .defer("labels", "pod_sets", "state_message")
+        # The table shows neither (JSON): not read for a page of rows. ``state_message`` is:
+        # a pending row says why it waits.
+        .defer("labels", "pod_sets")
         .annotate(state_order=_state_order())
         .order_by("state_order", "-admitted_at", "namespace", "name")
     )
