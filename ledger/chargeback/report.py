@@ -181,13 +181,16 @@ def build_report(
         cluster=cluster,
         trunc=None if step == "none" else step,
         restrict=restriction(group_by, team_ids),
+        many_groups=True,
     )
     for piece in pieces:
         row_key = (piece.period, piece.key, None if merged_cluster else piece.cluster_id)
         summed = rows.get(row_key)
         if summed is None:
-            rows[row_key] = summed = Charge()
-        summed.add(piece.figures)
+            # Each piece's figures are its own object: the row's first piece starts the sum.
+            rows[row_key] = piece.figures
+        else:
+            summed.add(piece.figures)
 
     for group in known:
         for period in periods:
