@@ -153,3 +153,45 @@ def test_the_chargeback_page_in_chromium(
     assert download.value.suggested_filename.startswith("chargeback_team_")
     assert console_errors == []
     assert outside_requests == []
+
+
+@pytest.mark.django_db
+def test_every_page_of_a_long_report_shows_the_api_totals_and_its_slice_of_the_rows(
+    staff_client, world
+):
+    """By team and hour over 7 days (2 teams × 168 hours = 336 rows, 7 pages of 50): each
+    page's totals are the whole report's, equal to /api/v1/chargeback/ for the same window,
+    grouping and step, and to the rollups summed by hand; the pages' rows are the API's rows,
+    in its order, each once."""
+    params = {"range": "7d", "group_by": "team", "step": "hour"}
+    first = staff_client.get(reverse("quotas:chargeback"), params)
+    assert first.status_code == 200
+    paginator = first.context["page_obj"].paginator
+    assert paginator.count == 2 * 168 and paginator.num_pages == 7
+
+    api = staff_client.get(first.context["api_url"].replace("http://testserver", "")).json()
+    assert len(api["rows"]) == paginator.count
+    api_cost = sum(Decimal(str(row["cost"]["total"])) for row in api["rows"])
+    assert Decimal(str(api["totals"]["cost"]["total"])) == api_cost
+    report = first.context["report"]
+    allocated = sum(
+        HourlyRollup.objects.filter(
+            scope=RollupScope.TEAM, hour__gte=report.start, hour__lt=report.end
+        ).values_list("allocated_gpu_hours", flat=True)
+    )
+    assert allocated > 0
+    assert api["totals"]["allocated_gpu_hours"] == pytest.approx(allocated)
+    # Every allocated hour here is an h100 hour, priced at 3.00.
+    assert api_cost == (Decimal(str(allocated)) * H100_PRICE).quantize(Decimal("0.01"))
+
+    shown = []
+    for number in range(1, paginator.num_pages + 1):
+        page = staff_client.get(reverse("quotas:chargeback"), {**params, "page": number})
+        totals = page.context["totals"]
+        assert totals["cost_total"] == f"{api_cost:,.2f}", number
+        assert totals["allocated"] == first.context["totals"]["allocated"], number
+        html = page.content.decode()
+        assert f'data-cost="{api_cost:,.2f}"' in html
+        shown.extend((row["group"], row["period"]) for row in page.context["rows"])
+    expected = [(row["group"], row["period_start"]) for row in api["rows"]]
+    assert [(group, f"{period:%Y-%m-%dT%H:%M:%SZ}") for group, period in shown] == expected
