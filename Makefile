@@ -9,6 +9,10 @@ DEMO_DAYS ?= 7
 DEMO_SEED ?= 42
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# Two test workers (pytest-xdist), a test file per worker at a time so module fixtures (a real
+# Prometheus, Chromium, the Kubernetes API server) start once per file; each worker has its own
+# test database. `make test PYTEST_ARGS=tests/alerts` runs one folder in one process.
+PYTEST_ARGS ?= -n 2 --dist loadfile
 
 .PHONY: demo run worker beat test lint format bench system-deps venv vendor clean
 
