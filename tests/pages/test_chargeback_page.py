@@ -145,7 +145,7 @@ def test_the_chargeback_page_in_chromium(
     page.get_by_test_id("chargeback-copy").click()
     # The clipboard answers asynchronously: wait for the button to say so.
     page.wait_for_function(
-        "document.querySelector('[data-testid=chargeback-copy]').textContent === 'Copied'",
+        "() => document.querySelector('[data-testid=chargeback-copy]').textContent === 'Copied'",
         timeout=10000,
     )
     with page.expect_download() as download:
