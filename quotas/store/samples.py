@@ -71,20 +71,7 @@ def write_queue_samples(
             batch_size=c.WRITE_BATCH_SIZE,
             update_conflicts=True,
             unique_fields=["cluster_queue", "flavor_name", "resource", "sampled_at"],
-            update_fields=[
-                "window_seconds",
-                "total",
-                "reserved",
-                "borrowed",
-                "lent",
-                "nominal",
-                "borrowing_limit",
-                "lending_limit",
-                "pending_demand",
-                "pending_workloads",
-                "admitted_workloads",
-                "source",
-            ],
+            update_fields=[*METRIC_SAMPLE_FIELDS, "source"],
         )
     return len(objs)
 
