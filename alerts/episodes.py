@@ -32,10 +32,10 @@ from alerts.summary import describe
 from core.bulk import fetch_rows
 from fleet.models import Cluster, Node
 
-COST_PLACES = Decimal("0.0001")
+COST_PLACES = Decimal("0.0001")  # Episode.cost's decimal places
 # Longer than any collection window: a resolved episode's ``evaluated_until`` is at most this
 # after its ``resolved_at`` (the end of the window it resolved in).
-RESOLVED_WINDOW_SLACK = timedelta(days=1)  # Episode.cost's decimal places
+RESOLVED_WINDOW_SLACK = timedelta(days=1)
 # Evidence keeps at most this many GPUs per episode (a 64-GPU gang fits).
 EVIDENCE_GPUS = 64
 

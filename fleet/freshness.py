@@ -20,6 +20,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.timesince import timesince
 
+from core.bulk import fetch_sql
 from core.errors import public_summary
 from fleet.choices import IngestSource, IngestStatus
 from fleet.models import Cluster, IngestRun
@@ -114,16 +115,19 @@ def _newest(source: str, *, succeeded: bool, cluster_ref: OuterRef | None) -> Su
     return Subquery(runs.order_by("-started_at").values("pk")[:1])
 
 
+# Per source: the cluster's newest run and newest successful run (the statement's columns after
+# pk, name and prometheus_url, in this order).
+RUN_COLUMNS = tuple(f"{kind}_{source.value}" for source in IngestSource for kind in ("last", "ok"))
+
+
 def _annotations() -> dict[str, Subquery]:
-    annotations = {}
-    for source in IngestSource:
-        annotations[f"last_{source.value}"] = _newest(
-            source, succeeded=False, cluster_ref=OuterRef("pk")
+    return {
+        f"{kind}_{source.value}": _newest(
+            source, succeeded=kind == "ok", cluster_ref=OuterRef("pk")
         )
-        annotations[f"ok_{source.value}"] = _newest(
-            source, succeeded=True, cluster_ref=OuterRef("pk")
-        )
-    return annotations
+        for source in IngestSource
+        for kind in ("last", "ok")
+    }
 
 
 @functools.cache
@@ -143,22 +147,14 @@ def _statements(vendor: str) -> tuple[tuple[str, tuple[Any, ...]], tuple[str, tu
     return clusters.query.sql_with_params(), global_runs.query.sql_with_params()
 
 
-def _fetch(statement: tuple[str, tuple[Any, ...]]) -> list[dict[str, Any]]:
-    sql, params = statement
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        names = [column.name for column in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-
 def current_freshness(now: datetime | None = None) -> Freshness:
     now = now or timezone.now()
     stale_after = settings.GPULEDGER_STALE_SECONDS
     sources = list(IngestSource)
-    keys = [f"{kind}_{source.value}" for source in sources for kind in ("last", "ok")]
     clusters_sql, global_sql = _statements(connection.vendor)
-    clusters = _fetch(clusters_sql)
-    run_ids = {row[key] for row in clusters for key in keys if row[key] is not None}
+    names = ("pk", "name", "prometheus_url", *RUN_COLUMNS)
+    clusters = [dict(zip(names, row, strict=True)) for row in fetch_sql(*clusters_sql)]
+    run_ids = {row[key] for row in clusters for key in RUN_COLUMNS if row[key] is not None}
     global_ids = RawSQL(*global_sql)
     runs: dict[int, IngestRun] = {
         run.pk: run
