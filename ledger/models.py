@@ -52,7 +52,10 @@ class GpuUsage(models.Model):
     as much as the COPY of the rows itself (bench/ingest_pure.py). Integrity is kept by the
     only writer, ``ledger.store.write_window``, which takes every id from the database in the
     same transaction, and by Django, which still applies ``on_delete`` (CASCADE, SET_NULL)
-    when the referenced rows are deleted through the ORM. The indexes remain. Trade-off: a
+    when the referenced rows are deleted through the ORM. The indexes remain, but for
+    ``cluster``, ``workload`` and ``gpu`` no single-column one: each is the first column of a
+    composite index below, which serves the same lookups; a redundant index costs every
+    window's insert and let the planner scan a whole cluster's history for one window. Trade-off: a
     delete that bypasses the ORM (raw SQL, ``_raw_delete``), or an ORM delete of a workload,
     queue or team that commits while a window referencing it is being written, leaves a
     dangling id here instead of failing the write (the id then matches no row: joins lose the
@@ -64,6 +67,7 @@ class GpuUsage(models.Model):
         related_name="usage",
         on_delete=models.CASCADE,
         db_constraint=False,
+        db_index=False,
     )
     window_start = models.DateTimeField()
     window_end = models.DateTimeField(help_text="A window is (start, end]; samples end it.")
@@ -74,6 +78,7 @@ class GpuUsage(models.Model):
         blank=True,
         on_delete=models.CASCADE,
         db_constraint=False,
+        db_index=False,
     )
     gpu_key = models.CharField(
         max_length=400,
@@ -92,6 +97,7 @@ class GpuUsage(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         db_constraint=False,
+        db_index=False,
     )
     local_queue = models.ForeignKey(
         LocalQueue,

@@ -435,6 +435,13 @@ class Workload(KueueObject):
             models.Index(fields=["cluster_queue", "state"], name="quotas_workload_cq_state"),
             # Pod → Workload join by the job UID label.
             models.Index(fields=["cluster", "job_uid"], name="quotas_workload_job_uid"),
+            # Rows whose GPU pods are still to be counted (alerts.reading, every evaluation):
+            # empty once counted, so the check reads an empty index, not the table.
+            models.Index(
+                fields=["cluster"],
+                condition=models.Q(gpu_pods__isnull=True),
+                name="quotas_workload_pods_uncounted",
+            ),
         ]
 
     def __str__(self) -> str:
