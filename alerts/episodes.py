@@ -17,10 +17,12 @@ earlier start, hours and evidence, as a collection gap neither starts nor ends a
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from functools import lru_cache
 
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 
 from alerts.choices import Rule, Severity
 from alerts.exemptions import ExemptionMatcher, Subject
@@ -29,7 +31,7 @@ from alerts.pricing import Prices
 from alerts.rules import Finding, Findings, WorkloadInfo, uuid_of
 from alerts.store import update_episodes
 from alerts.summary import describe
-from core.bulk import fetch_rows
+from core.bulk import fetch_instances
 from fleet.models import Cluster, Node
 
 COST_PLACES = Decimal("0.0001")  # Episode.cost's decimal places
@@ -89,9 +91,11 @@ class EpisodeBook:
         self.new: list[Episode] = []
         self.dropped: list[int] = []
         self._nodes: dict[str, int] | None = None
+        # What an episode carries between windows besides its fields, by ``id(episode)``.
+        self._running: dict[int, _Running] = {}
         # A resolved episode was evaluated up to the end of the window it resolved in.
         recent = Q(resolved_at__gt=start - RESOLVED_WINDOW_SLACK, evaluated_until__gt=start)
-        for episode in _read(
+        for episode in fetch_instances(
             Episode.objects.filter(cluster=cluster).filter(Q(resolved_at__isnull=True) | recent)
         ):
             self.by_key[(episode.rule, episode.subject_key)].append(episode)
@@ -164,24 +168,17 @@ class EpisodeBook:
         episode.evaluated_until = end
         episode.idle_gpu_hours += finding.idle_gpus * hours
         episode.held_gpu_hours += finding.held_gpus * hours
+        running = self._running_of(episode)
         if finding.rule != Rule.TELEMETRY_MISSING and finding.priced:
-            # Summed exactly in the evidence and rounded into ``cost``, so one evaluation per
-            # window and one per range give the same cost.
-            exact = Decimal(episode.evidence.get("cost_exact", "0"))
+            # Summed exactly (kept in the evidence) and rounded into ``cost``, so one
+            # evaluation per window and one per range give the same cost.
+            exact = running.cost_exact
             for flavor, gpu_model, gpus in finding.priced:
-                price = self.prices.price(flavor, gpu_model, start)
-                exact += price * Decimal(repr(round(gpus * hours, 9)))
-            episode.evidence["cost_exact"] = str(exact)
+                exact += self.prices.price(flavor, gpu_model, start) * _gpu_hours(gpus * hours)
+            running.cost_exact = exact
+            running.priced = True
             episode.cost = exact.quantize(COST_PLACES)
-        episode.gpus = finding.gpus
-        episode.team_id = finding.team_id
-        episode.cluster_queue_id = finding.cluster_queue_id
-        episode.local_queue_id = finding.local_queue_id
-        episode.namespace = finding.namespace
-        episode.workload_id = finding.workload_id
-        episode.node_id = self._node_id(finding.node_name) if finding.node_name else None
-        uuids = set(episode.gpu_uuids) | {uuid_of(key) for key in finding.gpu_keys}
-        episode.gpu_uuids = sorted(uuids)[:EVIDENCE_GPUS]
+        self._identify(episode, finding, running)
         self._evidence(episode, finding, seconds)
         limits = finding.thresholds
         fire_after = getattr(limits, FIRE_AFTER[finding.rule])
@@ -199,6 +196,39 @@ class EpisodeBook:
                 if episode.fired_at is None:
                     episode.fired_at = end
         self._touch(episode)
+
+    def _identify(self, episode: Episode, finding: Finding, running: _Running) -> None:
+        """The episode's subject as the newest window names it. Assigned only when it changed:
+        a foreign key's assignment goes through its descriptor, and in a backfill the same
+        subject is named window after window."""
+        if episode.gpus != finding.gpus:
+            episode.gpus = finding.gpus
+        if episode.team_id != finding.team_id:
+            episode.team_id = finding.team_id
+        if episode.cluster_queue_id != finding.cluster_queue_id:
+            episode.cluster_queue_id = finding.cluster_queue_id
+        if episode.local_queue_id != finding.local_queue_id:
+            episode.local_queue_id = finding.local_queue_id
+        if episode.namespace != finding.namespace:
+            episode.namespace = finding.namespace
+        if episode.workload_id != finding.workload_id:
+            episode.workload_id = finding.workload_id
+        node_id = self._node_id(finding.node_name) if finding.node_name else None
+        if episode.node_id != node_id:
+            episode.node_id = node_id
+        if running.gpu_keys != finding.gpu_keys:
+            # Merging the same keys again changes nothing (the lowest EVIDENCE_GPUS UUIDs).
+            uuids = set(episode.gpu_uuids) | {uuid_of(key) for key in finding.gpu_keys}
+            episode.gpu_uuids = sorted(uuids)[:EVIDENCE_GPUS]
+            running.gpu_keys = finding.gpu_keys
+
+    def _running_of(self, episode: Episode) -> _Running:
+        running = self._running.get(id(episode))
+        if running is None or running.episode is not episode:
+            stored = episode.evidence.get("cost_exact")
+            running = _Running(episode, Decimal(stored or "0"), priced=stored is not None)
+            self._running[id(episode)] = running
+        return running
 
     def _gap(self, episode: Episode, finding: Finding, end: datetime, seconds: int) -> None:
         episode.evaluated_until = end
@@ -246,11 +276,10 @@ class EpisodeBook:
         later.held_seconds += moved
         later.idle_gpu_hours += earlier.idle_gpu_hours
         later.held_gpu_hours += earlier.held_gpu_hours
-        exact = Decimal(later.evidence.get("cost_exact", "0")) + Decimal(
-            earlier.evidence.get("cost_exact", "0")
-        )
-        later.evidence["cost_exact"] = str(exact)
-        later.cost = exact.quantize(COST_PLACES)
+        own, taken = self._running_of(later), self._running_of(earlier)
+        own.cost_exact += taken.cost_exact
+        own.priced = True  # a joined episode always says its exact cost
+        later.cost = own.cost_exact.quantize(COST_PLACES)
         later.gpu_uuids = sorted(set(later.gpu_uuids) | set(earlier.gpu_uuids))[:EVIDENCE_GPUS]
         # When the joined episode crossed each duration: in the earlier part if it did there,
         # else that many held seconds into the later part (which held without a break).
@@ -338,6 +367,9 @@ class EpisodeBook:
         """Write what changed (after ``finish``); (created, updated, deleted)."""
         exemptions = ExemptionMatcher(self.cluster.pk, now)
         silences = list(Silence.objects.filter(ends_at__gt=now))
+        for running in self._running.values():
+            if running.priced:
+                running.episode.evidence["cost_exact"] = str(running.cost_exact)
         for episode in [*self.new, *self.touched.values()]:
             workload = workloads.get(episode.workload_id or 0)
             subject = (
@@ -380,12 +412,18 @@ def _new_gpu_entry(key: str) -> dict[str, object]:
     }
 
 
-def _read(queryset: QuerySet[Episode]) -> list[Episode]:
-    """The episodes of ``queryset``, built the way Django builds them (``Model.from_db``) from
-    one fetch (``core.bulk.fetch_rows``); a window of a large fleet reads thousands of open
-    episodes."""
-    names = [field.attname for field in Episode._meta.concrete_fields]
-    return [
-        Episode.from_db(queryset.db, names, list(values))
-        for values in fetch_rows(queryset.order_by(), *names)
-    ]
+@dataclass
+class _Running:
+    """An episode's exact cost (written into its evidence by ``save``) and the GPU keys last
+    merged into its ``gpu_uuids``."""
+
+    episode: Episode
+    cost_exact: Decimal
+    priced: bool = False  # a priced window was added (the evidence keeps ``cost_exact``)
+    gpu_keys: list[str] | None = None
+
+
+@lru_cache(maxsize=4096)
+def _gpu_hours(value: float) -> Decimal:
+    """GPU-hours as the exact decimal of their float rounded to 9 places (the cost's terms)."""
+    return Decimal(repr(round(value, 9)))

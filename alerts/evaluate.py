@@ -23,10 +23,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from alerts.episodes import EpisodeBook
-from alerts.reading import read_windows
+from alerts.reading import LOOKUP_BATCH_SIZE, read_windows
 from alerts.rules import QueueInfo, RuleSet, WorkloadInfo
 from alerts.thresholds import ThresholdResolver
-from core.bulk import fetch_rows
+from core.bulk import fetch_rows, filter_in
 from core.gcpause import gc_paused
 from core.mig import GPU_RESOURCE
 from fleet.models import Cluster
@@ -130,7 +130,16 @@ def _add_workloads(cluster_id: int, known: dict[int, WorkloadInfo], ids: set[int
     missing = ids - known.keys()
     if not missing:
         return
-    queryset = Workload.objects.filter(cluster_id=cluster_id, pk__in=missing).order_by()
+    rows = [
+        row
+        for queryset in filter_in(
+            Workload.objects.filter(cluster_id=cluster_id).order_by(),
+            "pk",
+            sorted(missing),
+            LOOKUP_BATCH_SIZE,
+        )
+        for row in fetch_rows(queryset, *WORKLOAD_FIELDS)
+    ]
     for (
         pk,
         namespace,
@@ -143,7 +152,7 @@ def _add_workloads(cluster_id: int, known: dict[int, WorkloadInfo], ids: set[int
         admitted_gpus,
         requested_gpus,
         flavors,
-    ) in fetch_rows(queryset, *WORKLOAD_FIELDS):
+    ) in rows:
         flavors = flavors if isinstance(flavors, dict) else {}
         known[pk] = WorkloadInfo(
             id=pk,

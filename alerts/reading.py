@@ -32,7 +32,7 @@ from django.db.models.functions import Concat
 from django.utils.dateparse import parse_datetime
 
 from alerts.rules import EPSILON, Hold, QueueSample, UsageRow
-from core.bulk import fetch_rows, fetch_sql
+from core.bulk import fetch_rows, fetch_sql, filter_in
 from core.mig import GPU_RESOURCE
 from ledger.models import GpuUsage
 from quotas.choices import HOLDING_STATES, TransitionKind
@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 # Stored rows per chunk when a range spans many windows.
 ROWS_PER_READ = 200_000
+# Ids per ``IN`` list where the database has no array parameter (SQLite's variable limit).
+LOOKUP_BATCH_SIZE = 500
 
 # Transitions that end a quota hold.
 HOLD_ENDS = (
@@ -94,17 +96,26 @@ def read_windows(
         )
         if first is None:
             return
-        if span is None:
-            per_window = usage.filter(window_end=first[1]).count()
-            span = (first[1] - first[0]) * max(1, ROWS_PER_READ // max(per_window, 1))
-        upto = min(end, first[0] + span)
+        if not usage.filter(window_end__gt=first[1], window_end__lte=end).exists():
+            # The range's last window (a live evaluation's only one): every row of a window
+            # is written together with the window's start (``ledger.store.write_window``).
+            upto = first[1]
+            windows = {first[1]: Window(first[0], first[1])}
+        else:
+            if span is None:
+                per_window = usage.filter(window_end=first[1]).count()
+                span = (first[1] - first[0]) * max(1, ROWS_PER_READ // max(per_window, 1))
+            upto = min(end, first[0] + span)
+            windows = {
+                window_end: Window(window_start, window_end)
+                for window_end, window_start in usage.filter(
+                    window_end__gte=first[1], window_end__lte=upto
+                )
+                .order_by()
+                .values_list("window_end")
+                .annotate(start=Min("window_start"))
+            }
         chunk = usage.filter(window_end__gte=first[1], window_end__lte=upto)
-        windows = {
-            window_end: Window(window_start, window_end)
-            for window_end, window_start in chunk.order_by()
-            .values_list("window_end")
-            .annotate(start=Min("window_start"))
-        }
         _candidates(cluster_id, first[1], upto, idle_threshold, windows)
         _short(cluster_id, start, chunk, windows, holders)
         _samples(cluster_id, first[1], upto, windows)
@@ -220,9 +231,11 @@ def _short(
 ) -> None:
     """Per window of the chunk, the holders running fewer pods than their gang's GPU pods.
 
-    The database leaves out every gang that ran whole in every window of the chunk (most of
-    them); the rest, and their pods per window, are read and compared here. ``holders`` gets
-    the holds read."""
+    The database leaves out the gangs it can prove ran whole in every window of the chunk (most
+    of them), with one grouping on integer keys: a window where a gang's rows name one pod has
+    at least one pod running, one where they name two different pods at least two. A gang of
+    three or more GPU pods is never left out there; for the rest (few), the pods of each window
+    are counted exactly here. ``holders`` gets the holds read."""
     if not windows:
         return
     ordered = sorted(windows.values(), key=lambda window: window.end)
@@ -232,17 +245,17 @@ def _short(
     workloads = connection.ops.quote_name(Workload._meta.db_table)
     complete = RawSQL(
         f"""
-        SELECT whole.workload_id FROM (
-            SELECT pods.window_end, pods.workload_id FROM (
-                SELECT DISTINCT window_end, workload_id, namespace, pod FROM {usage}
-                WHERE cluster_id = %s AND window_end >= %s AND window_end <= %s
-                    AND allocated AND workload_id IS NOT NULL
-            ) pods
-            JOIN {workloads} w ON w.id = pods.workload_id
-            GROUP BY pods.window_end, pods.workload_id, w.gpu_pods
-            HAVING COUNT(*) >= w.gpu_pods
-        ) whole
-        GROUP BY whole.workload_id HAVING COUNT(*) = %s
+        SELECT per_window.workload_id FROM (
+            SELECT window_end, workload_id,
+                CASE WHEN MIN(pod) = MAX(pod) THEN 1 ELSE 2 END AS pods_at_least
+            FROM {usage}
+            WHERE cluster_id = %s AND window_end >= %s AND window_end <= %s
+                AND allocated AND workload_id IS NOT NULL
+            GROUP BY window_end, workload_id
+        ) per_window
+        JOIN {workloads} w ON w.id = per_window.workload_id
+        GROUP BY per_window.workload_id, w.gpu_pods
+        HAVING COUNT(*) = %s AND MIN(per_window.pods_at_least) >= w.gpu_pods
         """,  # noqa: S608 - table names come from the models
         [cluster_id, adapt(first.end), adapt(last.end), len(ordered)],
     )
@@ -257,19 +270,21 @@ def _short(
     if not gangs:
         return
     running: dict[tuple[datetime, int], tuple[int, float]] = {}
-    for window_end, workload_id, pods, gpus in fetch_rows(
-        chunk.filter(allocated=True, workload_id__in=list(gangs))
-        .order_by()
-        .values("window_end", "workload_id")
-        .annotate(
-            pods=Count(Concat("namespace", Value("/"), "pod"), distinct=True), used=Sum("gpus")
-        ),
-        "window_end",
-        "workload_id",
-        "pods",
-        "used",
-    ):
-        running[(window_end, workload_id)] = (int(pods), float(gpus))
+    rows = chunk.filter(allocated=True)
+    for query in filter_in(rows, "workload_id", sorted(gangs), LOOKUP_BATCH_SIZE):
+        for window_end, workload_id, pods, gpus in fetch_rows(
+            query.order_by()
+            .values("window_end", "workload_id")
+            .annotate(
+                pods=Count(Concat("namespace", Value("/"), "pod"), distinct=True),
+                used=Sum("gpus"),
+            ),
+            "window_end",
+            "workload_id",
+            "pods",
+            "used",
+        ):
+            running[(_moment(window_end), workload_id)] = (int(pods), float(gpus))
     for window in ordered:
         for workload_id, hold in gangs.items():
             pods, gpus = running.get((window.end, workload_id), (0, 0.0))

@@ -304,6 +304,12 @@ class RuleSet:
             lent[sample.cluster_queue_id] += sample.lent
             if sample.borrowed > EPSILON:
                 by_flavor[sample.cluster_queue_id].append((sample.flavor, "", sample.borrowed))
+        # The queues that lend in this window, per cohort (read once, not per borrower).
+        lending: dict[int, list[tuple[int, str]]] = defaultdict(list)
+        for other, credit in lent.items():
+            lender = self.queues.get(other)
+            if credit > EPSILON and lender is not None and lender.cohort_id is not None:
+                lending[lender.cohort_id].append((other, lender.name))
         for queue_id, amount in borrowed.items():
             if amount <= EPSILON:
                 continue
@@ -314,15 +320,8 @@ class RuleSet:
             queue = self.queues.get(queue_id)
             if queue is None:
                 continue
-            lenders = sorted(
-                self.queues[other].name
-                for other, credit in lent.items()
-                if credit > EPSILON
-                and other != queue_id
-                and other in self.queues
-                and queue.cohort_id is not None
-                and self.queues[other].cohort_id == queue.cohort_id
-            )
+            cohort_lenders = lending.get(queue.cohort_id) if queue.cohort_id is not None else None
+            lenders = sorted(name for other, name in cohort_lenders or () if other != queue_id)
             names = sorted(
                 self.workloads[wid].path for wid in idle_workloads if wid in self.workloads
             )

@@ -19,7 +19,8 @@ Two ways to write, for the two shapes of work:
 
 Reads: :func:`filter_in` (one array parameter on PostgreSQL, ``IN`` batches elsewhere),
 :func:`fetch_rows` (tuples in one fetch on PostgreSQL), :func:`read_keys` (rows by a composite
-key); :func:`update_in` updates rows picked by one field's values the same way.
+key), :func:`fetch_instances` (model instances from one fetch); :func:`update_in` updates rows
+picked by one field's values the same way.
 """
 
 from __future__ import annotations
@@ -29,16 +30,20 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import EmptyResultSet, FieldDoesNotExist
 from django.db import connection
 from django.db.models import BooleanField, DecimalField, Field, JSONField, Model, Q, QuerySet
+from django.db.models.base import ModelState
 from django.db.models.expressions import RawSQL
 from django.db.models.fields.reverse_related import ForeignObjectRel
+from django.db.models.signals import post_init
 from django.utils import timezone
 
 from core.batching import chunks
+
+M = TypeVar("M", bound=Model)
 
 # --- Reading -------------------------------------------------------------------------------------
 
@@ -118,6 +123,32 @@ def fetch_rows(queryset: QuerySet, *fields: str) -> list[tuple]:
                 cells[position] = json.loads(cells[position], cls=decoder)
         out.append(tuple(cells))
     return out
+
+
+def fetch_instances(queryset: QuerySet[M]) -> list[M]:
+    """Every row of ``queryset`` as a model instance with all its concrete fields, from one
+    ``fetch_rows``.
+
+    Each instance is in the state ``Model.from_db`` leaves it (``_state.adding`` false,
+    ``_state.db`` the queryset's database, one attribute per field's ``attname``, ``post_init``
+    sent), but its attributes are set in one ``__dict__`` update: ``Model.__init__`` assigns
+    them one by one, through the descriptor of every foreign key, which was half the cost of
+    reading the ~5,800 open alert episodes a 50,000-GPU window moves on (bench/alerts.py).
+    """
+    model = queryset.model
+    names = [model_field.attname for model_field in model._meta.concrete_fields]
+    db = queryset.db
+    instances = []
+    for values in fetch_rows(queryset, *names):
+        instance = model.__new__(model)
+        instance.__dict__.update(zip(names, values, strict=True))
+        state = ModelState()
+        state.adding = False
+        state.db = db
+        instance._state = state
+        post_init.send(sender=model, instance=instance)
+        instances.append(instance)
+    return instances
 
 
 def _model_field(model: type[Model], name: str) -> Field | None:

@@ -169,6 +169,27 @@ def test_a_gang_with_some_pods_running_is_still_a_ghost(world: World):
     assert episode.idle_gpu_hours == pytest.approx(2 * 20 / 60)
 
 
+@pytest.mark.parametrize(
+    ("gpus", "pods", "running", "ghost"),
+    [
+        (4, 2, 1, True),  # one pod of two, with both its GPUs: its rows name one pod
+        (4, 2, 2, False),
+        (1, 1, 1, False),
+        (6, 3, 2, True),  # three pods or more: always counted exactly
+        (6, 3, 3, False),
+    ],
+)
+def test_pods_are_counted_not_gpu_rows(world: World, gpus, pods, running, ghost):
+    gang = world.gang(world.workload("gang", gpus, pods=pods, reserved_at=at(0)))
+    world.run(gang, range(20), BUSY, running_pods=running)
+    world.evaluate(0, 20)
+    found = world.episodes(Rule.GHOST_RESERVATION)
+    assert bool(found) == ghost
+    if ghost:
+        assert found[0].evidence["pods_running"] == running
+        assert found[0].evidence["pods_expected"] == pods
+
+
 def test_a_released_reservation_is_no_ghost(world: World):
     world.workload("done", 4, pods=4, reserved_at=at(0), state="succeeded", finished_at=at(3))
     world.spare(range(30))

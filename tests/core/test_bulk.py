@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 from django.db.models import Q
+from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 
 from core import bulk
@@ -57,6 +58,37 @@ def test_fetch_rows_decodes_json_fields_as_django_does(cluster):
     assert [row[2] for row in rows] == list(
         Node.objects.order_by("name").values_list("pk", flat=True)
     )
+
+
+def test_fetch_instances_builds_what_the_orm_builds(cluster):
+    labels = {"team": "red", "nested": {"gpus": 8}}
+    Node.objects.create(cluster=cluster, name="n1", labels=labels, gpu_capacity=8)
+    Node.objects.create(cluster=cluster, name="n2")
+    seen: list[object] = []
+
+    def record(sender, instance, **kwargs):
+        seen.append(instance)
+
+    post_init.connect(record, sender=Node)
+    try:
+        built = bulk.fetch_instances(Node.objects.order_by("name"))
+    finally:
+        post_init.disconnect(record, sender=Node)
+
+    expected = list(Node.objects.order_by("name"))
+    attnames = [field.attname for field in Node._meta.concrete_fields]
+    assert [[getattr(node, name) for name in attnames] for node in built] == [
+        [getattr(node, name) for name in attnames] for node in expected
+    ]
+    assert built[0].labels == labels
+    assert all(not node._state.adding and node._state.db == "default" for node in built)
+    assert seen == built
+    # The instances behave as the ORM's: a foreign key resolves, a save updates in place.
+    assert built[0].cluster == cluster
+    built[1].gpu_capacity = 4
+    built[1].save(update_fields=["gpu_capacity"])
+    assert Node.objects.get(name="n2").gpu_capacity == 4
+    assert Node.objects.count() == 2
 
 
 @pytest.mark.parametrize("batch_size", [2, 100])
