@@ -198,29 +198,32 @@ class EpisodeBook:
         self._touch(episode)
 
     def _identify(self, episode: Episode, finding: Finding, running: _Running) -> None:
-        """The episode's subject as the newest window names it. Assigned only when it changed:
-        a foreign key's assignment goes through its descriptor, and in a backfill the same
-        subject is named window after window."""
-        if episode.gpus != finding.gpus:
-            episode.gpus = finding.gpus
-        if episode.team_id != finding.team_id:
-            episode.team_id = finding.team_id
-        if episode.cluster_queue_id != finding.cluster_queue_id:
-            episode.cluster_queue_id = finding.cluster_queue_id
-        if episode.local_queue_id != finding.local_queue_id:
-            episode.local_queue_id = finding.local_queue_id
-        if episode.namespace != finding.namespace:
-            episode.namespace = finding.namespace
-        if episode.workload_id != finding.workload_id:
-            episode.workload_id = finding.workload_id
-        node_id = self._node_id(finding.node_name) if finding.node_name else None
-        if episode.node_id != node_id:
-            episode.node_id = node_id
-        if running.gpu_keys != finding.gpu_keys:
-            # Merging the same keys again changes nothing (the lowest EVIDENCE_GPUS UUIDs).
-            uuids = set(episode.gpu_uuids) | {uuid_of(key) for key in finding.gpu_keys}
-            episode.gpu_uuids = sorted(uuids)[:EVIDENCE_GPUS]
-            running.gpu_keys = finding.gpu_keys
+        """The episode's subject as the newest window names it; nothing to do when it names
+        what the previous window named (a backfill names the same subject window after window,
+        and a foreign key's assignment goes through its descriptor)."""
+        subject = (
+            finding.gpus,
+            finding.team_id,
+            finding.cluster_queue_id,
+            finding.local_queue_id,
+            finding.namespace,
+            finding.workload_id,
+            finding.node_name,
+            finding.gpu_keys,
+        )
+        if running.subject == subject:
+            return
+        episode.gpus = finding.gpus
+        episode.team_id = finding.team_id
+        episode.cluster_queue_id = finding.cluster_queue_id
+        episode.local_queue_id = finding.local_queue_id
+        episode.namespace = finding.namespace
+        episode.workload_id = finding.workload_id
+        episode.node_id = self._node_id(finding.node_name) if finding.node_name else None
+        # Merging the same keys again would change nothing (the lowest EVIDENCE_GPUS UUIDs).
+        uuids = set(episode.gpu_uuids) | {uuid_of(key) for key in finding.gpu_keys}
+        episode.gpu_uuids = sorted(uuids)[:EVIDENCE_GPUS]
+        running.subject = subject
 
     def _running_of(self, episode: Episode) -> _Running:
         running = self._running.get(id(episode))
@@ -414,13 +417,13 @@ def _new_gpu_entry(key: str) -> dict[str, object]:
 
 @dataclass
 class _Running:
-    """An episode's exact cost (written into its evidence by ``save``) and the GPU keys last
-    merged into its ``gpu_uuids``."""
+    """An episode's exact cost (written into its evidence by ``save``) and the subject its last
+    window named."""
 
     episode: Episode
     cost_exact: Decimal
     priced: bool = False  # a priced window was added (the evidence keeps ``cost_exact``)
-    gpu_keys: list[str] | None = None
+    subject: tuple[object, ...] | None = None  # what the last window named (``_identify``)
 
 
 @lru_cache(maxsize=4096)
