@@ -19,6 +19,7 @@ from django.db.models import Case, Count, ExpressionWrapper, FloatField, Max, Q,
 from django.db.models.functions import Cast, Round
 
 from core.bulk import fetch_rows
+from core.pgsettings import local_settings
 from core.ranges import HourSpan, TimeRange, covered_hours
 from fleet.choices import ActivitySource
 from fleet.models import Cluster, Gpu
@@ -230,20 +231,25 @@ def _fetch(
     queryset: models.QuerySet[Any, Any],
     big_scan: bool,
     aggregates: dict[str, Sum | Max] | None = None,
+    work_mem: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the aggregate (``queryset.aggregate(**aggregates)`` when given), JIT off if asked."""
+    """Run the aggregate (``queryset.aggregate(**aggregates)`` when given), JIT off if asked and
+    with ``work_mem`` for its hash tables (``core.pgsettings``: one statement for both)."""
 
     def run() -> list[dict[str, Any]]:
         if aggregates is not None:
             return [queryset.aggregate(**aggregates)]
         return list(queryset)
 
+    planner: dict[str, str] = {}
+    if big_scan:
+        planner["jit"] = "off"
+    if work_mem is not None:
+        planner["work_mem"] = work_mem
     connection = connections[queryset.db]
-    if not big_scan or connection.vendor != "postgresql":
+    if not planner or connection.vendor != "postgresql":
         return run()
-    with transaction.atomic(using=queryset.db):
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL jit = off")
+    with transaction.atomic(using=queryset.db), local_settings(queryset.db, planner):
         return run()
 
 
@@ -285,6 +291,7 @@ class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
         order_by: Sequence[str] = (),
         limit: int | None = None,
         big_scan: bool = False,
+        work_mem: str | None = None,
         into: type[F] = Figures,  # type: ignore[assignment]
     ) -> dict[Any, F]:
         """``{group: Figures}`` in one GROUP BY query.
@@ -295,7 +302,8 @@ class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
         figures read (the others stay 0): the chargeback reads only what its covering index
         carries. ``order_by`` takes figure names (``"-allocated_gpu_hours"``) and group fields;
         with ``limit`` it returns the top groups. ``big_scan`` turns PostgreSQL's JIT off for
-        this query: on scans of months of rows compiling costs 1-3 s, more than the scan.
+        this query: on scans of months of rows compiling costs 1-3 s, more than the scan;
+        ``work_mem`` gives its hash aggregate that much memory (PostgreSQL), for many groups.
         ``into`` is the value type, ``Figures`` or a subclass (the chargeback's priced one).
         """
         if not group_by:
@@ -312,7 +320,7 @@ class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
         group_of = itemgetter(*group_by)  # the value for one field, the tuple for several
         return {
             group_of(row): into.from_values(row, SUM_PREFIX, names)
-            for row in _fetch(queryset, big_scan)
+            for row in _fetch(queryset, big_scan, work_mem=work_mem)
         }
 
     def ranking(

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connections, transaction
 from django.db.models import Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Concat, TruncDay, TruncMonth
 
@@ -23,20 +21,6 @@ from quotas.models import ClusterQueue, LocalQueue, Team, TeamNamespace, Workloa
 # GroupAggregate (1.3-1.6 s on bench/pages.py's data); in 32 MB or more it hashes them (0.55-0.6
 # s). 64 MB leaves room for longer windows; past it PostgreSQL spills the hash to disk.
 AGGREGATE_WORK_MEM = "64MB"
-
-
-@contextmanager
-def aggregate_memory(alias: str) -> Iterator[None]:
-    """``work_mem`` = ``AGGREGATE_WORK_MEM`` until the transaction ends (PostgreSQL; elsewhere a
-    no-op): one statement. No savepoint: a SET LOCAL outlives a released savepoint anyway."""
-    connection = connections[alias]
-    if connection.vendor != "postgresql":
-        yield
-        return
-    with transaction.atomic(using=alias, savepoint=False):
-        with connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL work_mem = '{AGGREGATE_WORK_MEM}'")
-        yield
 
 
 @dataclass(frozen=True)
@@ -73,7 +57,7 @@ def aggregate_pieces(
     many_groups: bool = False,
 ) -> Iterator[Piece]:
     """Priced sums of the rollups of ``scope`` over the hours ``[start, end)`` counts, one query
-    (``many_groups``: a whole report's, with ``aggregate_memory`` for its hash table)."""
+    (``many_groups``: a whole report's, with ``AGGREGATE_WORK_MEM`` for its hash table)."""
     rollups = HourlyRollup.objects.for_scope(scope).covering(start, end)
     if cluster is not None:
         rollups = rollups.filter(cluster=cluster)
@@ -89,10 +73,14 @@ def aggregate_pieces(
     if segment is not None:
         computed["segment"] = segment
         group_fields.append("segment")
-    with aggregate_memory(rollups.db) if many_groups else nullcontext():
-        found = rollups.figures(
-            group_fields, names=CHARGEBACK_FIGURES, computed=computed, big_scan=True, into=Charge
-        )
+    found = rollups.figures(
+        group_fields,
+        names=CHARGEBACK_FIGURES,
+        computed=computed,
+        big_scan=True,
+        work_mem=AGGREGATE_WORK_MEM if many_groups else None,
+        into=Charge,
+    )
     column = {name: index for index, name in enumerate(group_fields)}
     extra_columns = [(name, column[name]) for name in extra_fields]
     period_column, segment_column = column.get("period"), column.get("segment")

@@ -16,14 +16,13 @@ path's nine scans of the hour took 28-33 s at load 3-4. 5,000 GPUs: about 1 s.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from django.db import connection
 from django.utils import timezone
 
+from core.pgsettings import local_settings
 from fleet.choices import ActivitySource
 from fleet.models import Cluster
 from ledger.choices import RollupScope
@@ -71,20 +70,6 @@ _PLANNER_SETTINGS = {
     "jit": "off",
     "max_parallel_workers_per_gather": "0",
 }
-
-
-@contextmanager
-def _planner_settings() -> Iterator[None]:
-    """Apply ``_PLANNER_SETTINGS`` to this transaction; put the previous values back after."""
-    names = list(_PLANNER_SETTINGS)
-    apply = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(names))
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT " + ", ".join(["current_setting(%s)"] * len(names)), names)
-        previous = cursor.fetchone()
-        cursor.execute(apply, [v for name in names for v in (name, _PLANNER_SETTINGS[name])])
-    yield
-    with connection.cursor() as cursor:
-        cursor.execute(apply, [v for pair in zip(names, previous, strict=True) for v in pair])
 
 
 def _grain_sums() -> tuple[list[str], list[Any]]:
@@ -264,7 +249,7 @@ def fast_usage_rows(
 
     On an error the transaction (or savepoint) rolls back, and the temporary tables with it.
     """
-    with _planner_settings():
+    with local_settings(connection.alias, _PLANNER_SETTINGS, restore=True):
         mixed_lengths = _create_grains(cluster.pk, hour, end)
         found = {
             group.scope: _grain_rows(group, mixed_lengths) for group in usage_groups(cluster.name)

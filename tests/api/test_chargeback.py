@@ -450,8 +450,8 @@ def test_chargeback_runs_a_bounded_number_of_queries(
         for i in range(50)
     )  # fmt: skip
 
-    # 9: the aggregate's SET LOCAL work_mem (ledger.chargeback.query.aggregate_memory) is one.
-    with django_assert_max_num_queries(9):
+    # 7: the aggregate's planner settings (JIT off, work_mem) are one statement (core.pgsettings).
+    with django_assert_max_num_queries(7):
         response = get(staff_client, group_by=group_by, step="day")
 
     assert response.status_code == 200
