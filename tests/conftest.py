@@ -17,3 +17,13 @@ def cluster(db):
     from fleet.models import Cluster
 
     return Cluster.objects.create(name="test", display_name="Test cluster")
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    """Each test starts with an empty cache: no chargeback report built by another test's data
+    (tests write rollups directly, not through the rollup that versions them) is found."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield

@@ -3,6 +3,8 @@
 The same ``ledger.chargeback.build_report`` as ``/api/v1/chargeback/``, over the whole UTC hours
 the picked range counts; the page links the equivalent API URL (JSON and CSV). Visibility is the
 API's: staff and finance see every team, a team lead their teams (and fleet-level groupings).
+Both read it through ``ledger.chargeback.cache``: a report built once is paged from the cache
+(only the page's rows are read) until its rollups, rate cards or groups change.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -61,7 +62,9 @@ def chargeback_page(request: HttpRequest, time_range: TimeRange) -> HttpResponse
     if span.count <= 0:
         raise BadParameter("the range covers no whole hour yet: pick a longer one")
     try:
-        report = chargeback.build_report(
+        report, page = chargeback.cached_report_page(
+            int_param(request, "page", 1),
+            PAGE_SIZE,
             start=span.first,
             end=span.stop,
             group_by=group_by,
@@ -70,7 +73,6 @@ def chargeback_page(request: HttpRequest, time_range: TimeRange) -> HttpResponse
         )
     except chargeback.ChargebackError as exc:
         raise BadParameter(f"{exc.parameter}: {exc.reason}") from None
-    page = Paginator(report.rows, PAGE_SIZE).get_page(int_param(request, "page", 1))
     rows = [
         {
             "group": row.group,

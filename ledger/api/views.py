@@ -140,7 +140,7 @@ class ChargebackView(ChargebackThrottled):
                 raise chargeback.ChargebackError(
                     "step", f"{step!r} is not one of {', '.join(chargeback.STEPS)}"
                 )
-            report = chargeback.build_report(
+            report = chargeback.cached_report(
                 start=start,
                 end=end,
                 group_by=group_by,

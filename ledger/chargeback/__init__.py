@@ -30,7 +30,8 @@ API" has the worked example):
 
 The package: ``base`` (parameters, periods, money, ``Charge``), ``pricing`` (``Pricer``),
 ``query`` (the aggregate query, who sees what), ``groups`` (the groups that existed),
-``report`` (``build_report`` and its JSON and CSV forms).
+``report`` (``build_report`` and its JSON and CSV forms), ``cache`` (built reports kept under
+their parameters and data version: what the page and the API call).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from ledger.chargeback.base import (
     to_decimal,
     utc_text,
 )
+from ledger.chargeback.cache import cached_report, cached_report_page, data_version
 from ledger.chargeback.groups import KnownGroup, known_groups, waiting_or_holding
 from ledger.chargeback.pricing import Pricer
 from ledger.chargeback.query import (
@@ -73,13 +75,16 @@ from ledger.chargeback.query import (
 )
 from ledger.chargeback.report import (
     Report,
+    ReportInputs,
     Row,
     build_report,
+    check_request,
     check_window,
     csv_columns,
     csv_records,
     parse_instant,
     parse_iso,
+    read_inputs,
     resolve_cluster,
     row_dict,
     totals_dict,
@@ -107,15 +112,20 @@ __all__ = [
     "Piece",
     "Pricer",
     "Report",
+    "ReportInputs",
     "Row",
     "aggregate_pieces",
     "build_report",
+    "cached_report",
+    "cached_report_page",
     "ceil_hour",
     "cents",
     "chargeback_model",
+    "check_request",
     "check_window",
     "csv_columns",
     "csv_records",
+    "data_version",
     "is_whole_hour",
     "known_groups",
     "next_period",
@@ -125,6 +135,7 @@ __all__ = [
     "period_expression",
     "period_floor",
     "period_starts",
+    "read_inputs",
     "resolve_cluster",
     "restriction",
     "row_dict",

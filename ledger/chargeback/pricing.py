@@ -16,6 +16,11 @@ from ledger.models import RateCard
 logger = logging.getLogger("ledger.chargeback")
 
 
+def rate_cards(currency: str) -> list[RateCard]:
+    """The cards that price in ``currency``, oldest first."""
+    return list(RateCard.objects.in_currency(currency).order_by("effective_from"))
+
+
 class Pricer:
     """Rate cards in force per hour, and the price segments of a window.
 
@@ -23,10 +28,18 @@ class Pricer:
     (a CASE on ``hour``) so each piece is priced with one card.
     """
 
-    def __init__(self, start: datetime, end: datetime, currency: str, model: str) -> None:
+    def __init__(
+        self,
+        start: datetime,
+        end: datetime,
+        currency: str,
+        model: str,
+        cards: list[RateCard] | None = None,
+    ) -> None:
+        """``cards``: the cards in ``currency`` as ``rate_cards`` reads them, when already read."""
         self.start = start
         self.model = model
-        self.cards = list(RateCard.objects.in_currency(currency).order_by("effective_from"))
+        self.cards = rate_cards(currency) if cards is None else cards
         self.breaks = sorted(
             {
                 ceil_hour(card.effective_from)

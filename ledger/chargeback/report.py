@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,9 +27,10 @@ from ledger.chargeback.base import (
     period_starts,
     utc_text,
 )
-from ledger.chargeback.groups import known_groups
-from ledger.chargeback.pricing import Pricer
+from ledger.chargeback.groups import KnownGroup, known_groups
+from ledger.chargeback.pricing import Pricer, rate_cards
 from ledger.chargeback.query import aggregate_pieces, restriction
+from ledger.models import RateCard
 
 
 @dataclass
@@ -48,9 +49,12 @@ class Report:
     step: str
     currency: str
     model: str
-    rows: list[Row]
+    # A list when built; a stored report's rows are read as they are asked for (``cache``).
+    rows: Sequence[Row]
     totals: Charge
     rate_cards: int = 0
+    # Rows with GPU-hours no rate card priced (every row when there is no card): counted once.
+    unpriced_rows: int = 0
 
     @property
     def with_capacity(self) -> bool:
@@ -62,7 +66,7 @@ class Report:
 
     def pricing(self) -> dict[str, Any]:
         """Whether the costs mean anything, said once for the whole answer."""
-        unpriced = [row for row in self.rows if not self.priced(row.figures)]
+        unpriced = self.unpriced_rows
         if self.rate_cards == 0:
             note = (
                 f"No rate card in {self.currency}: every cost is 0.00. Add rate cards "
@@ -71,7 +75,7 @@ class Report:
         elif unpriced:
             hours = round(self.totals.unpriced_gpu_hours, 1)
             note = (
-                f"{len(unpriced)} of {len(self.rows)} rows include GPU-hours no rate card "
+                f"{unpriced} of {len(self.rows)} rows include GPU-hours no rate card "
                 f"prices ({hours:g} GPU-hours in all), counted at 0.00."
             )
         else:
@@ -79,7 +83,7 @@ class Report:
         return {
             "complete": self.rate_cards > 0 and not unpriced,
             "rate_cards": self.rate_cards,
-            "unpriced_rows": len(unpriced),
+            "unpriced_rows": unpriced,
             "unpriced_gpu_hours": round(self.totals.unpriced_gpu_hours, HOURS_DIGITS),
             "note": note,
         }
@@ -139,6 +143,40 @@ def resolve_cluster(name: str | None) -> Cluster | None:
     return cluster
 
 
+def check_request(group_by: str, step: str, start: datetime, end: datetime) -> None:
+    """What ``build_report`` refuses before it reads anything."""
+    if group_by not in GROUP_SCOPES:
+        raise ChargebackError("group_by", f"unknown group {group_by!r}")
+    if step not in STEPS:
+        raise ChargebackError("step", f"unknown step {step!r}")
+    check_window(start, end, start_name="start", end_name="end")
+
+
+@dataclass
+class ReportInputs:
+    """What a report reads besides the rollups: the groups that existed in the window (they get
+    zero rows), the rate cards in the currency and the cluster names. Read once per request:
+    ``cache.data_version`` keys a stored report by them, ``build_report`` builds from them."""
+
+    known: list[KnownGroup]
+    cards: list[RateCard]
+    cluster_names: dict[int, str]
+
+
+def read_inputs(
+    group_by: str,
+    start: datetime,
+    end: datetime,
+    cluster: Cluster | None,
+    team_ids: set[int] | None,
+) -> ReportInputs:
+    return ReportInputs(
+        known=known_groups(group_by, start, end, cluster, team_ids),
+        cards=rate_cards(settings.GPULEDGER_CURRENCY),
+        cluster_names=dict(Cluster.objects.values_list("id", "name")),
+    )
+
+
 def build_report(
     *,
     start: datetime,
@@ -147,22 +185,22 @@ def build_report(
     step: str = "none",
     cluster: Cluster | None = None,
     team_ids: set[int] | None = None,
+    inputs: ReportInputs | None = None,
 ) -> Report:
     """The chargeback report of ``group_by`` over ``[start, end)`` as ``team_ids`` may see it.
 
     ``team_ids`` is ``access.visible_team_ids(user)``: None for staff and finance, and for
-    everyone under ``GPULEDGER_TEAM_VISIBILITY=public``.
+    everyone under ``GPULEDGER_TEAM_VISIBILITY=public``. ``inputs``: ``read_inputs`` of these
+    parameters when the caller has read them already.
     """
-    if group_by not in GROUP_SCOPES:
-        raise ChargebackError("group_by", f"unknown group {group_by!r}")
-    if step not in STEPS:
-        raise ChargebackError("step", f"unknown step {step!r}")
-    check_window(start, end, start_name="start", end_name="end")
+    check_request(group_by, step, start, end)
     model = chargeback_model()
     currency = settings.GPULEDGER_CURRENCY
     periods = period_starts(start, end, step) if step != "none" else [None]
 
-    known = known_groups(group_by, start, end, cluster, team_ids)
+    if inputs is None:
+        inputs = read_inputs(group_by, start, end, cluster, team_ids)
+    known = inputs.known
     if len(known) * len(periods) > MAX_PADDED_ROWS:
         raise ChargebackError(
             "step",
@@ -170,7 +208,7 @@ def build_report(
             "use a coarser step or a shorter window",
         )
 
-    pricer = Pricer(start, end, currency, model)
+    pricer = Pricer(start, end, currency, model, cards=inputs.cards)
     merged_cluster = group_by == "team"
     rows: dict[tuple[datetime | None, str, int | None], Charge] = {}
     pieces = aggregate_pieces(
@@ -201,7 +239,7 @@ def build_report(
             if exists:
                 rows.setdefault((period, group.key, group.cluster_id), Charge())
 
-    cluster_names: dict[int | None, str | None] = dict(Cluster.objects.values_list("id", "name"))
+    cluster_names: dict[int | None, str | None] = {k: v for k, v in inputs.cluster_names.items()}
     # Team rows span clusters; they name one only when the request was for one.
     cluster_names[None] = cluster.name if cluster is not None else None
     report_rows = [
@@ -212,7 +250,7 @@ def build_report(
     totals = Charge()
     for row in report_rows:
         totals.add_rounded_costs(row.figures)
-    return Report(
+    report = Report(
         start=start,
         end=end,
         group_by=group_by,
@@ -223,6 +261,8 @@ def build_report(
         totals=totals,
         rate_cards=len(pricer.cards),
     )
+    report.unpriced_rows = sum(1 for row in report_rows if not report.priced(row.figures))
+    return report
 
 
 def row_dict(report: Report, row: Row) -> dict[str, Any]:
