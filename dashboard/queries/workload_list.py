@@ -162,14 +162,17 @@ def priced_components(pricer: Pricer) -> list[tuple[str, Any, int]]:
 class RankedWorkloads:
     """The ids of the matching workloads sorted by a figure over a span, for a ``Paginator``.
 
-    The read layer ranks the workloads that have the figure there in one query returning only
-    their ids (largest first, ties newest first); after them come the matches it does not rank
-    (no rollups in the span, or a ratio without a denominator), newest first, read a page at a
-    time. Two queries and a count, however many workloads match.
+    The read layer ranks the workloads that have the figure there, largest first (ties newest
+    first), returning the ids only as far as the page asked for reaches; after them come the
+    matches it does not rank (no rollups in the span, or a ratio without a denominator), newest
+    first, read a page at a time. A page is one ranking query, a count, and, past the ranked
+    workloads, one more query.
     """
 
     def __init__(self, matched: QuerySet[Workload], sort: str, span: HourSpan) -> None:
         self.matched = matched
+        self.sort = sort
+        self.span = span
         rollups = HourlyRollup.objects.for_scope(RollupScope.WORKLOAD).covering(span)
         # Every workload matches (no filter, no team restriction): no semi-join to read.
         every = not matched.query.where
@@ -177,22 +180,30 @@ class RankedWorkloads:
             rollups = rollups.filter(workload__isnull=False)
         else:
             rollups = rollups.filter(workload__in=matched.values("pk"))
-        priced: list[tuple[str, Any, int]] = []
+        self.rollups = rollups
+        self.priced: list[tuple[str, Any, int]] = []
         if sort == "cost":
             pricer = Pricer(span.first, span.stop, settings.GPULEDGER_CURRENCY, chargeback_model())
-            priced = priced_components(pricer)
-        self.ranked: list[int] = []
-        # The workloads ranked (a subquery), for the matches after them.
-        self.ranked_ids = HourlyRollup.objects.none().values_list("workload_id", flat=True)
-        if span.count > 0:
-            # Ties newest first, as NEWEST orders the workloads.
-            how: dict[str, Any] = {
-                "priced": priced,
-                "then": ("-workload__observed_at", "workload_id"),
-            }
-            self.ranked = rollups.ranking("workload_id", RANK_BY[sort], big_scan=True, **how)
-            self.ranked_ids = rollups.ranked("workload_id", RANK_BY[sort], **how).order_by()
+            self.priced = priced_components(pricer)
+        # The top of the ranking read so far, and whether it is all of it.
+        self._top: list[int] = []
+        self._complete = span.count <= 0
         self._count: int | None = None
+
+    def _ranked(self, stop: int) -> list[int]:
+        """The first ``stop`` ranked ids (fewer: all of them)."""
+        if not self._complete and len(self._top) < stop:
+            # Ties newest first, as NEWEST orders the workloads.
+            self._top = self.rollups.ranking(
+                "workload_id",
+                RANK_BY[self.sort],
+                priced=self.priced,
+                then=("-workload__observed_at", "workload_id"),
+                limit=stop,
+                big_scan=True,
+            )
+            self._complete = len(self._top) < stop
+        return self._top[:stop]
 
     def count(self) -> int:
         if self._count is None:
@@ -215,12 +226,15 @@ class RankedWorkloads:
         if isinstance(index, int):
             return self[index : index + 1][0]
         start, stop, _step = index.indices(self.count())
-        ids = self.ranked[start:stop]
-        if stop > len(self.ranked):
-            # Past the ranked workloads: the matches the ranking left out, newest first.
-            rest = self.matched.exclude(pk__in=self.ranked_ids).order_by(*NEWEST)
-            first = max(start, len(self.ranked)) - len(self.ranked)
-            ids += list(rest.values_list("pk", flat=True)[first : stop - len(self.ranked)])
+        ranked = self._ranked(stop)
+        ids = ranked[start:stop]
+        if len(ranked) < stop:
+            # Past the ranked workloads (all of them read): the matches the ranking left out,
+            # newest first.
+            ranked_ids = self.rollups.ranked("workload_id", RANK_BY[self.sort], priced=self.priced)
+            rest = self.matched.exclude(pk__in=ranked_ids.order_by()).order_by(*NEWEST)
+            first = max(start, len(ranked)) - len(ranked)
+            ids += list(rest.values_list("pk", flat=True)[first : stop - len(ranked)])
         return ids
 
 

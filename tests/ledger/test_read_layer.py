@@ -18,6 +18,7 @@ from core.ranges import CUSTOM, TimeRange, covered_hours
 from ledger.choices import RollupScope
 from ledger.figures import FIGURES, Figures
 from ledger.models import HourlyRollup
+from quotas.models import Team
 from tests.ledger.conftest import H10, H11, H12, NOW
 
 TEAMS = HourlyRollup.objects.for_scope(RollupScope.TEAM)
@@ -228,6 +229,33 @@ def test_ranking_by_a_ratio_leaves_out_groups_without_its_denominator(rollups):
         "blue",
         "green",
     ]
+
+
+def test_ranking_ties_by_a_field_of_the_groups_row_as_the_ranked_queryset_orders_them(rollups):
+    """Groups ranked first, then the row they point at joined for the ties: the order of
+    ``ranked`` (which joins it to every rollup row), and ``limit`` keeps its first groups."""
+    green = Team.objects.create(name="green", display_name="A")
+    rollups.red.display_name, rollups.blue.display_name = "C", "B"
+    rollups.red.save()
+    rollups.blue.save()
+    for team in (rollups.blue, green):
+        # Every team's cost is 0: the order is the ties' order, display name descending.
+        HourlyRollup.objects.create(
+            cluster=rollups.cluster, scope=RollupScope.TEAM, key=f"{team.name}-extra", hour=H12,
+            team=team, windows=60,
+        )  # fmt: skip
+    free = [("allocated_gpu_hours", models.Value(0.0, output_field=models.FloatField()), 1)]
+    how = {"priced": free, "then": ("-team__display_name", "team_id")}
+
+    ranked = teams_in_range().ranking("team_id", "cost", **how)
+
+    assert ranked == [rollups.red.pk, rollups.blue.pk, green.pk]
+    assert ranked == list(teams_in_range().ranked("team_id", "cost", **how))
+    assert teams_in_range().ranking("team_id", "cost", limit=2, **how) == ranked[:2]
+    by_hours = teams_in_range().ranking("team_id", "allocated_gpu_hours", then=("team_id",))
+    assert by_hours == [rollups.red.pk, rollups.blue.pk, green.pk]
+    with pytest.raises(ValueError, match="ties"):
+        teams_in_range().ranking("team_id", "cost", priced=free, then=("cluster__name",))
 
 
 def test_ranking_by_cost_sums_priced_rows_rounded_to_cents(rollups):
