@@ -635,6 +635,24 @@ class HourlyRollup(models.Model):
                 condition=Q(scope=RollupScope.CLUSTER_QUEUE),
                 name="fleet_rollup_cq_series",
             ),
+            # The busy-but-not-working page's team table and chart (dashboard.queries.busy
+            # busy_by_team): a month of every team's hours (72,000 rows on bench/pages.py's
+            # data, each on its own table page: a bitmap heap scan of 70 ms) as an index-only
+            # scan of the figures that table shows.
+            models.Index(
+                fields=["hour"],
+                include=[
+                    "team",
+                    "busy_not_working_gpu_hours",
+                    "allocated_gpu_hours",
+                    "gpu_util_gpu_hours",
+                    "gpu_util_covered_gpu_hours",
+                    "active_gpu_hours",
+                    "telemetry_gpu_hours",
+                ],
+                condition=Q(scope=RollupScope.TEAM),
+                name="fleet_rollup_team_busy",
+            ),
             # The workload list sorted by a figure (HourlyRollupQuerySet.ranking): every
             # workload's rows of the range, with what its GPU-hours, idle share and cost sum.
             models.Index(

@@ -564,6 +564,26 @@ def test_busy_page_counts_gpus_now_and_gpu_hours_from_rollups(staff_client, flee
     )
 
 
+def test_busy_team_table_sums_only_what_its_partial_index_carries(staff_client, fleet_data):
+    """busy_by_team is an index-only scan of fleet_rollup_team_busy on PostgreSQL: every figure
+    the team table shows (busy, its share of allocated, GPU_UTIL, utilization) is in it."""
+    from dashboard.queries.busy import BUSY_TEAM_FIGURES
+
+    assert set(BUSY_TEAM_FIGURES) == {
+        "busy_not_working_gpu_hours",
+        "allocated_gpu_hours",
+        "gpu_util_gpu_hours",
+        "gpu_util_covered_gpu_hours",
+        "active_gpu_hours",
+        "telemetry_gpu_hours",
+    }
+    response = staff_client.get(reverse("fleet:busy"), {"range": "24h"})
+    team = next(t for t in response.context["teams"] if t.key == "beta")
+    assert team.figures.busy_share is not None
+    assert team.figures.mean_gpu_util is not None
+    assert team.figures.utilization is not None
+
+
 def test_busy_page_shows_a_lead_only_their_workloads_and_a_hidden_total(lead_client, fleet_data):
     response = lead_client.get(reverse("fleet:busy"), {"range": "24h"})
 
