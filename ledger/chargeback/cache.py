@@ -125,7 +125,20 @@ def data_version(
             for card in inputs.cards
         ),
     )  # fmt: skip
-    _feed(digest, sorted((g.cluster_id or 0, g.key, g.since, g.until) for g in inputs.known))
+    # A group's life only matters inside the window (KnownGroup.existed of its periods): one
+    # created before it or ending after it (a workload finishing now) is the same report.
+    _feed(
+        digest,
+        sorted(
+            (
+                group.cluster_id or 0,
+                group.key,
+                None if group.since is None or group.since <= start else group.since,
+                None if group.until is None or group.until >= end else group.until,
+            )
+            for group in inputs.known
+        ),
+    )
     _feed(digest, sorted(inputs.cluster_names.items()))
     return digest.hexdigest()
 

@@ -16,7 +16,7 @@ from ledger.chargeback import cache as report_cache
 from ledger.choices import RateKind
 from ledger.models import RateCard
 from ledger.rollup import roll_up_hour
-from quotas.models import ClusterQueue
+from quotas.models import ClusterQueue, Workload
 from tests.api.conftest import END, HOURS, LONG_AGO, START
 
 URL = "/api/v1/chargeback/"
@@ -210,6 +210,25 @@ def test_a_new_queue_or_a_renamed_cluster_builds_the_report_again(staff_client, 
     rows = api(staff_client, group_by="cluster_queue").json()["rows"]
     assert {row["cluster"] for row in rows} == {"renamed"}
     assert len(builds) == 3
+
+
+def test_a_workload_ending_after_the_window_keeps_the_report_one_ending_in_it_does_not(
+    staff_client, scenario, builds
+):
+    first = api(staff_client, group_by="workload", step="hour").json()
+    train = Workload.objects.get(name="train-1")
+
+    train.finished_at = END + timedelta(hours=5)  # finishes now, after the window
+    train.save()
+    assert api(staff_client, group_by="workload", step="hour").json() == first
+    assert len(builds) == 1
+
+    train.finished_at = START + timedelta(hours=1)
+    train.save()
+    inside = api(staff_client, group_by="workload", step="hour").json()
+    assert len(builds) == 2
+    with override_settings(GPULEDGER_CHARGEBACK_CACHE_SECONDS=0):
+        assert api(staff_client, group_by="workload", step="hour").json() == inside
 
 
 def test_a_team_leads_report_is_never_stored(lead_client, scenario, builds):
