@@ -7,8 +7,9 @@ ClusterQueues by day, 720,000 rollup rows) and its pricing (bench/RESULTS.md, 20
 index or SQL rewrite brings that under the page's 300 ms; precomputed daily rollups would be a
 second summing of rollups. So the report is built once by ``build_report`` (the one definition
 of every figure) and kept; paging through it, coming back to it, and the API and CSV for the
-same window then read the same built report. The first request after the data changed pays
-the whole build (about 2 s at that size; bench/RESULTS.md).
+same window then read the same built report (25-40 ms a page). The first request after the
+data changed pays the whole build plus the version and the storing (1.6-2.4 s at that size,
+about 0.15 s more than the build alone; bench/RESULTS.md).
 
 A stored report is found only under the key of exactly what it was built from, read afresh on
 every request (``data_version``):
@@ -19,8 +20,9 @@ every request (``data_version``):
   (``updated_at``, ``rolled_up_at``, ``rolled_changes``) in the same transaction; a prune
   deletes both. A re-roll of any hour of the window therefore changes the key;
 - the rate cards in the currency (every field that prices);
-- the groups that existed in the window (``known_groups``: they get zero rows) and the cluster
-  names: a new, renamed or deleted queue, workload or cluster changes the key.
+- the groups that existed in the window (``known_groups``: they get zero rows; a creation
+  before the window or an end after it counts as open, as it gives the same rows) and the
+  cluster names: a new, renamed or deleted queue, workload or cluster changes the key.
 
 The version is read before the report is built, so a report built while a rollup commits is
 stored under the older key, which no later request asks for. Reports of a user who sees only
