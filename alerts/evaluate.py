@@ -29,6 +29,7 @@ from alerts.thresholds import ThresholdResolver
 from core.bulk import fetch_rows, filter_in
 from core.gcpause import gc_paused
 from core.mig import GPU_RESOURCE
+from core.pgsettings import local_settings
 from fleet.models import Cluster
 from quotas.models import ClusterQueue, Workload
 
@@ -63,12 +64,9 @@ def evaluate_range(
 ) -> EvaluationResult:
     """Evaluate every stored window of the cluster ending in ``(start, end]``."""
     now = now or timezone.now()
-    with transaction.atomic(), gc_paused():
+    # JIT off: compiling each chunk's queries cost more than running them (bench/alerts.py).
+    with transaction.atomic(), gc_paused(), local_settings(connection.alias, {"jit": "off"}):
         cluster = Cluster.objects.select_for_update().get(pk=cluster_id)
-        if connection.vendor == "postgresql":
-            # Compiling each chunk's queries cost more than running them (bench/alerts.py).
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL jit = off")
         result = EvaluationResult(cluster=cluster.name)
         resolver = ThresholdResolver(cluster.pk)
         rules = RuleSet(cluster.name, resolver, _queues(cluster.pk), {})

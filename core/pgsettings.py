@@ -8,7 +8,8 @@ block ends, for a block inside a longer transaction (the rollup's fast path). On
 it does nothing.
 
 Callers: the read layer's big scans (``ledger.models``: JIT off, and the chargeback's hash
-aggregate memory) and the rollup's fast path (``ledger.rollup.postgres``).
+aggregate), the rollup's fast path (``ledger.rollup.postgres``) and the alert evaluation
+(``alerts.evaluate``: JIT off).
 """
 
 from __future__ import annotations

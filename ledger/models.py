@@ -8,6 +8,7 @@ The tables keep the names they had before this app existed (``db_table``), so th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from operator import itemgetter
@@ -228,14 +229,35 @@ def _ordering(term: str, names: tuple[str, ...]) -> str:
     return term
 
 
+# A hash aggregate's memory per group the caller expects (``hash_groups``): a chargeback piece
+# (five grouping keys, nine sums) takes ~600 bytes of PostgreSQL's hash table; the rest is room.
+HASH_BYTES_PER_GROUP = 1024
+HASH_WORK_MEM_MB = (4, 64)  # PostgreSQL's default, and the most one aggregate gets
+
+
+def hash_aggregate_settings(groups: int) -> dict[str, str]:
+    """Planner settings for an aggregate into about ``groups`` groups, which the caller knows
+    and PostgreSQL cannot estimate: it multiplies each grouping column's distinct values over
+    the whole table (every scope's keys), e.g. ~990,000 groups for the 200 teams of a year.
+    From that estimate it sorted 1.75 M rollup rows on disk (3.3 s, where hashing them took
+    0.95 s) once ``work_mem`` was large, and sorted a month of ClusterQueues by day (1.0 s,
+    hashing: 0.5 s) while it was small (bench/RESULTS.md). So: hash, in memory sized for the
+    groups (a table sized for the planner's estimate is slower to build, and PostgreSQL spills
+    a hash that outgrows it to disk rather than fail)."""
+    low, high = HASH_WORK_MEM_MB
+    megabytes = min(high, max(low, math.ceil(groups * HASH_BYTES_PER_GROUP / 2**20)))
+    return {"enable_sort": "off", "work_mem": f"{megabytes}MB"}
+
+
 def _fetch(
     queryset: models.QuerySet[Any, Any],
     big_scan: bool,
     aggregates: dict[str, Sum | Max] | None = None,
-    work_mem: str | None = None,
+    hash_groups: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run the aggregate (``queryset.aggregate(**aggregates)`` when given), JIT off if asked and
-    with ``work_mem`` for its hash tables (``core.pgsettings``: one statement for both)."""
+    hashed into ``hash_groups`` groups (``hash_aggregate_settings``; ``core.pgsettings``: one
+    statement for every setting)."""
 
     def run() -> list[dict[str, Any]]:
         if aggregates is not None:
@@ -245,8 +267,8 @@ def _fetch(
     planner: dict[str, str] = {}
     if big_scan:
         planner["jit"] = "off"
-    if work_mem is not None:
-        planner["work_mem"] = work_mem
+    if hash_groups is not None:
+        planner.update(hash_aggregate_settings(hash_groups))
     connection = connections[queryset.db]
     if not planner or connection.vendor != "postgresql":
         return run()
@@ -292,7 +314,7 @@ class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
         order_by: Sequence[str] = (),
         limit: int | None = None,
         big_scan: bool = False,
-        work_mem: str | None = None,
+        hash_groups: int | None = None,
         into: type[F] = Figures,  # type: ignore[assignment]
     ) -> dict[Any, F]:
         """``{group: Figures}`` in one GROUP BY query.
@@ -304,7 +326,8 @@ class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
         carries. ``order_by`` takes figure names (``"-allocated_gpu_hours"``) and group fields;
         with ``limit`` it returns the top groups. ``big_scan`` turns PostgreSQL's JIT off for
         this query: on scans of months of rows compiling costs 1-3 s, more than the scan;
-        ``work_mem`` gives its hash aggregate that much memory (PostgreSQL), for many groups.
+        ``hash_groups``: the number of groups the caller expects, for the aggregate's plan
+        (``hash_aggregate_settings``).
         ``into`` is the value type, ``Figures`` or a subclass (the chargeback's priced one).
         """
         if not group_by:
@@ -321,7 +344,7 @@ class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
         group_of = itemgetter(*group_by)  # the value for one field, the tuple for several
         return {
             group_of(row): into.from_values(row, SUM_PREFIX, names)
-            for row in _fetch(queryset, big_scan, work_mem=work_mem)
+            for row in _fetch(queryset, big_scan, hash_groups=hash_groups)
         }
 
     def ranking(

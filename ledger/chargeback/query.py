@@ -16,12 +16,6 @@ from ledger.chargeback.pricing import Pricer
 from ledger.models import HourlyRollup
 from quotas.models import ClusterQueue, LocalQueue, Team, TeamNamespace, Workload
 
-# Memory for the aggregate's hash table on PostgreSQL. A month of 1,000 ClusterQueues by day is
-# ~150,000 estimated groups: in the default 4 MB the planner sorts 720,000 rollup rows for a
-# GroupAggregate (1.3-1.6 s on bench/pages.py's data); in 32 MB or more it hashes them (0.55-0.6
-# s). 64 MB leaves room for longer windows; past it PostgreSQL spills the hash to disk.
-AGGREGATE_WORK_MEM = "64MB"
-
 
 @dataclass(frozen=True)
 class Piece:
@@ -54,10 +48,10 @@ def aggregate_pieces(
     trunc: str | None = None,
     restrict: Q | None = None,
     extra_fields: Iterable[str] = (),
-    many_groups: bool = False,
+    groups: int | None = None,
 ) -> Iterator[Piece]:
     """Priced sums of the rollups of ``scope`` over the hours ``[start, end)`` counts, one query
-    (``many_groups``: a whole report's, with ``AGGREGATE_WORK_MEM`` for its hash table)."""
+    (``groups``: the rows a whole report expects, for the aggregate's plan)."""
     rollups = HourlyRollup.objects.for_scope(scope).covering(start, end)
     if cluster is not None:
         rollups = rollups.filter(cluster=cluster)
@@ -78,7 +72,7 @@ def aggregate_pieces(
         names=CHARGEBACK_FIGURES,
         computed=computed,
         big_scan=True,
-        work_mem=AGGREGATE_WORK_MEM if many_groups else None,
+        hash_groups=groups,
         into=Charge,
     )
     column = {name: index for index, name in enumerate(group_fields)}

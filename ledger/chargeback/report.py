@@ -219,7 +219,7 @@ def build_report(
         cluster=cluster,
         trunc=None if step == "none" else step,
         restrict=restriction(group_by, team_ids),
-        many_groups=True,
+        groups=len(known) * len(periods),
     )
     for piece in pieces:
         row_key = (piece.period, piece.key, None if merged_cluster else piece.cluster_id)

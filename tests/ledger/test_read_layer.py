@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import time_machine
-from django.db import models
+from django.db import connection, models
 
 from core.ranges import CUSTOM, TimeRange, covered_hours
 from ledger.choices import RollupScope
@@ -100,6 +100,25 @@ def test_figures_group_by_several_fields_keyed_by_tuples(rollups):
     assert set(found) == {("red", "h100"), ("red", "a100")}
     assert found[("red", "h100")].allocated_gpu_hours == pytest.approx(14)
     assert found[("red", "a100")].allocated_gpu_hours == pytest.approx(1)
+
+
+@pytest.mark.parametrize(("groups", "work_mem"), [(200, "4MB"), (31_000, "31MB"), (10**6, "64MB")])
+def test_an_aggregate_into_known_groups_hashes_in_memory_sized_for_them(rollups, groups, work_mem):
+    settings: list[list[object]] = []
+
+    def record(execute, sql, params, many, context):
+        if "set_config" in sql:
+            settings.append(list(params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        hashed = teams_in_range().figures(group_by=("team_id",), hash_groups=groups)
+
+    assert hashed == teams_in_range().figures(group_by=("team_id",))
+    if connection.vendor == "postgresql":
+        assert settings == [["enable_sort", "off", "work_mem", work_mem]]
+    else:
+        assert settings == []
 
 
 def test_names_limit_the_figures_read_and_the_rest_stay_zero(rollups):
