@@ -15,6 +15,10 @@ from ledger.models import RateCard
 # The package's name, as before the split: log filters and alerts key on it.
 logger = logging.getLogger("ledger.chargeback")
 
+# (currency, flavor, GPU model) already warned about without a rate card in this process: pages
+# and the API say it on every answer (``Report.pricing``), the log once.
+_WARNED: set[tuple[str, str, str]] = set()
+
 
 def rate_cards(currency: str) -> list[RateCard]:
     """The cards that price in ``currency``, oldest first."""
@@ -39,6 +43,7 @@ class Pricer:
         """``cards``: the cards in ``currency`` as ``rate_cards`` reads them, when already read."""
         self.start = start
         self.model = model
+        self.currency = currency
         self.cards = rate_cards(currency) if cards is None else cards
         self.breaks = sorted(
             {
@@ -106,10 +111,16 @@ class Pricer:
 
     def _warn_missing(self, flavor: str, gpu_model: str) -> None:
         key = (RateKind.ALLOCATED, flavor, gpu_model)
-        if key not in self._missing:
-            self._missing.add(key)
-            logger.warning(
-                "no rate card for flavor %r / GPU model %r: its GPU-hours are not charged",
-                flavor,
-                gpu_model,
-            )
+        if key in self._missing:
+            return
+        self._missing.add(key)
+        once = (self.currency, flavor, gpu_model)
+        level = logging.DEBUG if once in _WARNED else logging.WARNING
+        _WARNED.add(once)
+        logger.log(
+            level,
+            "no rate card in %s for flavor %r / GPU model %r: its GPU-hours are not charged",
+            self.currency,
+            flavor,
+            gpu_model,
+        )

@@ -305,3 +305,20 @@ def test_ranking_by_cost_sums_priced_rows_rounded_to_cents(rollups):
         teams_in_range().ranking("key", "cost")
     with pytest.raises(ValueError, match="not rollup figures"):
         teams_in_range().ranking("key", "allocated")
+
+
+def test_a_flavor_without_a_rate_card_is_warned_about_once_per_process(monkeypatch, caplog):
+    from ledger.chargeback import Charge, Pricer, pricing
+
+    monkeypatch.setattr(pricing, "_WARNED", set())
+    caplog.set_level("DEBUG", logger="ledger.chargeback")
+    for _ in range(3):  # three requests, each with its own pricer
+        pricer = Pricer(H10, NOW, "USD", "usage", cards=[])
+        for _ in range(2):
+            pricer.price_piece(Charge(allocated_gpu_hours=2.0), "h100", "H100", 0)
+
+    said = [
+        (r.levelname, r.getMessage()) for r in caplog.records if "no rate card" in r.getMessage()
+    ]
+    assert [level for level, _ in said] == ["WARNING", "DEBUG", "DEBUG"]
+    assert "'h100'" in said[0][1] and "USD" in said[0][1]
