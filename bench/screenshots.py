@@ -38,6 +38,7 @@ PAGES = [
     ("queues", "/queues/?range=7d"),
     ("workloads", "/workloads/?range=7d&sort=cost"),
     ("chargeback", "/chargeback/?range=7d"),
+    ("alerts", "/alerts/?range=7d"),
     # Detail pages of the simulated fleet (`make demo`); skipped elsewhere when they 404.
     ("team", "/teams/nlp/?range=7d"),
     ("cohort", "/cohorts/demo/research/?range=7d"),
