@@ -16,7 +16,8 @@ from core.ranges import HourSpan, TimeRange
 from dashboard.frame import bounded
 from ledger.choices import RollupScope
 from ledger.figures import Figures
-from ledger.models import HourlyRollup, HourlyRollupQuerySet
+from ledger.models import HourlyRollup
+from ledger.read import HourlyRollupQuerySet
 from quotas.choices import SampleSource, TransitionKind
 from quotas.models import ClusterQueue, ClusterQueueSample, Workload, WorkloadTransition
 

@@ -20,7 +20,8 @@ from core.ranges import HourSpan, TimeRange
 from dashboard.frame import LIST_LIMIT
 from ledger.choices import RollupScope
 from ledger.figures import Figures
-from ledger.models import GpuUsage, HourlyRollup, HourlyRollupQuerySet
+from ledger.models import GpuUsage, HourlyRollup
+from ledger.read import HourlyRollupQuerySet
 from quotas.models import Allocation, Workload, WorkloadTransition
 
 # The ratio of the read layer's ``Figures`` behind each activity metric of the chart.

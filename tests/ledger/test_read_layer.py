@@ -193,7 +193,7 @@ def test_the_chargeback_reads_what_its_covering_index_carries():
     )
 
 
-READ_LAYER = Path("ledger") / "models.py"
+READ_LAYER = Path("ledger") / "read.py"
 
 
 def _figure_sums(path: Path) -> list[str]:
