@@ -13,6 +13,7 @@ from django.db.models.signals import post_migrate
 
 from alerts.evaluate import evaluate_range
 from alerts.models import Episode
+from ledger.models import GpuUsage
 from ledger.signals import windows_collected
 
 logger = logging.getLogger(__name__)
@@ -21,10 +22,11 @@ logger = logging.getLogger(__name__)
 def on_windows_collected(
     sender: Any, *, cluster_id: int, start: datetime, end: datetime, live: bool, **kwargs: Any
 ) -> None:
-    """Episodes of the windows just written; a failure is logged and never stops collection
-    (the next window's evaluation, or ``manage.py evaluate_alerts``, catches up)."""
+    """Episodes of the windows just written, and of the stored windows after them
+    (``_through``); a failure is logged and never stops collection (the next window's
+    evaluation, or ``manage.py evaluate_alerts``, catches up)."""
     try:
-        evaluate_range(cluster_id, start, end, live=live)
+        evaluate_range(cluster_id, start, _through(cluster_id, end), live=live)
     except Exception:
         logger.exception(
             "cluster %s: evaluating alerts for (%s, %s] failed",
@@ -32,6 +34,25 @@ def on_windows_collected(
             start.isoformat(),
             end.isoformat(),
         )
+
+
+def _through(cluster_id: int, end: datetime) -> datetime:
+    """Where the evaluation of windows written up to ``end`` has to go on to: the newest
+    stored window.
+
+    Windows written after others were evaluated (a re-collected hole, a backfill before live
+    history) can open an episode that the already-evaluated windows after them would end: it
+    must meet what those windows say (resolve where its condition no longer held, join the
+    episode of its subject that covers them) and not be joined across them to a later one.
+    Windows already evaluated are skipped per subject (``EpisodeBook``); at the live head there
+    is no window after ``end`` and this is one index probe."""
+    newest = (
+        GpuUsage.objects.filter(cluster_id=cluster_id, window_end__gt=end)
+        .order_by("-window_end")
+        .values_list("window_end", flat=True)
+        .first()
+    )
+    return end if newest is None else newest
 
 
 # Free space left in each page of the episode table on PostgreSQL: every collection window

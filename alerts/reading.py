@@ -32,7 +32,7 @@ from django.db.models.functions import Concat
 from django.utils.dateparse import parse_datetime
 
 from alerts.rules import EPSILON, Hold, QueueSample, UsageRow
-from core.bulk import fetch_rows, fetch_sql, filter_in
+from core.bulk import fetch_rows, fetch_sql
 from core.mig import GPU_RESOURCE
 from ledger.models import GpuUsage
 from quotas.choices import HOLDING_STATES, TransitionKind
@@ -270,21 +270,22 @@ def _short(
     if not gangs:
         return
     running: dict[tuple[datetime, int], tuple[int, float]] = {}
-    rows = chunk.filter(allocated=True)
-    for query in filter_in(rows, "workload_id", sorted(gangs), LOOKUP_BATCH_SIZE):
-        for window_end, workload_id, pods, gpus in fetch_rows(
-            query.order_by()
-            .values("window_end", "workload_id")
-            .annotate(
-                pods=Count(Concat("namespace", Value("/"), "pod"), distinct=True),
-                used=Sum("gpus"),
-            ),
-            "window_end",
-            "workload_id",
-            "pods",
-            "used",
-        ):
-            running[(_moment(window_end), workload_id)] = (int(pods), float(gpus))
+    # An IN list, not one array parameter (``core.bulk.filter_in``): this filters every row of
+    # the chunk, and PostgreSQL hashes a list of constants but searches a parameter's array
+    # linearly per row (120 ms against 17 ms for 500 gangs in a 50,000-row window).
+    for window_end, workload_id, pods, gpus in fetch_rows(
+        chunk.filter(allocated=True, workload_id__in=sorted(gangs))
+        .order_by()
+        .values("window_end", "workload_id")
+        .annotate(
+            pods=Count(Concat("namespace", Value("/"), "pod"), distinct=True), used=Sum("gpus")
+        ),
+        "window_end",
+        "workload_id",
+        "pods",
+        "used",
+    ):
+        running[(_moment(window_end), workload_id)] = (int(pods), float(gpus))
     for window in ordered:
         for workload_id, hold in gangs.items():
             pods, gpus = running.get((window.end, workload_id), (0, 0.0))

@@ -78,6 +78,10 @@ def filter_in(
 
     PostgreSQL: one query with one array parameter. Elsewhere: ``IN`` in batches of
     ``batch_size`` values (SQLite limits the variables of a statement).
+
+    For lookups through an index on ``name`` (ids, keys). As a filter on every row of a large
+    scan, a parameter's array is searched linearly per row, where PostgreSQL hashes an ``IN``
+    list of constants: 120 ms against 17 ms for 500 ids over 50,000 rows (``alerts.reading``).
     """
     if not values:
         return

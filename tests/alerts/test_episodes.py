@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from alerts.choices import ExemptionKind, Rule, Severity
+from alerts.hooks import on_windows_collected
 from alerts.models import Episode, Exemption, Silence
 from tests.alerts.conftest import World, at
 
@@ -97,6 +98,31 @@ def test_a_backfill_before_a_live_episode_joins_it(world: World):
     )
     assert joined.severity == Severity.CRITICAL
     assert joined.idle_gpu_hours == pytest.approx(190 / 60)
+
+
+def test_a_recollected_hole_ends_where_the_windows_after_it_no_longer_held(world: World):
+    # Busy until minute 30, idle 30-99, busy 100-119, idle again from 120. Minutes 30-99 are
+    # collected only later (a Prometheus outage re-collected), after 0-299 were evaluated live.
+    gang = world.gang(world.workload("outage", 1))
+    world.run(
+        gang, [m for m in range(300) if not 30 <= m < 100], lambda m, g: BUSY if m < 120 else IDLE
+    )
+    world.evaluate(0, 300)
+    [later] = world.episodes(Rule.IDLE_WORKLOAD)
+    assert (later.started_at, later.fired_at, later.resolved_at) == (at(120), at(180), None)
+
+    # The hole's windows arrive; the collector announces them (start and end of what it wrote).
+    world.run(gang, range(30, 100), IDLE)
+    world.store()
+    on_windows_collected(None, cluster_id=world.cluster.pk, start=at(30), end=at(100), live=False)
+
+    hole, again = world.episodes(Rule.IDLE_WORKLOAD)
+    # It held 30-99 and no longer at minute 100 (busy): it is not joined across 100-119.
+    assert (hole.started_at, hole.fired_at, hole.resolved_at) == (at(30), at(90), at(100))
+    assert hole.idle_gpu_hours == pytest.approx(70 / 60)
+    assert again.pk == later.pk
+    assert (again.started_at, again.fired_at, again.resolved_at) == (at(120), at(180), None)
+    assert again.idle_gpu_hours == pytest.approx(later.idle_gpu_hours)
 
 
 def test_exemptions_mark_episodes_exempt_without_hiding_them(world: World):
