@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from alerts.episodes import EpisodeBook
-from alerts.reading import LOOKUP_BATCH_SIZE, read_windows
+from alerts.reading import read_windows
 from alerts.rules import QueueInfo, RuleSet, WorkloadInfo
 from alerts.thresholds import ThresholdResolver
 from core.bulk import fetch_rows, filter_in
@@ -34,6 +34,9 @@ from fleet.models import Cluster
 from quotas.models import ClusterQueue, Workload
 
 logger = logging.getLogger(__name__)
+
+# Ids per ``IN`` list where the database has no array parameter (SQLite's variable limit).
+LOOKUP_BATCH_SIZE = 500
 
 
 @dataclass

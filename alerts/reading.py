@@ -42,8 +42,6 @@ logger = logging.getLogger(__name__)
 
 # Stored rows per chunk when a range spans many windows.
 ROWS_PER_READ = 200_000
-# Ids per ``IN`` list where the database has no array parameter (SQLite's variable limit).
-LOOKUP_BATCH_SIZE = 500
 
 # Transitions that end a quota hold.
 HOLD_ENDS = (
