@@ -4,8 +4,8 @@ code that sums rollup figures, as ``HourlyRollup.objects``.
 ``covering`` keeps the hours a range counts (``core.ranges.covered_hours``); ``figures`` sums
 the figures per group, ``total`` over everything, ``ranking`` orders groups by a summed figure
 or ratio, ``hourly`` / ``series`` per hour for charts; each returns ``ledger.figures.Figures``
-(or a subclass) with the ratios. Pages, charts, the chargeback, OpenCost and alerts read
-figures through it; a test fails if any other module sums a rollup column.
+(or a subclass) with the ratios. Pages, charts, the chargeback and OpenCost read figures
+through it; a test fails if any other module sums a rollup column.
 """
 
 from __future__ import annotations
