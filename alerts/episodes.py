@@ -17,10 +17,11 @@ earlier start, hours and evidence, as a collection gap neither starts nor ends a
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db.models import Q
 
@@ -28,11 +29,14 @@ from alerts.choices import Rule, Severity
 from alerts.exemptions import ExemptionMatcher, Subject
 from alerts.models import Episode, Silence
 from alerts.pricing import Prices
-from alerts.rules import Finding, Findings, WorkloadInfo, uuid_of
+from alerts.rules import Finding, Findings, Run, WorkloadInfo, uuid_of
 from alerts.store import update_episodes
 from alerts.summary import describe
 from core.bulk import fetch_instances
 from fleet.models import Cluster, Node
+
+if TYPE_CHECKING:
+    from alerts.reading import Window
 
 COST_PLACES = Decimal("0.0001")  # Episode.cost's decimal places
 # Longer than any collection window: a resolved episode's ``evaluated_until`` is at most this
@@ -106,40 +110,128 @@ class EpisodeBook:
 
     # --- one window ----------------------------------------------------------------------
 
-    def apply(self, start: datetime, end: datetime, findings: Findings) -> None:
-        seconds = int((end - start).total_seconds())
+    def apply(
+        self,
+        windows: list[Window],
+        findings: list[Findings],
+        skip: frozenset[tuple[str, str]] = frozenset(),
+    ) -> None:
+        """Move every subject on through consecutive ``windows`` (oldest first), each with
+        its ``findings``; ``skip``: (rule, key) pairs that ``apply_run`` moved through them
+        already. Subjects are independent of each other, so each one goes through all the
+        windows in turn, and a stretch of windows whose findings differ only in the GPUs'
+        activities moves on in one step (``_run_through``)."""
         for rule in Rule.values:
-            hits, gaps = findings.hits[rule], findings.gaps[rule]
-            for key in set(hits) | set(gaps) | self.unresolved[rule]:
-                episodes = self.by_key.get((rule, key), [])
-                cover = next(
-                    (e for e in episodes if e.started_at <= start and e.evaluated_until >= end),
-                    None,
-                )
-                active = next(
-                    (
-                        e
-                        for e in episodes
-                        if e.resolved_at is None
-                        and e.started_at <= start
-                        and e.evaluated_until < end
-                    ),
-                    None,
-                )
-                if cover is not None:
-                    if active is not None and active is not cover:
-                        self._join(active, cover)
+            keys = set(self.unresolved[rule])
+            for found in findings:
+                keys.update(found.hits[rule])
+                keys.update(found.gaps[rule])
+            for key in keys:
+                if (rule, key) in skip:
                     continue
-                finding = hits.get(key)
-                if finding is not None:
-                    if active is None:
-                        active = self._start(finding, start)
-                    self._extend(active, finding, start, end, seconds)
-                elif key in gaps:
-                    if active is not None:
-                        self._gap(active, gaps[key], end, seconds)
-                elif active is not None:
-                    self._resolve(active, start, end)
+                hits = [found.hits[rule].get(key) for found in findings]
+                gaps = [found.gaps[rule].get(key) for found in findings]
+                self._subject(rule, key, windows, hits, gaps)
+
+    def _subject(
+        self,
+        rule: str,
+        key: str,
+        windows: list[Window],
+        hits: list[Finding | None],
+        gaps: list[Finding | None],
+    ) -> None:
+        """One subject through the windows, as ``_step`` window after window would."""
+        position, count = 0, len(windows)
+        while position < count:
+            hit = hits[position]
+            if hit is not None:
+                shape = _shape(hit)
+                last = position + 1
+                while last < count and (other := hits[last]) is not None and _shape(other) == shape:
+                    last += 1
+                if last - position > 1:
+                    stretch = hits[position:last]
+                    gpus = {
+                        gpu: (idle, [cast(Finding, h).per_gpu[gpu][0] for h in stretch])
+                        for gpu, (_activity, idle) in hit.per_gpu.items()
+                    }
+                    self._run_through(hit, windows[position:last], gpus)
+                    position = last
+                    continue
+            elif gaps[position] is None and key not in self.unresolved[rule]:
+                position += 1  # nothing held and nothing open: the window changes nothing
+                continue
+            window = windows[position]
+            self._step(rule, key, window, hit, gaps[position])
+            position += 1
+
+    def _step(
+        self, rule: str, key: str, window: Window, finding: Finding | None, gap: Finding | None
+    ) -> None:
+        """One subject through one window: ``finding`` when its condition held, ``gap`` when
+        the window says nothing about it."""
+        start, end, seconds = window.start, window.end, window.seconds
+        episodes = self.by_key.get((rule, key), [])
+        cover = next(
+            (e for e in episodes if e.started_at <= start and e.evaluated_until >= end),
+            None,
+        )
+        active = self._active(episodes, start, end)
+        if cover is not None:
+            if active is not None and active is not cover:
+                self._join(active, cover)
+            return
+        if finding is not None:
+            if active is None:
+                active = self._start(finding, start)
+            self._extend(active, finding, start, end, seconds)
+        elif gap is not None:
+            if active is not None:
+                self._gap(active, gap, end, seconds)
+        elif active is not None:
+            self._resolve(active, start, end)
+
+    @staticmethod
+    def _active(episodes: list[Episode], start: datetime, end: datetime) -> Episode | None:
+        return next(
+            (
+                e
+                for e in episodes
+                if e.resolved_at is None and e.started_at <= start and e.evaluated_until < end
+            ),
+            None,
+        )
+
+    def apply_run(self, windows: list[Window], run: Run) -> None:
+        """Move a steady workload's idle subject (``alerts.rules.Run``) through the chunk's
+        ``windows``. A run without a finding changes nothing here: ``apply`` resolves an
+        episode still open in the first window."""
+        if run.finding is not None:
+            self._run_through(run.finding, windows, run.gpus)
+
+    def _run_through(
+        self,
+        finding: Finding,
+        windows: list[Window],
+        gpus: dict[str, tuple[bool, list[float | None]]],
+    ) -> None:
+        """The subject's condition held in each of ``windows`` as ``finding`` says, but for
+        its GPUs' activities (``gpus``: per GPU key, idle and the activity in each window).
+        One step when no episode of the subject reaches into the windows (the usual case),
+        else ``_step`` window by window."""
+        rule, key = finding.rule, finding.key
+        episodes = self.by_key.get((rule, key), [])
+        first = windows[0]
+        if any(e.started_at > first.start or e.evaluated_until >= first.end for e in episodes):
+            for position, window in enumerate(windows):
+                per_gpu = {gpu: (series[position], idle) for gpu, (idle, series) in gpus.items()}
+                self._step(rule, key, window, replace(finding, per_gpu=per_gpu), None)
+            return
+        active = self._active(episodes, first.start, first.end)
+        if active is None:
+            active = self._start(finding, first.start)
+        self._extend_run(active, finding, windows, gpus)
 
     def _start(self, finding: Finding, start: datetime) -> Episode:
         episode = Episode(
@@ -195,6 +287,91 @@ class EpisodeBook:
                 episode.escalated_at = end
                 if episode.fired_at is None:
                     episode.fired_at = end
+        self._touch(episode)
+
+    def _extend_run(
+        self,
+        episode: Episode,
+        finding: Finding,
+        windows: list[Window],
+        gpus: dict[str, tuple[bool, list[float | None]]],
+    ) -> None:
+        """``_extend`` through each of ``windows`` with ``finding`` and its GPUs' activities
+        window by window: the same sums in the same order, without the per-window objects."""
+        running = self._running_of(episode)
+        self._identify(episode, finding, running)
+        limits = finding.thresholds
+        fire_minutes = getattr(limits, FIRE_AFTER[finding.rule])
+        fire_after = fire_minutes * 60
+        critical = limits.idle_critical_minutes * 60 if finding.rule == Rule.IDLE_WORKLOAD else None
+        priced = finding.priced if finding.rule != Rule.TELEMETRY_MISSING else []
+        evidence = episode.evidence
+        entries = evidence.setdefault("gpus", {})
+        tracked: list[tuple[dict[str, Any], bool, list[float | None]]] = []
+        for key, (idle, series) in gpus.items():
+            entry = entries.get(key)
+            if entry is None:
+                if len(entries) >= EVIDENCE_GPUS:
+                    continue
+                entry = entries[key] = _new_gpu_entry(key)
+            tracked.append((entry, idle, series))
+        exact = running.cost_exact
+        costs: dict[tuple[datetime, int], list[Decimal]] = {}
+        seconds = 0
+        for position, window in enumerate(windows):
+            seconds, hours = window.seconds, window.hours
+            episode.held_seconds += seconds
+            episode.idle_gpu_hours += finding.idle_gpus * hours
+            episode.held_gpu_hours += finding.held_gpus * hours
+            if priced:
+                # The same terms as ``_extend``'s, computed once per hour and window length.
+                terms = costs.get((window.hour, seconds))
+                if terms is None:
+                    terms = costs[(window.hour, seconds)] = [
+                        self.prices.price(flavor, gpu_model, window.hour)
+                        * _gpu_hours(share * hours)
+                        for flavor, gpu_model, share in priced
+                    ]
+                for term in terms:
+                    exact += term
+            minutes = seconds / 60
+            for entry, idle, series in tracked:
+                activity = series[position]
+                entry["minutes"] += minutes
+                if activity is not None:
+                    entry["telemetry_minutes"] += minutes
+                    entry["sum"] += activity * minutes
+                    entry["max"] = activity if entry["max"] is None else max(entry["max"], activity)
+                if idle:
+                    entry["idle_minutes"] += minutes
+            if episode.fired_at is None and episode.held_seconds >= fire_after:
+                episode.fired_at = window.end
+            if (
+                critical is not None
+                and episode.escalated_at is None
+                and episode.held_seconds >= critical
+            ):
+                episode.severity = Severity.CRITICAL
+                episode.escalated_at = window.end
+                if episode.fired_at is None:
+                    episode.fired_at = window.end
+        for entry, _idle, _series in tracked:
+            if entry["telemetry_minutes"]:
+                entry["mean"] = entry["sum"] / entry["telemetry_minutes"]
+        if priced:
+            running.cost_exact = exact
+            running.priced = True
+            episode.cost = exact.quantize(COST_PLACES)
+        last = windows[-1].end
+        episode.last_held_at = last
+        episode.evaluated_until = last
+        evidence["window_seconds"] = seconds
+        evidence["held_minutes"] = episode.held_seconds // 60
+        evidence.update(finding.facts)
+        evidence["idle_threshold"] = limits.idle_threshold
+        evidence["fire_after_minutes"] = fire_minutes
+        if critical is not None:
+            evidence["critical_after_minutes"] = limits.idle_critical_minutes
         self._touch(episode)
 
     def _identify(self, episode: Episode, finding: Finding, running: _Running) -> None:
@@ -402,6 +579,27 @@ class EpisodeBook:
         if self.new:
             Episode.objects.bulk_create(self.new, batch_size=1000)
         return len(self.new), len(self.touched), deleted
+
+
+def _shape(finding: Finding) -> tuple[object, ...]:
+    """What a window's finding says but for its GPUs' activities: two windows of one subject
+    with the same shape move its episode on the same way (``EpisodeBook._run_through``)."""
+    return (
+        finding.gpus,
+        finding.idle_gpus,
+        finding.held_gpus,
+        finding.priced,
+        finding.team_id,
+        finding.cluster_queue_id,
+        finding.local_queue_id,
+        finding.namespace,
+        finding.workload_id,
+        finding.node_name,
+        finding.gpu_keys,
+        finding.thresholds,
+        [(gpu, idle) for gpu, (_activity, idle) in finding.per_gpu.items()],
+        finding.facts,
+    )
 
 
 def _new_gpu_entry(key: str) -> dict[str, object]:

@@ -3,13 +3,17 @@
 The rules (``alerts.rules``) look at three things per window: the rows of workloads that may be
 idle or have no telemetry, the holders whose gang runs short of pods, and the GPU quota samples
 that borrow or lend. Most of a large fleet's window is busy, whole gangs, so the database
-selects, per chunk of windows:
+selects, per chunk of consecutive windows (``Chunk``):
 
 * candidate rows: the allocated rows of every workload with a GPU below the highest idle
   threshold in force (or without telemetry) in the window, and every allocated row without
   telemetry, each with whether its node's exporter answered in the window; a busy workload's
   rows never leave the database (with every threshold at or below that highest one, such a
-  workload cannot be idle at any ``idle_gpu_fraction`` above 0);
+  workload cannot be idle at any ``idle_gpu_fraction`` above 0). They come per row identity
+  over the chunk (``Series``: one row's columns, and its activity in each window), from one
+  pass over the chunk's rows (``_identities``); the rules then put them into their windows,
+  or move a workload whose rows did not change through the chunk in one step
+  (``RuleSet.split``);
 * ghost candidates: per window, the holders with fewer running pods than their gang's GPU pods
   (``Workload.gpu_pods``), holders absent from the window included;
 * the GPU quota samples with something borrowed or lent (the others add nothing).
@@ -26,14 +30,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
-from django.db.models import Count, Min, Q, QuerySet, Sum, Value
+from django.db.models import Count, FloatField, Q, QuerySet, Sum, Value
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Concat
+from django.db.models.functions import Cast, Concat
 from django.utils.dateparse import parse_datetime
 
 from alerts.rules import EPSILON, Hold, QueueSample, UsageRow
 from core.bulk import fetch_rows, fetch_sql
 from core.mig import GPU_RESOURCE
+from core.pgsettings import local_settings
 from ledger.models import GpuUsage
 from quotas.choices import HOLDING_STATES, TransitionKind
 from quotas.models import ClusterQueueSample, Workload, WorkloadTransition
@@ -64,6 +69,15 @@ class Window:
     # Holders short of pods: workload id -> (pods running, GPUs running).
     short: dict[int, tuple[int, float]] = field(default_factory=dict)
     samples: list[QueueSample] = field(default_factory=list)
+    # Its length, and the hour of its start (the rate card's hour), worked out once.
+    seconds: int = field(init=False)
+    hours: float = field(init=False)
+    hour: datetime = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.seconds = int((self.end - self.start).total_seconds())
+        self.hours = self.seconds / 3600
+        self.hour = self.start.replace(minute=0, second=0, microsecond=0)
 
     def workload_ids(self) -> set[int]:
         ids = {row.workload_id for row in self.rows if row.workload_id is not None}
@@ -71,14 +85,46 @@ class Window:
         return ids
 
 
-def read_windows(
+@dataclass
+class Series:
+    """One candidate row's identity over a chunk: its columns but the activity (``UsageRow``
+    with ``activity=None`` and ``node_series=False``), and per window it was stored in, oldest
+    first, the window's end and the activity (None: no telemetry)."""
+
+    row: UsageRow
+    ends: list[datetime]
+    activities: list[float | None]
+
+
+@dataclass
+class Chunk:
+    """Consecutive stored windows, oldest first, read together.
+
+    ``series`` are the candidate rows (module docstring) per row identity; ``answered`` the
+    (window end, node) pairs whose exporter answered, for rows without telemetry. The rules
+    decide which series run unchanged through the chunk (``RuleSet.split``) and put the others
+    into their windows' ``rows``."""
+
+    windows: list[Window]
+    series: list[Series] = field(default_factory=list)
+    answered: set[tuple[datetime, str]] = field(default_factory=set)
+
+    def workload_ids(self) -> set[int]:
+        ids = {s.row.workload_id for s in self.series if s.row.workload_id is not None}
+        for window in self.windows:
+            ids.update(window.short)
+        return ids
+
+
+def read_chunks(
     cluster_id: int,
     start: datetime,
     end: datetime,
     holders: dict[int, Hold],
     idle_threshold: float,
-) -> Iterator[Window]:
-    """Each stored window of the cluster ending in ``(start, end]``, oldest first.
+) -> Iterator[Chunk]:
+    """The stored windows of the cluster ending in ``(start, end]``, oldest first, in chunks of
+    about ``ROWS_PER_READ`` rows.
 
     ``holders`` collects the holds of the gangs that ran short of pods (``_short``)."""
     _count_gpu_pods(cluster_id)
@@ -97,29 +143,58 @@ def read_windows(
         if not usage.filter(window_end__gt=first[1], window_end__lte=end).exists():
             # The range's last window (a live evaluation's only one): every row of a window
             # is written together with the window's start (``ledger.store.write_window``).
-            upto = first[1]
-            windows = {first[1]: Window(first[0], first[1])}
+            windows = [Window(first[0], first[1])]
         else:
             if span is None:
                 per_window = usage.filter(window_end=first[1]).count()
                 span = (first[1] - first[0]) * max(1, ROWS_PER_READ // max(per_window, 1))
-            upto = min(end, first[0] + span)
-            windows = {
-                window_end: Window(window_start, window_end)
-                for window_end, window_start in usage.filter(
-                    window_end__gte=first[1], window_end__lte=upto
-                )
-                .order_by()
-                .values_list("window_end")
-                .annotate(start=Min("window_start"))
-            }
-        chunk = usage.filter(window_end__gte=first[1], window_end__lte=upto)
-        _candidates(cluster_id, first[1], upto, idle_threshold, windows)
-        _short(cluster_id, start, chunk, windows, holders)
-        _samples(cluster_id, first[1], upto, windows)
-        for window_end in sorted(windows):
-            yield windows[window_end]
-        cursor = upto
+            windows = _windows(cluster_id, first[1], min(end, first[0] + span))
+        chunk = Chunk(windows)
+        by_end = {window.end: window for window in windows}
+        last = windows[-1].end
+        _identities(cluster_id, first[1], last, idle_threshold)
+        _candidates(cluster_id, first[1], last, chunk)
+        _short(
+            cluster_id,
+            start,
+            usage.filter(window_end__gte=first[1], window_end__lte=last),
+            chunk.windows,
+            holders,
+        )
+        _samples(cluster_id, first[1], last, by_end)
+        yield chunk
+        cursor = last
+
+
+def _windows(cluster_id: int, first: datetime, last: datetime) -> list[Window]:
+    """The stored windows ending in [first, last], oldest first: one index probe per window
+    (a walk from each window end to the next), not a pass over the windows' rows."""
+    table = connection.ops.quote_name(GpuUsage._meta.db_table)
+    sql = f"""
+        WITH RECURSIVE ends (window_end) AS (
+            SELECT MIN(window_end) FROM {table}
+            WHERE cluster_id = %s AND window_end >= %s AND window_end <= %s
+            UNION ALL
+            SELECT (
+                SELECT MIN(u.window_end) FROM {table} u
+                WHERE u.cluster_id = %s AND u.window_end > ends.window_end AND u.window_end <= %s
+            )
+            FROM ends WHERE ends.window_end IS NOT NULL
+        )
+        SELECT ends.window_end, (
+            SELECT u.window_start FROM {table} u
+            WHERE u.cluster_id = %s AND u.window_end = ends.window_end LIMIT 1
+        )
+        FROM ends WHERE ends.window_end IS NOT NULL
+    """  # noqa: S608 - the table name comes from the model
+    adapt = connection.ops.adapt_datetimefield_value
+    rows = fetch_sql(
+        sql, [cluster_id, adapt(first), adapt(last), cluster_id, adapt(last), cluster_id]
+    )
+    return sorted(
+        (Window(_moment(window_start), _moment(window_end)) for window_end, window_start in rows),
+        key=lambda window: window.end,
+    )
 
 
 def _moment(value: object) -> datetime:
@@ -134,38 +209,124 @@ def _moment(value: object) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def _candidates(
-    cluster_id: int,
-    first: datetime,
-    last: datetime,
-    idle_threshold: float,
-    windows: dict[datetime, Window],
-) -> None:
-    """The candidate rows of the windows ending in [first, last] (module docstring)."""
+# Per chunk, what one pass over its rows says of each row identity (``_identities``).
+CHUNK_ROWS = "alerts_chunk_rows"
+
+
+def _identities(cluster_id: int, first: datetime, last: datetime, idle_threshold: float) -> None:
+    """One pass over the allocated rows of the windows ending in [first, last], into the
+    temporary table ``CHUNK_ROWS``: per row identity (its columns but the activity; one row
+    per window at most, ``gpu_key``, namespace and pod being unique in a window), how many
+    windows it has a row in and whether one of them was a candidate (below
+    ``idle_threshold``, or without telemetry). On PostgreSQL also its windows' ends and
+    activities (two arrays, in the order the rows were read), so the candidate rows
+    (``_candidates``) need no second pass; the ghost pruning (``_short``) reads it too."""
     table = connection.ops.quote_name(GpuUsage._meta.db_table)
-    columns = ", ".join(f"u.{connection.ops.quote_name(name)}" for name in _ROW_COLUMNS)
-    # A hash join on a small distinct set, not window functions (a sort of the chunk's rows)
-    # nor an IN subquery (planned as a rescan per row once the set outgrows work_mem).
-    scope = "cluster_id = %s AND window_end >= %s AND window_end <= %s"
-    sql = f"""
-        SELECT u.window_end, {columns}
-        FROM {table} u
-        LEFT JOIN (
-            SELECT DISTINCT window_end, workload_id FROM {table}
-            WHERE {scope} AND allocated AND workload_id IS NOT NULL
-                AND (activity IS NULL OR activity < %s)
-        ) c ON c.window_end = u.window_end AND c.workload_id = u.workload_id
-        WHERE u.cluster_id = %s AND u.window_end >= %s AND u.window_end <= %s
-            AND u.allocated AND (u.activity IS NULL OR c.workload_id IS NOT NULL)
-    """  # noqa: S608 - table and column names come from the model
     adapt = connection.ops.adapt_datetimefield_value
-    bounds = [cluster_id, adapt(first), adapt(last)]
-    rows = fetch_sql(sql, [*bounds, idle_threshold, *bounds])
+    identity = ", ".join(connection.ops.quote_name(name) for name in _IDENTITY)
+    postgres = connection.vendor == "postgresql"
+    columns = ", ".join(
+        [
+            *(f"{connection.ops.quote_name(name)} {kind}" for name, kind in _IDENTITY_TYPES),
+            "windows integer",
+            "candidate integer",
+            *(["ends timestamp with time zone[]", "activities double precision[]"] * postgres),
+        ]
+    )
+    arrays = ", ARRAY_AGG(window_end), ARRAY_AGG(activity)" if postgres else ""
+    with connection.cursor() as cursor:
+        if postgres:
+            # Gone at commit, like the episode staging table (``alerts.store``).
+            cursor.execute(
+                f"CREATE TEMPORARY TABLE IF NOT EXISTS {CHUNK_ROWS} ({columns}) ON COMMIT DROP"
+            )
+            cursor.execute(f"TRUNCATE {CHUNK_ROWS}")
+        else:
+            cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {CHUNK_ROWS} ({columns})")
+            cursor.execute(f"DELETE FROM {CHUNK_ROWS}")  # noqa: S608 - a constant name
+        insert = f"""
+            INSERT INTO {CHUNK_ROWS}
+            SELECT {identity}, COUNT(*),
+                MAX(CASE WHEN activity IS NULL OR activity < %s THEN 1 ELSE 0 END){arrays}
+            FROM {table}
+            WHERE cluster_id = %s AND window_end >= %s AND window_end <= %s AND allocated
+            GROUP BY {identity}
+        """  # noqa: S608 - table and column names come from the model and a constant
+        params = [idle_threshold, cluster_id, adapt(first), adapt(last)]
+        if postgres:
+            # Hashed: a sort of the chunk's rows by the identity's text columns (PostgreSQL's
+            # choice for the arrays) took twice as long (bench/alerts.py).
+            with local_settings(connection.alias, {"enable_sort": "off"}, restore=True):
+                cursor.execute(insert, params)
+        else:
+            cursor.execute(insert, params)
+
+
+def _candidates(cluster_id: int, first: datetime, last: datetime, chunk: Chunk) -> None:
+    """The candidate rows of the windows ending in [first, last] (module docstring), per row
+    identity (``Series``): every identity of a workload with a candidate identity, and the
+    rows without telemetry of identities without a workload. PostgreSQL has them in
+    ``CHUNK_ROWS``; elsewhere the rows come one by one and are grouped here."""
+    identity = ", ".join(connection.ops.quote_name(name) for name in _IDENTITY)
+    candidates = f"SELECT DISTINCT workload_id FROM {CHUNK_ROWS} WHERE candidate = 1"
+    width = len(_IDENTITY)
+    grouped: list[tuple[tuple, list, list]] = []
+    if connection.vendor == "postgresql":
+        for values in fetch_sql(
+            f"""
+            SELECT {identity}, ends, activities FROM {CHUNK_ROWS}
+            WHERE workload_id IN ({candidates}) OR (workload_id IS NULL AND candidate = 1)
+            """,  # noqa: S608 - column names come from the model, the table is a constant
+            [],
+        ):
+            ends, activities = values[width], values[width + 1]
+            if any(later < earlier for earlier, later in zip(ends, ends[1:], strict=False)):
+                pairs = sorted(zip(ends, activities, strict=True), key=lambda pair: pair[0])
+                ends, activities = [end for end, _ in pairs], [value for _, value in pairs]
+            grouped.append((values[:width], ends, activities))
+    else:
+        table = connection.ops.quote_name(GpuUsage._meta.db_table)
+        columns = ", ".join(f"u.{connection.ops.quote_name(name)}" for name in _IDENTITY)
+        adapt = connection.ops.adapt_datetimefield_value
+        by_identity: dict[tuple, tuple[list, list]] = {}
+        fetched = fetch_sql(
+            f"""
+            SELECT {columns}, u.window_end, u.activity FROM {table} u
+            LEFT JOIN ({candidates}) c ON c.workload_id = u.workload_id
+            WHERE u.cluster_id = %s AND u.window_end >= %s AND u.window_end <= %s
+                AND u.allocated AND (c.workload_id IS NOT NULL OR u.workload_id IS NULL)
+            """,  # noqa: S608 - table and column names come from the model and a constant
+            [cluster_id, adapt(first), adapt(last)],
+        )
+        for values in sorted(fetched, key=lambda v: _moment(v[width])):
+            ends, activities = by_identity.setdefault(tuple(values[:width]), ([], []))
+            ends.append(_moment(values[width]))
+            activities.append(values[width + 1])
+        grouped = [(key, ends, acts) for key, (ends, acts) in by_identity.items()]
+    for key, ends, activities in grouped:
+        cells = list(key)
+        cells[_GPUS] = float(cells[_GPUS])
+        row = UsageRow._make([*cells[:_ACTIVITY], None, *cells[_ACTIVITY:], False])
+        points: list[float | None] = [
+            None if value is None else float(value) for value in activities
+        ]
+        if row.workload_id is None:
+            # Rows without a workload are candidates only without telemetry.
+            kept = [i for i, value in enumerate(points) if value is None]
+            if not kept:
+                continue
+            ends, points = [ends[i] for i in kept], [points[i] for i in kept]
+        chunk.series.append(Series(row, ends, points))
+    # Rows of the same window in a stable order (a gang's first row names its node).
+    chunk.series.sort(
+        key=lambda s: (s.row.workload_id or 0, s.row.gpu_key, s.row.namespace, s.row.pod)
+    )
     # Whether the exporter of a node with rows without telemetry answered in the window.
-    dark_nodes = sorted({values[1 + _NODE] for values in rows if values[1 + _ACTIVITY] is None})
-    answered: set[tuple[datetime, str]] = set()
+    dark_nodes = sorted(
+        {s.row.node_name for s in chunk.series if any(a is None for a in s.activities)}
+    )
     if dark_nodes:
-        answered = {
+        chunk.answered = {
             (_moment(window_end), node)
             for window_end, node in fetch_rows(
                 GpuUsage.objects.filter(
@@ -181,27 +342,10 @@ def _candidates(
                 "node_name",
             )
         }
-    for values in rows:
-        window_end = _moment(values[0])
-        window = windows.get(window_end)
-        if window is None:
-            continue
-        cells = values[1:]
-        gpus, activity = cells[_GPUS], cells[_ACTIVITY]
-        window.rows.append(
-            UsageRow._make(
-                [
-                    *cells[:_GPUS],
-                    float(gpus),
-                    None if activity is None else float(activity),
-                    *cells[_ACTIVITY + 1 :],
-                    activity is not None or (window_end, cells[_NODE]) in answered,
-                ]
-            )
-        )
 
 
-# GpuUsage columns of a candidate row, in UsageRow's order (without node_series).
+# GpuUsage columns of a candidate row, in UsageRow's order (without node_series), and the
+# identity of a row over windows (the same without the activity).
 _ROW_COLUMNS = (
     "gpu_key",
     "node_name",
@@ -217,45 +361,41 @@ _ROW_COLUMNS = (
     "flavor",
     "gpu_model",
 )
-_NODE, _GPUS, _ACTIVITY = (_ROW_COLUMNS.index(name) for name in ("node_name", "gpus", "activity"))
+_IDENTITY = tuple(name for name in _ROW_COLUMNS if name != "activity")
+# Their columns' types in ``CHUNK_ROWS``.
+_IDENTITY_TYPES = tuple(
+    (name, "double precision" if name == "gpus" else "bigint" if name.endswith("_id") else "text")
+    for name in _IDENTITY
+)
+_GPUS, _ACTIVITY = (_ROW_COLUMNS.index(name) for name in ("gpus", "activity"))
 
 
 def _short(
     cluster_id: int,
     since: datetime,
     chunk: QuerySet[GpuUsage],
-    windows: dict[datetime, Window],
+    ordered: list[Window],
     holders: dict[int, Hold],
 ) -> None:
     """Per window of the chunk, the holders running fewer pods than their gang's GPU pods.
 
     The database leaves out the gangs it can prove ran whole in every window of the chunk (most
-    of them), with one grouping on integer keys: a window where a gang's rows name one pod has
-    at least one pod running, one where they name two different pods at least two. A gang of
-    three or more GPU pods is never left out there; for the rest (few), the pods of each window
-    are counted exactly here. ``holders`` gets the holds read."""
-    if not windows:
+    of them) from the chunk's row identities (``_identities``): a gang with at least its GPU
+    pods' number of pods that have a row in every window of the chunk ran whole. For the rest
+    (few), the pods of each window are counted exactly here. ``holders`` gets the holds read."""
+    if not ordered:
         return
-    ordered = sorted(windows.values(), key=lambda window: window.end)
     first, last = ordered[0], ordered[-1]
-    adapt = connection.ops.adapt_datetimefield_value
-    usage = connection.ops.quote_name(GpuUsage._meta.db_table)
     workloads = connection.ops.quote_name(Workload._meta.db_table)
     complete = RawSQL(
         f"""
-        SELECT per_window.workload_id FROM (
-            SELECT window_end, workload_id,
-                CASE WHEN MIN(pod) = MAX(pod) THEN 1 ELSE 2 END AS pods_at_least
-            FROM {usage}
-            WHERE cluster_id = %s AND window_end >= %s AND window_end <= %s
-                AND allocated AND workload_id IS NOT NULL
-            GROUP BY window_end, workload_id
-        ) per_window
-        JOIN {workloads} w ON w.id = per_window.workload_id
-        GROUP BY per_window.workload_id, w.gpu_pods
-        HAVING COUNT(*) = %s AND MIN(per_window.pods_at_least) >= w.gpu_pods
-        """,  # noqa: S608 - table names come from the models
-        [cluster_id, adapt(first.end), adapt(last.end), len(ordered)],
+        SELECT always.workload_id FROM {CHUNK_ROWS} always
+        JOIN {workloads} w ON w.id = always.workload_id
+        WHERE always.windows = %s
+        GROUP BY always.workload_id, w.gpu_pods
+        HAVING COUNT(DISTINCT always.namespace || '/' || always.pod) >= w.gpu_pods
+        """,  # noqa: S608 - table names come from the model and a constant
+        [len(ordered)],
     )
     gangs = {
         workload_id: hold
@@ -303,12 +443,16 @@ def _samples(
             resource=GPU_RESOURCE,
         )
         .filter(Q(borrowed__gt=0) | Q(lent__gt=0))
-        .order_by(),
+        .order_by()
+        # As floats in the database: the rules compare floats, and decimals load slower.
+        .annotate(
+            borrowed_gpus=Cast("borrowed", FloatField()), lent_gpus=Cast("lent", FloatField())
+        ),
         "sampled_at",
         "cluster_queue_id",
         "flavor_name",
-        "borrowed",
-        "lent",
+        "borrowed_gpus",
+        "lent_gpus",
     ):
         window = windows.get(sampled_at)
         if window is not None:

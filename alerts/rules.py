@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from alerts.choices import Rule
 from alerts.exemptions import Subject
@@ -20,7 +20,7 @@ from alerts.thresholds import ThresholdResolver, Thresholds
 from fleet.choices import ActivitySource
 
 if TYPE_CHECKING:
-    from alerts.reading import Window
+    from alerts.reading import Chunk, Series, Window
 
 # Shares below this are float noise.
 EPSILON = 1e-9
@@ -148,6 +148,21 @@ class Findings:
     )
 
 
+@dataclass
+class Run:
+    """A workload whose candidate rows were the same in every window of a chunk but for their
+    activities, each GPU always on one side of the workload's idle threshold and never without
+    telemetry (``RuleSet.split``): its idle finding is the same in every window (``finding``,
+    None when it is not idle) but for each GPU's activity, and so are its idle GPUs."""
+
+    workload_id: int
+    rows: list[UsageRow]  # as in the chunk's first window
+    finding: Finding | None
+    idle: float
+    # Per GPU key: (idle, its activity in each window of the chunk).
+    gpus: dict[str, tuple[bool, list[float | None]]]
+
+
 def uuid_of(gpu_key: str) -> str:
     """``host/UUID/GI`` → UUID (with the MIG instance when there is one)."""
     parts = gpu_key.split("/")
@@ -174,8 +189,83 @@ class RuleSet:
         self.resolver = resolver
         self.queues = queues
         self.holders = holders
-        # Filled by the caller with every workload a window names (``Window.workload_ids``).
+        # Filled by the caller with every workload a chunk names (``Chunk.workload_ids``).
         self.workloads: dict[int, WorkloadInfo] = {}
+        # The current chunk's workloads whose rows run unchanged through it (``split``).
+        self.steady: dict[int, Run] = {}
+
+    def split(self, chunk: Chunk, highest: float) -> None:
+        """Sort the chunk's series (``alerts.reading.Chunk``): each workload whose rows run
+        unchanged through the chunk becomes a ``Run`` (``steady``); the rows of the others go
+        into the windows where their workload is a candidate (a row below ``highest``, the
+        highest idle threshold in force, or without telemetry), as the database would select
+        them one window at a time."""
+        groups: dict[int | None, list[Series]] = defaultdict(list)
+        for series in chunk.series:
+            groups[series.row.workload_id].append(series)
+        self.steady = {}
+        count = len(chunk.windows)
+        loose: list[Series] = []
+        for workload_id, group in groups.items():
+            run = None if workload_id is None else self._run(workload_id, group, count, highest)
+            if run is None:
+                loose.extend(group)
+            else:
+                self.steady[run.workload_id] = run
+        cells: dict[tuple[datetime, int | None], list[UsageRow]] = defaultdict(list)
+        for series in loose:
+            row, node = series.row, series.row.node_name
+            for end, activity in zip(series.ends, series.activities, strict=True):
+                cells[(end, row.workload_id)].append(
+                    row._replace(
+                        activity=activity,
+                        node_series=activity is not None or (end, node) in chunk.answered,
+                    )
+                )
+        windows = {window.end: window for window in chunk.windows}
+        for (end, workload_id), rows in cells.items():
+            window = windows.get(end)
+            if window is None:
+                continue
+            if workload_id is None or any(
+                row.activity is None or row.activity < highest for row in rows
+            ):
+                window.rows.extend(rows)
+
+    def _run(self, workload_id: int, group: list[Series], count: int, highest: float) -> Run | None:
+        """The workload's run through the chunk's ``count`` windows, or None when its rows
+        change: a row missing from a window or without telemetry in one, a GPU on both sides
+        of the workload's idle threshold, or a window where it is no candidate."""
+        if workload_id not in self.workloads:
+            return None
+        if any(len(series.activities) != count or None in series.activities for series in group):
+            return None
+        first = group[0].row
+        limits = self.resolver.for_subject(
+            first.cluster_queue_id, first.local_queue_id, first.namespace
+        )
+        threshold = limits.idle_threshold
+        idle_rows: list[bool] = []
+        for series in group:
+            activities = cast(list[float], series.activities)
+            low, high = min(activities), max(activities)
+            if low < threshold <= high:
+                return None
+            idle_rows.append(high < threshold)
+        if not any(max(cast(list[float], s.activities)) < highest for s in group) and not all(
+            min(column) < highest
+            for column in zip(*(cast(list[float], s.activities) for s in group), strict=True)
+        ):
+            return None
+        rows = [
+            series.row._replace(activity=series.activities[0], node_series=True) for series in group
+        ]
+        finding, idle, _gap = self._idle_of(workload_id, rows)
+        gpus: dict[str, tuple[bool, list[float | None]]] = {}
+        for series, is_idle in zip(group, idle_rows, strict=True):
+            if series.row.gpu_key:
+                gpus[series.row.gpu_key] = (is_idle, series.activities)
+        return Run(workload_id, rows, finding, idle, gpus)
 
     def detect(self, window: Window) -> Findings:
         found = Findings()
@@ -184,6 +274,10 @@ class RuleSet:
             if row.workload_id is not None:
                 by_workload[row.workload_id].append(row)
         idle_by_queue = self._idle(by_workload, found)
+        for workload_id, run in self.steady.items():
+            queue_id = run.rows[0].cluster_queue_id
+            if run.idle > EPSILON and queue_id is not None:
+                idle_by_queue[queue_id][workload_id] = run.idle
         self._ghosts(window, by_workload, found)
         self._borrowing(window.samples, idle_by_queue, found)
         self._telemetry(window.rows, found)
@@ -197,57 +291,67 @@ class RuleSet:
         """Idle workloads; returns idle GPUs per ClusterQueue and workload (queue's threshold)."""
         idle_by_queue: dict[int, dict[int, float]] = defaultdict(dict)
         for workload_id, rows in by_workload.items():
-            workload = self.workloads.get(workload_id)
-            if workload is None:
-                continue
-            first = rows[0]
-            limits = self.resolver.for_subject(
-                first.cluster_queue_id, first.local_queue_id, first.namespace
-            )
-            telemetry = idle = allocated = 0.0
-            for row in rows:
-                allocated += row.gpus
-                if row.activity is None:
-                    continue
-                telemetry += row.gpus
-                if row.activity < limits.idle_threshold:
-                    idle += row.gpus
-            if idle > EPSILON and first.cluster_queue_id is not None:
-                idle_by_queue[first.cluster_queue_id][workload_id] = idle
-            gap = telemetry <= EPSILON
-            if not gap and idle / telemetry + EPSILON < limits.idle_gpu_fraction:
-                continue
-            finding = Finding(
-                rule=Rule.IDLE_WORKLOAD,
-                key=workload_key(self.cluster, workload),
-                thresholds=limits,
-                gpus=allocated,
-                idle_gpus=idle,
-                held_gpus=allocated,
-                team_id=first.team_id,
-                cluster_queue_id=first.cluster_queue_id,
-                local_queue_id=first.local_queue_id,
-                namespace=workload.namespace,
-                workload_id=workload_id,
-                node_name=first.node_name,
-                gpu_keys=sorted({row.gpu_key for row in rows if row.gpu_key}),
-            )
-            if gap:
-                found.gaps[Rule.IDLE_WORKLOAD][finding.key] = finding
-                continue
-            for row in rows:
-                if row.activity is None:
-                    continue
-                is_idle = row.activity < limits.idle_threshold
-                if row.gpu_key:
-                    finding.per_gpu[row.gpu_key] = (row.activity, is_idle)
-                if is_idle:
-                    finding.priced.append((row.flavor, row.gpu_model, row.gpus))
-            if any(row.activity_source == ActivitySource.GR_ENGINE_ACTIVE for row in rows):
-                finding.facts["fallback"] = True
-            finding.facts["telemetry_gpus"] = telemetry
-            found.hits[Rule.IDLE_WORKLOAD][finding.key] = finding
+            finding, idle, gap = self._idle_of(workload_id, rows)
+            queue_id = rows[0].cluster_queue_id
+            if idle > EPSILON and queue_id is not None and workload_id in self.workloads:
+                idle_by_queue[queue_id][workload_id] = idle
+            if finding is not None:
+                (found.gaps if gap else found.hits)[Rule.IDLE_WORKLOAD][finding.key] = finding
         return idle_by_queue
+
+    def _idle_of(
+        self, workload_id: int, rows: list[UsageRow]
+    ) -> tuple[Finding | None, float, bool]:
+        """One workload's rows of one window: its idle finding (None: not idle, or unknown
+        workload), its idle GPUs at its threshold, and whether the window is a gap (no
+        telemetry: the finding is the gap's)."""
+        workload = self.workloads.get(workload_id)
+        if workload is None:
+            return None, 0.0, False
+        first = rows[0]
+        limits = self.resolver.for_subject(
+            first.cluster_queue_id, first.local_queue_id, first.namespace
+        )
+        telemetry = idle = allocated = 0.0
+        for row in rows:
+            allocated += row.gpus
+            if row.activity is None:
+                continue
+            telemetry += row.gpus
+            if row.activity < limits.idle_threshold:
+                idle += row.gpus
+        gap = telemetry <= EPSILON
+        if not gap and idle / telemetry + EPSILON < limits.idle_gpu_fraction:
+            return None, idle, False
+        finding = Finding(
+            rule=Rule.IDLE_WORKLOAD,
+            key=workload_key(self.cluster, workload),
+            thresholds=limits,
+            gpus=allocated,
+            idle_gpus=idle,
+            held_gpus=allocated,
+            team_id=first.team_id,
+            cluster_queue_id=first.cluster_queue_id,
+            local_queue_id=first.local_queue_id,
+            namespace=workload.namespace,
+            workload_id=workload_id,
+            node_name=first.node_name,
+            gpu_keys=sorted({row.gpu_key for row in rows if row.gpu_key}),
+        )
+        if gap:
+            return finding, idle, True
+        for row in rows:
+            if row.activity is None:
+                continue
+            is_idle = row.activity < limits.idle_threshold
+            if row.gpu_key:
+                finding.per_gpu[row.gpu_key] = (row.activity, is_idle)
+            if is_idle:
+                finding.priced.append((row.flavor, row.gpu_model, row.gpus))
+        if any(row.activity_source == ActivitySource.GR_ENGINE_ACTIVE for row in rows):
+            finding.facts["fallback"] = True
+        finding.facts["telemetry_gpus"] = telemetry
+        return finding, idle, False
 
     # --- ghost_reservation -----------------------------------------------------------------
 
@@ -265,7 +369,8 @@ class RuleSet:
                 continue
             if not hold.through(window.start, window.end):
                 continue
-            rows = by_workload.get(workload_id, ())
+            run = self.steady.get(workload_id)
+            rows = run.rows if run is not None else by_workload.get(workload_id, [])
             unused = max(hold.gpus - running_gpus, 0.0)
             queue = self.queues.get(workload.cluster_queue_id or 0)
             finding = Finding(

@@ -1,0 +1,150 @@
+"""Steady workloads moved through a chunk of windows at once (``RuleSet.split``,
+``EpisodeBook.apply_run``) leave exactly the episodes that window-by-window evaluation leaves."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+
+import alerts.reading
+from alerts.episodes import EpisodeBook
+from alerts.models import Episode
+from alerts.rules import RuleSet
+from fleet.choices import ActivitySource
+from ledger.choices import RateKind
+from ledger.models import GpuUsage, RateCard
+from tests.alerts.conftest import T0, World
+from tests.alerts.test_episodes import snapshot
+
+pytestmark = pytest.mark.django_db
+
+MINUTES = 200
+
+
+def noisy_scenario(world: World) -> None:
+    """Idle GPUs whose activity wanders below the threshold, gangs that change state, a gang
+    with one GPU on both sides of the threshold, a fallback source, dark minutes, a ghost
+    whose one running pod idles, a borrowing queue, and a price change at 02:00."""
+    rng = random.Random(20261201)
+
+    def idle() -> float:
+        return rng.uniform(0.0, 0.0099)
+
+    def busy() -> float:
+        return rng.uniform(0.2, 0.9)
+
+    # Idle all along (long runs, fires at 60 and escalates at 120 idle minutes inside chunks).
+    world.run(world.gang(world.workload("always-idle", 2, pods=2)), range(MINUTES), idle_of(idle))
+    # Idle, busy for a while, idle again.
+    switch = world.gang(world.workload("switching", 1))
+    world.run(switch, range(MINUTES), lambda m, g: busy() if 70 <= m < 95 else idle())
+    # One GPU of four is busy one minute in three: never steady; idle for two minutes at a
+    # time, so its episodes start and are dropped before they fire.
+    mixed = world.gang(world.workload("mixed", 4))
+    world.run(mixed, range(MINUTES), lambda m, g: busy() if g == 0 and m % 3 == 0 else idle())
+    # GR_ENGINE_ACTIVE where SM_ACTIVE is not exported.
+    fallback = world.gang(world.workload("fallback", 1, namespace="ns-b"), node="node-2")
+    world.run(fallback, range(MINUTES), idle_of(idle), source=ActivitySource.GR_ENGINE_ACTIVE)
+    # Idle with two dark stretches (a 6-minute gap and a 15-minute one).
+    dark = world.gang(world.workload("dark", 1), node="node-2")
+    world.run(dark, range(MINUTES), lambda m, g: None if 40 <= m < 46 or 120 <= m < 135 else idle())
+    # Admitted for two pods, one runs (idle): a ghost and an idle workload at once.
+    world.run(
+        world.gang(world.workload("half-ghost", 2, pods=2)), range(MINUTES), idle_of(idle),
+        running_pods=1,
+    )  # fmt: skip
+    # Busy all along: never a candidate.
+    world.run(world.gang(world.workload("busy", 2)), range(MINUTES), lambda m, g: busy())
+    # Appears at minute 30, disappears at minute 150.
+    late = world.gang(world.workload("late", 1))
+    world.run(late, range(30, 150), idle_of(idle))
+    world.sample(world.cq, range(MINUTES), borrowed=1, total=1)
+    world.sample(world.lender, range(MINUTES), lent=1, nominal=4)
+    RateCard.objects.create(
+        kind=RateKind.ALLOCATED,
+        flavor="h100",
+        price_per_gpu_hour=Decimal("3.10"),
+        currency="USD",
+        effective_from=T0 + timedelta(hours=2),
+    )
+
+
+def idle_of(value):
+    return lambda m, g: value()
+
+
+def without_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(RuleSet, "_run", lambda self, *args: None)
+
+
+def count_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    original = EpisodeBook._extend_run
+
+    def counted(self, episode, finding, windows, gpus):
+        calls.append(len(windows))
+        return original(self, episode, finding, windows, gpus)
+
+    monkeypatch.setattr(EpisodeBook, "_extend_run", counted)
+    return calls
+
+
+def window_by_window(world: World, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    with monkeypatch.context() as patch:
+        without_runs(patch)
+        world.evaluate_live(0, MINUTES)
+    reference = snapshot(world)
+    Episode.objects.all().delete()
+    return reference
+
+
+@pytest.mark.parametrize("windows_per_chunk", [1, 7, 45, 1000])
+def test_a_backfill_in_chunks_leaves_the_episodes_of_window_by_window_evaluation(
+    world: World, monkeypatch: pytest.MonkeyPatch, windows_per_chunk: int
+):
+    noisy_scenario(world)
+    world.store()
+    reference = window_by_window(world, monkeypatch)
+    assert {row[1].split("/")[-1] for row in reference if row[0] == "idle_workload"} >= {
+        "always-idle",
+        "switching",
+        "fallback",
+        "dark",
+        "half-ghost",
+        "late",
+    }
+    per_window = GpuUsage.objects.filter(window_end=T0 + timedelta(minutes=100)).count()
+    monkeypatch.setattr(alerts.reading, "ROWS_PER_READ", per_window * windows_per_chunk)
+    runs = count_runs(monkeypatch)
+    world.evaluate(0, MINUTES, live=True)
+    assert snapshot(world) == reference
+    # The steady workloads did move through whole chunks at once.
+    assert runs and max(runs) >= min(windows_per_chunk, MINUTES)
+
+
+def test_runs_continue_episodes_of_an_earlier_evaluation(
+    world: World, monkeypatch: pytest.MonkeyPatch
+):
+    noisy_scenario(world)
+    world.store()
+    reference = window_by_window(world, monkeypatch)
+    # Live up to minute 80, then a catch-up of the rest in one call.
+    world.evaluate_live(0, 80)
+    runs = count_runs(monkeypatch)
+    world.evaluate(80, MINUTES)
+    assert runs
+    assert snapshot(world) == reference
+
+
+def test_a_re_evaluation_over_runs_changes_nothing(world: World, monkeypatch: pytest.MonkeyPatch):
+    noisy_scenario(world)
+    world.evaluate(0, MINUTES)
+    first = snapshot(world)
+    per_window = GpuUsage.objects.filter(window_end=T0 + timedelta(minutes=100)).count()
+    monkeypatch.setattr(alerts.reading, "ROWS_PER_READ", per_window * 13)
+    world.evaluate(0, MINUTES)
+    world.evaluate(37, 151)
+    assert snapshot(world) == first
