@@ -419,7 +419,8 @@ class RuleSet:
             if amount <= EPSILON:
                 continue
             idle_workloads = idle_by_queue.get(queue_id, {})
-            idle = sum(idle_workloads.values())
+            # Summed in one order whichever way the windows were read (float sums depend on it).
+            idle = sum(idle_workloads[workload_id] for workload_id in sorted(idle_workloads))
             if idle + EPSILON < amount:
                 continue
             queue = self.queues.get(queue_id)
