@@ -378,16 +378,7 @@ class EpisodeBook:
         """The episode's subject as the newest window names it; nothing to do when it names
         what the previous window named (a backfill names the same subject window after window,
         and a foreign key's assignment goes through its descriptor)."""
-        subject = (
-            finding.gpus,
-            finding.team_id,
-            finding.cluster_queue_id,
-            finding.local_queue_id,
-            finding.namespace,
-            finding.workload_id,
-            finding.node_name,
-            finding.gpu_keys,
-        )
+        subject = finding.subject()
         if running.subject == subject:
             return
         episode.gpus = finding.gpus
@@ -585,17 +576,10 @@ def _shape(finding: Finding) -> tuple[object, ...]:
     """What a window's finding says but for its GPUs' activities: two windows of one subject
     with the same shape move its episode on the same way (``EpisodeBook._run_through``)."""
     return (
-        finding.gpus,
+        finding.subject(),
         finding.idle_gpus,
         finding.held_gpus,
         finding.priced,
-        finding.team_id,
-        finding.cluster_queue_id,
-        finding.local_queue_id,
-        finding.namespace,
-        finding.workload_id,
-        finding.node_name,
-        finding.gpu_keys,
         finding.thresholds,
         [(gpu, idle) for gpu, (_activity, idle) in finding.per_gpu.items()],
         finding.facts,

@@ -137,6 +137,19 @@ class Finding:
     per_gpu: dict[str, tuple[float | None, bool]] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
 
+    def subject(self) -> tuple[object, ...]:
+        """What the finding names: its GPUs, and whose and where they are."""
+        return (
+            self.gpus,
+            self.team_id,
+            self.cluster_queue_id,
+            self.local_queue_id,
+            self.namespace,
+            self.workload_id,
+            self.node_name,
+            self.gpu_keys,
+        )
+
 
 @dataclass
 class Findings:

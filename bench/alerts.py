@@ -11,10 +11,13 @@ state, where every window moves the same ~5,800 open episodes on. Memory: the pe
 fresh process that only evaluates the next window (rolled back), minus its RSS before.
 
 Backfill: ``--backfill-gpus`` GPUs × ``--backfill-hours`` hours of 60 s windows, evaluated in one
-call as ``collect_metrics --start/--end`` does; the time is extrapolated linearly to 7 days.
+call as ``collect_metrics --start/--end`` does; the time is extrapolated linearly to 7 days
+(which overstates it: the fixed costs, such as writing the episodes, are extrapolated too).
+``--backfill-hours 168`` measures the week itself (about 24 GB of usage rows, loaded once).
+``--only window`` / ``--only backfill`` runs one of the two parts.
 
     .venv/bin/python bench/alerts.py [--database-url postgres://…] [--gpus 50000] [--runs 3]
-        [--backfill-gpus 5000] [--backfill-hours 6] [--reload]
+        [--backfill-gpus 5000] [--backfill-hours 6] [--only window|backfill] [--reload]
 """
 
 from __future__ import annotations
@@ -346,10 +349,16 @@ def backfill(cluster_id: int, hours: int) -> float:
     from alerts.models import Episode
 
     Episode.objects.filter(cluster_id=cluster_id).delete()
+    before = _status_mb("VmRSS")
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # reset VmHWM to the current RSS (see rss_child)
     started, cpu = time.perf_counter(), Cpu()
     result = evaluate_range(cluster_id, T0, T0 + timedelta(hours=hours), live=False)
     seconds = time.perf_counter() - started
-    print(f"  {result.windows} windows, {result.created} episodes written; {cpu.spent()}")
+    print(
+        f"  {result.windows} windows, {result.created} episodes written; {cpu.spent()}; "
+        f"peak RSS {_status_mb('VmHWM') - before:.0f} MB above the {before:.0f} MB before"
+    )
     return seconds
 
 
@@ -360,6 +369,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--backfill-gpus", type=int, default=5_000)
     parser.add_argument("--backfill-hours", type=int, default=6)
+    parser.add_argument("--only", choices=["window", "backfill"])
     parser.add_argument("--reload", action="store_true")
     parser.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--rss-window", type=int, help=argparse.SUPPRESS)
@@ -369,6 +379,14 @@ def main() -> None:
         rss_child(args.database_url, args.rss_child, args.rss_window)
         return
 
+    if args.only != "backfill":
+        measure_window(args)
+    if args.only != "window":
+        measure_backfill(args)
+    print(f"load average: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+
+
+def measure_window(args: argparse.Namespace) -> None:
     cluster_id = load(f"bench-alerts-{args.gpus}", args.gpus, 2, args.reload)
     times = one_window(cluster_id, args.runs)
     child = subprocess.run(
@@ -393,6 +411,8 @@ def main() -> None:
         f"peak RSS {peak:.0f} MB, {peak - before:.0f} MB above the {before:.0f} MB before"
     )
 
+
+def measure_backfill(args: argparse.Namespace) -> None:
     windows = args.backfill_hours * 60
     backfill_id = load(
         f"bench-alerts-backfill-{args.backfill_gpus}", args.backfill_gpus, windows, args.reload
@@ -404,7 +424,6 @@ def main() -> None:
         f"{seconds:.1f} s; linear to 7 days: {week:.0f} s; to 7 days at {args.gpus:,} GPUs: "
         f"{week * args.gpus / args.backfill_gpus:.0f} s"
     )
-    print(f"load average: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":
