@@ -20,6 +20,7 @@ evaluations of one cluster never interleave.
 from __future__ import annotations
 
 import logging
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -82,19 +83,31 @@ def evaluate_range(
         rules = RuleSet(cluster.name, resolver, _queues(cluster.pk), {})
         book = EpisodeBook(cluster, start, live=live)
         highest = resolver.highest_idle_threshold()
-        for chunk in read_chunks(cluster.pk, start, end, rules.holders, highest):
-            _add_workloads(cluster.pk, rules.workloads, chunk.workload_ids())
-            rules.split(chunk, highest)
-            # A steady workload's idle subject moves through the whole chunk at once; subjects
-            # are independent of each other, so the windows then move the rest on.
-            skip = set()
-            for run in rules.steady.values():
-                if run.finding is not None:
-                    book.apply_run(chunk.windows, run)
-                    skip.add((run.finding.rule, run.finding.key))
-            findings = [rules.detect(window) for window in chunk.windows]
-            book.apply(chunk.windows, findings, frozenset(skip))
-            result.windows += len(chunk.windows)
+        chunks = read_chunks(
+            cluster.pk,
+            start,
+            end,
+            rules.holders,
+            highest,
+            # Read before the chunk is yielded: the rules below make no queries while the
+            # database groups the next chunk.
+            prepare=lambda chunk: _add_workloads(cluster.pk, rules.workloads, chunk.workload_ids()),
+        )
+        # Closed here, not when collected: the next chunk's grouping ends before the
+        # transaction does, whatever happens below.
+        with closing(chunks):
+            for chunk in chunks:
+                rules.split(chunk, highest)
+                # A steady workload's idle subject moves through the whole chunk at once;
+                # subjects are independent of each other, so the windows then move the rest on.
+                skip = set()
+                for run in rules.steady.values():
+                    if run.finding is not None:
+                        book.apply_run(chunk.windows, run)
+                        skip.add((run.finding.rule, run.finding.key))
+                findings = [rules.detect(window) for window in chunk.windows]
+                book.apply(chunk.windows, findings, frozenset(skip))
+                result.windows += len(chunk.windows)
         book.finish()
         _add_workloads(cluster.pk, rules.workloads, book.workload_ids())
         result.created, result.updated, result.deleted = book.save(now, rules.workloads)

@@ -25,9 +25,11 @@ reads, and a live window is one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Generator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import connection
 from django.db.models import Count, FloatField, Q, QuerySet, Sum, Value
@@ -38,7 +40,6 @@ from django.utils.dateparse import parse_datetime
 from alerts.rules import EPSILON, Hold, QueueSample, UsageRow
 from core.bulk import fetch_rows, fetch_sql
 from core.mig import GPU_RESOURCE
-from core.pgsettings import local_settings
 from ledger.models import GpuUsage
 from quotas.choices import HOLDING_STATES, TransitionKind
 from quotas.models import ClusterQueueSample, Workload, WorkloadTransition
@@ -122,16 +123,59 @@ def read_chunks(
     end: datetime,
     holders: dict[int, Hold],
     idle_threshold: float,
-) -> Iterator[Chunk]:
+    prepare: Callable[[Chunk], None] | None = None,
+) -> Generator[Chunk, None, None]:
     """The stored windows of the cluster ending in ``(start, end]``, oldest first, in chunks of
     about ``ROWS_PER_READ`` rows.
 
-    ``holders`` collects the holds of the gangs that ran short of pods (``_short``)."""
+    ``holders`` collects the holds of the gangs that ran short of pods (``_short``);
+    ``prepare`` is called with each chunk before it is yielded, for the caller's own reads:
+    while the caller works on a yielded chunk, the database groups the next one
+    (``_Grouping``), and the caller's queries would wait for it."""
     _count_gpu_pods(cluster_id)
     usage = GpuUsage.objects.filter(cluster_id=cluster_id)
-    cursor = start
-    span: timedelta | None = None
-    while True:
+    plan = _Plan(cluster_id, end)
+    windows = plan.after(start)
+    if windows is None:
+        return
+    grouping = _Grouping(cluster_id, idle_threshold)
+    grouping.start(windows)
+    try:
+        while windows is not None:
+            grouping.wait()
+            chunk = Chunk(windows)
+            first, last = windows[0].end, windows[-1].end
+            _candidates(cluster_id, first, last, chunk)
+            _short(
+                cluster_id,
+                start,
+                usage.filter(window_end__gte=first, window_end__lte=last),
+                chunk.windows,
+                holders,
+            )
+            _samples(cluster_id, first, last, {window.end: window for window in windows})
+            if prepare is not None:
+                prepare(chunk)
+            windows = plan.after(last)
+            if windows is not None:
+                grouping.start(windows)
+            yield chunk
+    finally:
+        grouping.close()
+
+
+class _Plan:
+    """Which stored windows of the cluster up to ``end`` the next chunk holds."""
+
+    def __init__(self, cluster_id: int, end: datetime) -> None:
+        self.cluster_id = cluster_id
+        self.end = end
+        self.usage = GpuUsage.objects.filter(cluster_id=cluster_id)
+        self.span: timedelta | None = None
+
+    def after(self, cursor: datetime) -> list[Window] | None:
+        """The next chunk's windows, ending after ``cursor``; None when there are none."""
+        usage, end = self.usage, self.end
         first = (
             usage.filter(window_end__gt=cursor, window_end__lte=end)
             .order_by("window_end")
@@ -139,31 +183,69 @@ def read_chunks(
             .first()
         )
         if first is None:
-            return
+            return None
         if not usage.filter(window_end__gt=first[1], window_end__lte=end).exists():
             # The range's last window (a live evaluation's only one): every row of a window
             # is written together with the window's start (``ledger.store.write_window``).
-            windows = [Window(first[0], first[1])]
-        else:
-            if span is None:
-                per_window = usage.filter(window_end=first[1]).count()
-                span = (first[1] - first[0]) * max(1, ROWS_PER_READ // max(per_window, 1))
-            windows = _windows(cluster_id, first[1], min(end, first[0] + span))
-        chunk = Chunk(windows)
-        by_end = {window.end: window for window in windows}
-        last = windows[-1].end
-        _identities(cluster_id, first[1], last, idle_threshold)
-        _candidates(cluster_id, first[1], last, chunk)
-        _short(
-            cluster_id,
-            start,
-            usage.filter(window_end__gte=first[1], window_end__lte=last),
-            chunk.windows,
-            holders,
-        )
-        _samples(cluster_id, first[1], last, by_end)
-        yield chunk
-        cursor = last
+            return [Window(first[0], first[1])]
+        if self.span is None:
+            per_window = usage.filter(window_end=first[1]).count()
+            self.span = (first[1] - first[0]) * max(1, ROWS_PER_READ // max(per_window, 1))
+        return _windows(self.cluster_id, first[1], min(end, first[0] + self.span))
+
+
+class _Grouping:
+    """``_identities`` of one chunk after another. On PostgreSQL each chunk after the first is
+    grouped by a worker thread on the evaluation's own database session (its transaction and
+    temporary table), while the caller works on the chunk before: the server groups the rows
+    on one core while Python runs the rules on the other. psycopg serializes the session's
+    use, so a query of the caller's meanwhile waits for the grouping instead of interleaving,
+    and ``wait`` hands back the grouping's error, if any."""
+
+    def __init__(self, cluster_id: int, idle_threshold: float) -> None:
+        self.cluster_id = cluster_id
+        self.idle_threshold = idle_threshold
+        self.pool: ThreadPoolExecutor | None = None
+        self.running: Future[None] | None = None
+        self.started = False
+        self.sort = "on"  # the session's enable_sort, given back after each grouping
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT current_setting('enable_sort')")
+                self.sort = cursor.fetchone()[0]
+
+    def start(self, windows: list[Window]) -> None:
+        first, last = windows[0].end, windows[-1].end
+        if not self.started or connection.vendor != "postgresql":
+            self.started = True
+            with connection.cursor() as cursor:
+                self._identities(cursor.execute, first, last)
+            return
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alerts-grouping")
+        session = connection.connection
+        self.running = self.pool.submit(self._group, session, first, last)
+
+    def _group(self, session: Any, first: datetime, last: datetime) -> None:
+        with session.cursor() as cursor:
+            self._identities(cursor.execute, first, last)
+
+    def _identities(
+        self, execute: Callable[[str, list[Any]], object], first: datetime, last: datetime
+    ) -> None:
+        _identities(execute, self.cluster_id, first, last, self.idle_threshold, self.sort)
+
+    def wait(self) -> None:
+        running, self.running = self.running, None
+        if running is not None:
+            running.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown()
 
 
 def _windows(cluster_id: int, first: datetime, last: datetime) -> list[Window]:
@@ -213,14 +295,23 @@ def _moment(value: object) -> datetime:
 CHUNK_ROWS = "alerts_chunk_rows"
 
 
-def _identities(cluster_id: int, first: datetime, last: datetime, idle_threshold: float) -> None:
+def _identities(
+    execute: Callable[[str, list[Any]], object],
+    cluster_id: int,
+    first: datetime,
+    last: datetime,
+    idle_threshold: float,
+    sort: str = "on",
+) -> None:
     """One pass over the allocated rows of the windows ending in [first, last], into the
     temporary table ``CHUNK_ROWS``: per row identity (its columns but the activity; one row
     per window at most, ``gpu_key``, namespace and pod being unique in a window), how many
     windows it has a row in and whether one of them was a candidate (below
     ``idle_threshold``, or without telemetry). On PostgreSQL also its windows' ends and
     activities (two arrays, in the order the rows were read), so the candidate rows
-    (``_candidates``) need no second pass; the ghost pruning (``_short``) reads it too."""
+    (``_candidates``) need no second pass; the ghost pruning (``_short``) reads it too.
+    ``execute`` runs a statement on the evaluation's session (``_Grouping``); ``sort`` is the
+    session's ``enable_sort``, set again after the statement that turns it off."""
     table = connection.ops.quote_name(GpuUsage._meta.db_table)
     adapt = connection.ops.adapt_datetimefield_value
     identity = ", ".join(connection.ops.quote_name(name) for name in _IDENTITY)
@@ -234,32 +325,34 @@ def _identities(cluster_id: int, first: datetime, last: datetime, idle_threshold
         ]
     )
     arrays = ", ARRAY_AGG(window_end), ARRAY_AGG(activity)" if postgres else ""
-    with connection.cursor() as cursor:
-        if postgres:
-            # Gone at commit, like the episode staging table (``alerts.store``).
-            cursor.execute(
-                f"CREATE TEMPORARY TABLE IF NOT EXISTS {CHUNK_ROWS} ({columns}) ON COMMIT DROP"
-            )
-            cursor.execute(f"TRUNCATE {CHUNK_ROWS}")
-        else:
-            cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {CHUNK_ROWS} ({columns})")
-            cursor.execute(f"DELETE FROM {CHUNK_ROWS}")  # noqa: S608 - a constant name
-        insert = f"""
-            INSERT INTO {CHUNK_ROWS}
-            SELECT {identity}, COUNT(*),
-                MAX(CASE WHEN activity IS NULL OR activity < %s THEN 1 ELSE 0 END){arrays}
-            FROM {table}
-            WHERE cluster_id = %s AND window_end >= %s AND window_end <= %s AND allocated
-            GROUP BY {identity}
-        """  # noqa: S608 - table and column names come from the model and a constant
-        params = [idle_threshold, cluster_id, adapt(first), adapt(last)]
-        if postgres:
-            # Hashed: a sort of the chunk's rows by the identity's text columns (PostgreSQL's
-            # choice for the arrays) took twice as long (bench/alerts.py).
-            with local_settings(connection.alias, {"enable_sort": "off"}, restore=True):
-                cursor.execute(insert, params)
-        else:
-            cursor.execute(insert, params)
+    if postgres:
+        # Gone at commit, like the episode staging table (``alerts.store``).
+        execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {CHUNK_ROWS} ({columns}) ON COMMIT DROP", [])
+        execute(f"TRUNCATE {CHUNK_ROWS}", [])
+    else:
+        execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {CHUNK_ROWS} ({columns})", [])
+        execute(f"DELETE FROM {CHUNK_ROWS}", [])  # noqa: S608 - a constant name
+    insert = f"""
+        INSERT INTO {CHUNK_ROWS}
+        SELECT {identity}, COUNT(*),
+            MAX(CASE WHEN activity IS NULL OR activity < %s THEN 1 ELSE 0 END){arrays}
+        FROM {table}
+        WHERE cluster_id = %s AND window_end >= %s AND window_end <= %s AND allocated
+        GROUP BY {identity}
+    """  # noqa: S608 - table and column names come from the model and a constant
+    params: list[Any] = [idle_threshold, cluster_id, adapt(first), adapt(last)]
+    if postgres:
+        # Hashed: a sort of the chunk's rows by the identity's text columns (PostgreSQL's
+        # choice for the arrays) took twice as long (bench/alerts.py). Set for this statement
+        # only, and with the session's own functions (``execute`` may run on a worker thread,
+        # outside Django's connection handling).
+        execute("SELECT set_config('enable_sort', 'off', true)", [])
+        try:
+            execute(insert, params)
+        finally:
+            execute("SELECT set_config('enable_sort', %s, true)", [sort])
+    else:
+        execute(insert, params)
 
 
 def _candidates(cluster_id: int, first: datetime, last: datetime, chunk: Chunk) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+import threading
 from datetime import timedelta
 from decimal import Decimal
 
@@ -171,5 +172,60 @@ def test_a_queue_s_idle_gpus_are_summed_in_one_order_however_the_windows_were_re
     reference = window_by_window(world, monkeypatch)
     [borrowing] = [row for row in reference if row[0] == "borrowing_while_idle"]
     assert borrowing[13]["idle"] == 0.1 + 0.2 + 0.4  # minute 199: all three idle
+    world.evaluate(0, MINUTES)
+    assert snapshot(world) == reference
+
+
+def test_a_failing_grouping_of_a_later_chunk_fails_the_evaluation_and_writes_nothing(
+    world: World, monkeypatch: pytest.MonkeyPatch
+):
+    noisy_scenario(world)
+    world.store()
+    per_window = GpuUsage.objects.filter(window_end=T0 + timedelta(minutes=100)).count()
+    monkeypatch.setattr(alerts.reading, "ROWS_PER_READ", per_window * 20)
+    original = alerts.reading._identities
+    threads: list[str] = []
+
+    def failing_third(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        if len(threads) == 3:
+            raise RuntimeError("the connection broke")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(alerts.reading, "_identities", failing_third)
+    with pytest.raises(RuntimeError, match="the connection broke"):
+        world.evaluate(0, MINUTES)
+    assert not Episode.objects.exists()
+    # The first chunk is grouped by the evaluation itself, the next ones on the worker thread
+    # while the chunk before is evaluated.
+    assert threads[0] == threading.current_thread().name
+    assert all(name.startswith("alerts-grouping") for name in threads[1:])
+
+
+def test_an_evaluation_failing_mid_range_leaves_nothing_behind(
+    world: World, monkeypatch: pytest.MonkeyPatch
+):
+    noisy_scenario(world)
+    world.store()
+    reference = window_by_window(world, monkeypatch)
+    per_window = GpuUsage.objects.filter(window_end=T0 + timedelta(minutes=100)).count()
+    monkeypatch.setattr(alerts.reading, "ROWS_PER_READ", per_window * 20)
+    original = RuleSet.split
+    chunks: list[int] = []
+
+    def failing_second(self, chunk, highest):
+        chunks.append(len(chunk.windows))
+        if len(chunks) == 2:
+            raise ValueError("a rule broke")
+        return original(self, chunk, highest)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RuleSet, "split", failing_second)
+        with pytest.raises(ValueError, match="a rule broke"):
+            world.evaluate(0, MINUTES)
+    # The grouping started for the third chunk has ended with the failed evaluation, which
+    # wrote nothing; the next evaluation of the range leaves the reference episodes.
+    assert not [t for t in threading.enumerate() if t.name.startswith("alerts-grouping")]
+    assert not Episode.objects.exists()
     world.evaluate(0, MINUTES)
     assert snapshot(world) == reference
