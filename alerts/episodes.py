@@ -92,7 +92,10 @@ class EpisodeBook:
         self.by_key: dict[tuple[str, str], list[Episode]] = defaultdict(list)
         self.unresolved: dict[str, set[str]] = {rule: set() for rule in Rule.values}
         self.touched: dict[int, Episode] = {}
-        self.new: list[Episode] = []
+        # Episodes to create, by ``id()``: a pending one that ends unfired is dropped from it
+        # in constant time (a list's ``remove`` compared model instances one by one, quadratic
+        # in a backfill's episodes).
+        self.new: dict[int, Episode] = {}
         self.dropped: list[int] = []
         self._nodes: dict[str, int] | None = None
         # What an episode carries between windows besides its fields, by ``id(episode)``.
@@ -110,60 +113,89 @@ class EpisodeBook:
 
     # --- one window ----------------------------------------------------------------------
 
-    def apply(
-        self,
-        windows: list[Window],
-        findings: list[Findings],
-        skip: frozenset[tuple[str, str]] = frozenset(),
-    ) -> None:
+    def apply(self, windows: list[Window], findings: list[Findings], runs: list[Run]) -> None:
         """Move every subject on through consecutive ``windows`` (oldest first), each with
-        its ``findings``; ``skip``: (rule, key) pairs that ``apply_run`` moved through them
-        already. Subjects are independent of each other, so each one goes through all the
-        windows in turn, and a stretch of windows whose findings differ only in the GPUs'
-        activities moves on in one step (``_run_through``)."""
+        its ``findings``, and the workloads' ``runs`` (``alerts.rules.Run``) through theirs.
+        Subjects are independent of each other, so each one goes through all the windows in
+        turn; a run, or a stretch of windows whose findings differ only in the GPUs'
+        activities, moves it on in one step (``_run_through``)."""
+        runs_of: dict[str, dict[str, list[Run]]] = {rule: defaultdict(list) for rule in Rule.values}
+        for run in runs:
+            if run.finding is not None:
+                runs_of[run.finding.rule][run.finding.key].append(run)
         for rule in Rule.values:
-            keys = set(self.unresolved[rule])
-            for found in findings:
-                keys.update(found.hits[rule])
-                keys.update(found.gaps[rule])
+            # Per subject, its findings by window position.
+            hits: dict[str, dict[int, Finding]] = defaultdict(dict)
+            gaps: dict[str, dict[int, Finding]] = defaultdict(dict)
+            for position, found in enumerate(findings):
+                for key, finding in found.hits[rule].items():
+                    hits[key][position] = finding
+                for key, finding in found.gaps[rule].items():
+                    gaps[key][position] = finding
+            keys = set(self.unresolved[rule]).union(hits, gaps, runs_of[rule])
+            whole = len(windows)
             for key in keys:
-                if (rule, key) in skip:
+                key_runs = runs_of[rule].get(key)
+                key_hits, key_gaps = hits.get(key), gaps.get(key)
+                if (
+                    key_runs is not None
+                    and len(key_runs) == 1
+                    and key_runs[0].first == 0
+                    and key_runs[0].last == whole
+                ):
+                    # One run through every window (a steady workload; every one, live).
+                    run = key_runs[0]
+                    self._run_through(cast(Finding, run.finding), windows, run.gpus)
                     continue
-                hits = [found.hits[rule].get(key) for found in findings]
-                gaps = [found.gaps[rule].get(key) for found in findings]
-                self._subject(rule, key, windows, hits, gaps)
+                self._subject(rule, key, windows, key_hits or {}, key_gaps or {}, key_runs)
 
     def _subject(
         self,
         rule: str,
         key: str,
         windows: list[Window],
-        hits: list[Finding | None],
-        gaps: list[Finding | None],
+        hits: dict[int, Finding],
+        gaps: dict[int, Finding],
+        runs: list[Run] | None,
     ) -> None:
         """One subject through the windows, as ``_step`` window after window would."""
+        starts = {run.first: run for run in runs} if runs else {}
+        later_runs_from = max(starts, default=-1)  # no run starts after this position
         position, count = 0, len(windows)
         while position < count:
-            hit = hits[position]
+            run = starts.get(position)
+            if run is not None:
+                finding = cast(Finding, run.finding)
+                self._run_through(finding, windows[run.first : run.last], run.gpus)
+                position = run.last
+                continue
+            hit = hits.get(position)
+            gap = gaps.get(position)
             if hit is not None:
                 shape = _shape(hit)
                 last = position + 1
-                while last < count and (other := hits[last]) is not None and _shape(other) == shape:
+                while (
+                    last < count
+                    and last not in starts
+                    and (other := hits.get(last)) is not None
+                    and _shape(other) == shape
+                ):
                     last += 1
                 if last - position > 1:
-                    stretch = hits[position:last]
+                    stretch = [hits[index] for index in range(position, last)]
                     gpus = {
-                        gpu: (idle, [cast(Finding, h).per_gpu[gpu][0] for h in stretch])
+                        gpu: (idle, [h.per_gpu[gpu][0] for h in stretch])
                         for gpu, (_activity, idle) in hit.per_gpu.items()
                     }
                     self._run_through(hit, windows[position:last], gpus)
                     position = last
                     continue
-            elif gaps[position] is None and key not in self.unresolved[rule]:
+            elif gap is None and key not in self.unresolved[rule]:
+                if not hits and not gaps and position > later_runs_from:
+                    return  # nothing else happens to it in these windows
                 position += 1  # nothing held and nothing open: the window changes nothing
                 continue
-            window = windows[position]
-            self._step(rule, key, window, hit, gaps[position])
+            self._step(rule, key, windows[position], hit, gap)
             position += 1
 
     def _step(
@@ -203,13 +235,6 @@ class EpisodeBook:
             None,
         )
 
-    def apply_run(self, windows: list[Window], run: Run) -> None:
-        """Move a steady workload's idle subject (``alerts.rules.Run``) through the chunk's
-        ``windows``. A run without a finding changes nothing here: ``apply`` resolves an
-        episode still open in the first window."""
-        if run.finding is not None:
-            self._run_through(run.finding, windows, run.gpus)
-
     def _run_through(
         self,
         finding: Finding,
@@ -244,7 +269,7 @@ class EpisodeBook:
             detected_live=self.live,
             evidence={},
         )
-        self.new.append(episode)
+        self.new[id(episode)] = episode
         episodes = self.by_key[(finding.rule, finding.key)]
         episodes.append(episode)
         episodes.sort(key=lambda item: item.started_at)
@@ -493,7 +518,7 @@ class EpisodeBook:
             self.dropped.append(episode.pk)
             self.touched.pop(episode.pk, None)
         else:
-            self.new.remove(episode)
+            del self.new[id(episode)]
 
     def _forget_unresolved(self, episode: Episode) -> None:
         others = [
@@ -530,7 +555,7 @@ class EpisodeBook:
         """The workloads of the episodes ``save`` writes (their exemptions and summaries)."""
         return {
             episode.workload_id
-            for episode in [*self.new, *self.touched.values()]
+            for episode in [*self.new.values(), *self.touched.values()]
             if episode.workload_id is not None
         }
 
@@ -541,7 +566,7 @@ class EpisodeBook:
         for running in self._running.values():
             if running.priced:
                 running.episode.evidence["cost_exact"] = str(running.cost_exact)
-        for episode in [*self.new, *self.touched.values()]:
+        for episode in [*self.new.values(), *self.touched.values()]:
             workload = workloads.get(episode.workload_id or 0)
             subject = (
                 workload.subject()
@@ -568,7 +593,7 @@ class EpisodeBook:
             ordered = sorted(self.touched.values(), key=lambda e: e.resolved_at is None)
             update_episodes(ordered, EPISODE_UPDATE_FIELDS)
         if self.new:
-            Episode.objects.bulk_create(self.new, batch_size=1000)
+            Episode.objects.bulk_create(list(self.new.values()), batch_size=1000)
         return len(self.new), len(self.touched), deleted
 
 

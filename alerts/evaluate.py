@@ -98,15 +98,10 @@ def evaluate_range(
         with closing(chunks):
             for chunk in chunks:
                 rules.split(chunk, highest)
-                # A steady workload's idle subject moves through the whole chunk at once;
-                # subjects are independent of each other, so the windows then move the rest on.
-                skip = set()
-                for run in rules.steady.values():
-                    if run.finding is not None:
-                        book.apply_run(chunk.windows, run)
-                        skip.add((run.finding.rule, run.finding.key))
-                findings = [rules.detect(window) for window in chunk.windows]
-                book.apply(chunk.windows, findings, frozenset(skip))
+                findings = [
+                    rules.detect(window, position) for position, window in enumerate(chunk.windows)
+                ]
+                book.apply(chunk.windows, findings, rules.runs)
                 result.windows += len(chunk.windows)
         book.finish()
         _add_workloads(cluster.pk, rules.workloads, book.workload_ids())

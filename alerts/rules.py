@@ -163,17 +163,24 @@ class Findings:
 
 @dataclass
 class Run:
-    """A workload whose candidate rows were the same in every window of a chunk but for their
-    activities, each GPU always on one side of the workload's idle threshold and never without
-    telemetry (``RuleSet.split``): its idle finding is the same in every window (``finding``,
+    """A workload through consecutive windows of a chunk (positions ``first`` to ``last - 1``)
+    where its candidate rows were the same but for their activities, each GPU on the same side
+    of the workload's idle threshold in all of them, none without telemetry
+    (``RuleSet.split``): its idle finding is the same in each of these windows (``finding``,
     None when it is not idle) but for each GPU's activity, and so are its idle GPUs."""
 
     workload_id: int
-    rows: list[UsageRow]  # as in the chunk's first window
+    first: int
+    last: int
+    rows: list[UsageRow]  # as in the run's first window
     finding: Finding | None
     idle: float
-    # Per GPU key: (idle, its activity in each window of the chunk).
+    # Per GPU key: (idle, its activity in each window of the run).
     gpus: dict[str, tuple[bool, list[float | None]]]
+
+
+# An identity without a row in a window (``RuleSet.split``).
+_ABSENT = float("-inf")
 
 
 def uuid_of(gpu_key: str) -> str:
@@ -204,93 +211,156 @@ class RuleSet:
         self.holders = holders
         # Filled by the caller with every workload a chunk names (``Chunk.workload_ids``).
         self.workloads: dict[int, WorkloadInfo] = {}
-        # The current chunk's workloads whose rows run unchanged through it (``split``).
-        self.steady: dict[int, Run] = {}
+        # The current chunk's runs, and per window position the runs through it (``split``).
+        self.runs: list[Run] = []
+        self.runs_at: list[list[Run]] = []
 
     def split(self, chunk: Chunk, highest: float) -> None:
-        """Sort the chunk's series (``alerts.reading.Chunk``): each workload whose rows run
-        unchanged through the chunk becomes a ``Run`` (``steady``); the rows of the others go
-        into the windows where their workload is a candidate (a row below ``highest``, the
-        highest idle threshold in force, or without telemetry), as the database would select
-        them one window at a time."""
+        """Sort the chunk's series (``alerts.reading.Chunk``) into ``runs`` (and ``runs_at``,
+        per window position): the stretches of windows where a workload's rows were the same
+        but for their activities, each GPU on one side of its idle threshold. The rows of the
+        other windows go into the windows where their workload is a candidate (a row below
+        ``highest``, the highest idle threshold in force, or without telemetry), as the
+        database would select them one window at a time."""
+        windows = chunk.windows
+        count = len(windows)
+        position = {window.end: index for index, window in enumerate(windows)}
         groups: dict[int | None, list[Series]] = defaultdict(list)
         for series in chunk.series:
             groups[series.row.workload_id].append(series)
-        self.steady = {}
-        count = len(chunk.windows)
-        loose: list[Series] = []
+        self.runs = []
+        self.runs_at = [[] for _ in windows]
+        # Per series to put into windows: the positions to put it into (None: all).
+        loose: list[tuple[Series, set[int] | None]] = []
         for workload_id, group in groups.items():
-            run = None if workload_id is None else self._run(workload_id, group, count, highest)
-            if run is None:
-                loose.extend(group)
-            else:
-                self.steady[run.workload_id] = run
-        cells: dict[tuple[datetime, int | None], list[UsageRow]] = defaultdict(list)
-        for series in loose:
+            if workload_id is None or workload_id not in self.workloads:
+                loose.extend((series, None) for series in group)
+                continue
+            runs, irregular = self._runs(workload_id, group, count, position, highest)
+            for run in runs:
+                self.runs.append(run)
+                for index in range(run.first, run.last):
+                    self.runs_at[index].append(run)
+            if irregular:
+                loose.extend((series, irregular) for series in group)
+        cells: dict[tuple[int, int | None], list[UsageRow]] = defaultdict(list)
+        for series, wanted in loose:
             row, node = series.row, series.row.node_name
             for end, activity in zip(series.ends, series.activities, strict=True):
-                cells[(end, row.workload_id)].append(
+                at = position.get(end)
+                if at is None or (wanted is not None and at not in wanted):
+                    continue
+                cells[(at, row.workload_id)].append(
                     row._replace(
                         activity=activity,
                         node_series=activity is not None or (end, node) in chunk.answered,
                     )
                 )
-        windows = {window.end: window for window in chunk.windows}
-        for (end, workload_id), rows in cells.items():
-            window = windows.get(end)
-            if window is None:
-                continue
+        for (index, workload_id), rows in cells.items():
             if workload_id is None or any(
                 row.activity is None or row.activity < highest for row in rows
             ):
-                window.rows.extend(rows)
+                windows[index].rows.extend(rows)
 
-    def _run(self, workload_id: int, group: list[Series], count: int, highest: float) -> Run | None:
-        """The workload's run through the chunk's ``count`` windows, or None when its rows
-        change: a row missing from a window or without telemetry in one, a GPU on both sides
-        of the workload's idle threshold, or a window where it is no candidate."""
-        if workload_id not in self.workloads:
-            return None
-        if any(len(series.activities) != count or None in series.activities for series in group):
-            return None
+    def _runs(
+        self,
+        workload_id: int,
+        group: list[Series],
+        count: int,
+        position: dict[datetime, int],
+        highest: float,
+    ) -> tuple[list[Run], set[int]]:
+        """The workload's runs through the chunk's ``count`` windows, and the positions of the
+        windows where it has a row without telemetry (their rows go into the windows). A run
+        ends where the workload's rows change: one appears or goes, or a GPU crosses its idle
+        threshold. A window where it is no candidate is in neither: it has no rows there."""
         first = group[0].row
-        limits = self.resolver.for_subject(
+        threshold = self.resolver.for_subject(
             first.cluster_queue_id, first.local_queue_id, first.namespace
-        )
-        threshold = limits.idle_threshold
-        idle_rows: list[bool] = []
-        for series in group:
-            activities = cast(list[float], series.activities)
-            low, high = min(activities), max(activities)
-            if low < threshold <= high:
-                return None
-            idle_rows.append(high < threshold)
-        if not any(max(cast(list[float], s.activities)) < highest for s in group) and not all(
-            min(column) < highest
-            for column in zip(*(cast(list[float], s.activities) for s in group), strict=True)
-        ):
-            return None
+        ).idle_threshold
+        if all(len(s.activities) == count and None not in s.activities for s in group):
+            # Every row in every window: the whole chunk is one run when no GPU crosses its
+            # threshold and the workload is a candidate throughout (the usual case).
+            columns = [cast(list[float], s.activities) for s in group]
+            flags = [max(values) < threshold for values in columns]
+            if all(
+                idle or min(values) >= threshold
+                for idle, values in zip(flags, columns, strict=True)
+            ) and (
+                any(max(values) < highest for values in columns)
+                or all(min(column) < highest for column in zip(*columns, strict=True))
+            ):
+                return [self._run(workload_id, group, columns, 0, count)], set()
+        else:
+            columns = []
+            for series in group:
+                values = [_ABSENT] * count
+                for end, activity in zip(series.ends, series.activities, strict=True):
+                    index = position.get(end)
+                    if index is not None:
+                        values[index] = float("nan") if activity is None else activity
+                columns.append(values)
+        runs: list[Run] = []
+        irregular: set[int] = set()
+        start, current = 0, None
+        for index in range(count + 1):
+            # Which rows the window has, and each one's side of the threshold.
+            signature: tuple[bool | None, ...] | None = None
+            if index < count:
+                cells = [values[index] for values in columns]
+                present = [cell for cell in cells if cell != _ABSENT]
+                if any(cell != cell for cell in present):  # NaN: no telemetry
+                    irregular.add(index)
+                elif any(cell < highest for cell in present):
+                    signature = tuple(
+                        None if cell == _ABSENT else cell < threshold for cell in cells
+                    )
+            if signature != current or signature is None:
+                if current is not None:
+                    runs.append(self._run(workload_id, group, columns, start, index))
+                start, current = index, signature
+        return runs, irregular
+
+    def _run(
+        self,
+        workload_id: int,
+        group: list[Series],
+        columns: list[list[float]],
+        first: int,
+        last: int,
+    ) -> Run:
+        """The run of the windows at positions ``first`` to ``last - 1``, made of the rows
+        the first of them has (each of them has the same)."""
+        present = list(zip(group, columns, strict=True))
+        if any(values[first] == _ABSENT for values in columns):
+            present = [(series, values) for series, values in present if values[first] != _ABSENT]
         rows = [
-            series.row._replace(activity=series.activities[0], node_series=True) for series in group
+            series.row._replace(activity=values[first], node_series=True)
+            for series, values in present
         ]
         finding, idle, _gap = self._idle_of(workload_id, rows)
         gpus: dict[str, tuple[bool, list[float | None]]] = {}
-        for series, is_idle in zip(group, idle_rows, strict=True):
-            if series.row.gpu_key:
-                gpus[series.row.gpu_key] = (is_idle, series.activities)
-        return Run(workload_id, rows, finding, idle, gpus)
+        if finding is not None:
+            for row, (_series, values) in zip(rows, present, strict=True):
+                if row.gpu_key:
+                    spread: list[float | None] = list(values[first:last])
+                    gpus[row.gpu_key] = finding.per_gpu[row.gpu_key][1], spread
+        return Run(workload_id, first, last, rows, finding, idle, gpus)
 
-    def detect(self, window: Window) -> Findings:
+    def detect(self, window: Window, position: int) -> Findings:
+        """What held in the chunk's window at ``position`` but for the runs' idle findings
+        (``EpisodeBook.apply`` takes those through their windows)."""
         found = Findings()
         by_workload: dict[int, list[UsageRow]] = defaultdict(list)
         for row in window.rows:
             if row.workload_id is not None:
                 by_workload[row.workload_id].append(row)
         idle_by_queue = self._idle(by_workload, found)
-        for workload_id, run in self.steady.items():
+        for run in self.runs_at[position]:
             queue_id = run.rows[0].cluster_queue_id
             if run.idle > EPSILON and queue_id is not None:
-                idle_by_queue[queue_id][workload_id] = run.idle
+                idle_by_queue[queue_id][run.workload_id] = run.idle
+            by_workload[run.workload_id] = run.rows
         self._ghosts(window, by_workload, found)
         self._borrowing(window.samples, idle_by_queue, found)
         self._telemetry(window.rows, found)
@@ -382,8 +452,7 @@ class RuleSet:
                 continue
             if not hold.through(window.start, window.end):
                 continue
-            run = self.steady.get(workload_id)
-            rows = run.rows if run is not None else by_workload.get(workload_id, [])
+            rows = by_workload.get(workload_id, [])
             unused = max(hold.gpus - running_gpus, 0.0)
             queue = self.queues.get(workload.cluster_queue_id or 0)
             finding = Finding(

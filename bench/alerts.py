@@ -14,10 +14,13 @@ Backfill: ``--backfill-gpus`` GPUs × ``--backfill-hours`` hours of 60 s windows
 call as ``collect_metrics --start/--end`` does; the time is extrapolated linearly to 7 days
 (which overstates it: the fixed costs, such as writing the episodes, are extrapolated too).
 ``--backfill-hours 168`` measures the week itself (about 24 GB of usage rows, loaded once).
-``--only window`` / ``--only backfill`` runs one of the two parts.
+``--only window`` / ``--only backfill`` runs one of the two parts; ``--churn`` makes the
+backfill's workloads go idle and busy again in stretches of 30-89 minutes, with noisy activity
+(each one's episodes start and end all week), instead of the same 10 % idle all along.
 
     .venv/bin/python bench/alerts.py [--database-url postgres://…] [--gpus 50000] [--runs 3]
-        [--backfill-gpus 5000] [--backfill-hours 6] [--only window|backfill] [--reload]
+        [--backfill-gpus 5000] [--backfill-hours 6] [--only window|backfill] [--churn]
+        [--reload]
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ def ensure_database(database_url: str) -> None:
             connection.execute(f'CREATE DATABASE "{name}"')
 
 
-def load(name: str, gpus: int, windows: int, reload: bool) -> int:
+def load(name: str, gpus: int, windows: int, reload: bool, churn: bool = False) -> int:
     """The cluster ``name`` with ``windows`` windows from T0; its id (built once)."""
     from django.db import connection, transaction
 
@@ -162,7 +165,7 @@ def load(name: str, gpus: int, windows: int, reload: bool) -> int:
             batch_size=5000,
         )
         for w in range(windows):
-            write_window(cluster.pk, w, workloads, queues, local_queues)
+            write_window(cluster.pk, w, workloads, queues, local_queues, churn)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     print(f"loaded {name}: {gpus:,} GPUs × {windows} windows in {time.monotonic() - started:.0f} s")
@@ -170,9 +173,13 @@ def load(name: str, gpus: int, windows: int, reload: bool) -> int:
 
 
 def write_window(
-    cluster_id: int, w: int, workloads: list, queues: list, local_queues: list
+    cluster_id: int, w: int, workloads: list, queues: list, local_queues: list, churn: bool = False
 ) -> None:
-    """Window ``w`` (from T0) of every GPU, and the queues' samples at its end, with COPY."""
+    """Window ``w`` (from T0) of every GPU, and the queues' samples at its end, with COPY.
+
+    ``churn``: instead of the same 10 % of workloads idle all along, each workload is idle or
+    busy for stretches of 30 to 89 minutes (its own length), idle in one stretch out of ten,
+    with activity that moves from window to window on both sides."""
     from core.bulk import copy_rows
 
     now = datetime.now(UTC)
@@ -184,7 +191,13 @@ def write_window(
         ghost = i % 100 == 37
         dark = node % 200 == 7
         idle = i % 10 == 3 or (i % QUEUES) % 10 == 1 and i < QUEUES * 2
-        activity = None if dark or ghost else (0.002 if idle else 0.4 + (i % 7) / 20)
+        if churn:
+            stretch = w // (30 + i % 60)
+            idle = (i * 7919 + stretch * 104729) % 10 == 3
+        noise = ((w * 31 + i * 17) % 9) / 1000 if churn else 0.0
+        activity = (
+            None if dark or ghost else (0.001 + noise if idle else 0.4 + (i % 7) / 20 + noise)
+        )
         rows.append(
             (
                 cluster_id,
@@ -370,6 +383,7 @@ def main() -> None:
     parser.add_argument("--backfill-gpus", type=int, default=5_000)
     parser.add_argument("--backfill-hours", type=int, default=6)
     parser.add_argument("--only", choices=["window", "backfill"])
+    parser.add_argument("--churn", action="store_true", help="backfill: idle stretches churn")
     parser.add_argument("--reload", action="store_true")
     parser.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--rss-window", type=int, help=argparse.SUPPRESS)
@@ -414,9 +428,8 @@ def measure_window(args: argparse.Namespace) -> None:
 
 def measure_backfill(args: argparse.Namespace) -> None:
     windows = args.backfill_hours * 60
-    backfill_id = load(
-        f"bench-alerts-backfill-{args.backfill_gpus}", args.backfill_gpus, windows, args.reload
-    )
+    name = f"bench-alerts-backfill-{args.backfill_gpus}" + ("-churn" if args.churn else "")
+    backfill_id = load(name, args.backfill_gpus, windows, args.reload, args.churn)
     seconds = backfill(backfill_id, args.backfill_hours)
     week = seconds * (7 * 24 / args.backfill_hours)
     print(

@@ -1,10 +1,11 @@
-"""Steady workloads moved through a chunk of windows at once (``RuleSet.split``,
-``EpisodeBook.apply_run``) leave exactly the episodes that window-by-window evaluation leaves."""
+"""Workloads moved through stretches of a chunk's windows at once (``RuleSet.split``,
+``EpisodeBook.apply``) leave exactly the episodes that window-by-window evaluation leaves."""
 
 from __future__ import annotations
 
 import random
 import threading
+from collections import defaultdict
 from datetime import timedelta
 from decimal import Decimal
 
@@ -17,6 +18,7 @@ from alerts.rules import RuleSet
 from fleet.choices import ActivitySource
 from ledger.choices import RateKind
 from ledger.models import GpuUsage, RateCard
+from quotas.models import Workload
 from tests.alerts.conftest import T0, World
 from tests.alerts.test_episodes import snapshot
 
@@ -78,7 +80,10 @@ def idle_of(value):
 
 
 def without_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(RuleSet, "_run", lambda self, *args: None)
+    """Every window of every workload into the windows' rows, none as a run."""
+    monkeypatch.setattr(
+        RuleSet, "_runs", lambda self, workload_id, group, count, *args: ([], set(range(count)))
+    )
 
 
 def count_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -91,6 +96,19 @@ def count_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(EpisodeBook, "_extend_run", counted)
     return calls
+
+
+def record_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
+    """(workload id, first, last) of every run ``split`` makes."""
+    made: list[tuple[int, int, int]] = []
+    original = RuleSet._run
+
+    def recorded(self, workload_id, group, columns, first, last):
+        made.append((workload_id, first, last))
+        return original(self, workload_id, group, columns, first, last)
+
+    monkeypatch.setattr(RuleSet, "_run", recorded)
+    return made
 
 
 def window_by_window(world: World, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
@@ -124,6 +142,30 @@ def test_a_backfill_in_chunks_leaves_the_episodes_of_window_by_window_evaluation
     assert snapshot(world) == reference
     # The steady workloads did move through whole chunks at once.
     assert runs and max(runs) >= min(windows_per_chunk, MINUTES)
+
+
+def test_a_workload_that_changes_within_a_chunk_runs_through_each_stretch(
+    world: World, monkeypatch: pytest.MonkeyPatch
+):
+    noisy_scenario(world)
+    world.store()
+    reference = window_by_window(world, monkeypatch)
+    made = record_runs(monkeypatch)
+    world.evaluate(0, MINUTES)  # one chunk of 200 windows
+    assert snapshot(world) == reference
+    runs = defaultdict(list)
+    for workload_id, first, last in made:
+        runs[Workload.objects.get(pk=workload_id).name].append((first, last))
+    # Idle 0-69 and 95-199; busy in between, so no candidate and no rows there.
+    assert runs["switching"] == [(0, 70), (95, 200)]
+    # Idle all along but for two stretches without telemetry (40-45, 120-134).
+    assert runs["dark"] == [(0, 40), (46, 120), (135, 200)]
+    # Rows from minute 30 to 149 only.
+    assert runs["late"] == [(30, 150)]
+    assert runs["always-idle"] == [(0, 200)]
+    # A GPU crossing its threshold every third minute: a run at each crossing (one busy
+    # minute, then two idle ones).
+    assert runs["mixed"][:4] == [(0, 1), (1, 3), (3, 4), (4, 6)]
 
 
 def test_runs_continue_episodes_of_an_earlier_evaluation(
