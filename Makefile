@@ -98,6 +98,7 @@ bench: venv
 	$(PY) bench/sync.py
 	$(PY) bench/pages.py
 	$(PY) bench/chargeback.py
+	$(PY) bench/alerts.py --runs 5 --backfill-hours 24
 
 clean:
 	rm -rf $(VENV) staticfiles .pytest_cache .ruff_cache .mypy_cache gpuledger.sqlite3*

@@ -12,6 +12,12 @@ Per rule and subject, each window is one of:
 A backfill that reaches an episode written earlier (a live one that began at install time)
 with its own episode of the same subject still open joins the two: the later one takes the
 earlier start, hours and evidence, as a collection gap neither starts nor ends an episode.
+
+Subjects are independent of each other, so ``apply`` takes each one through a chunk's windows
+in turn. Consecutive hits that differ only in the GPUs' activities (a workload's run,
+``alerts.rules.Run``, or a stretch of equal findings) extend the active episode in one step
+(``_extend_run``) when no episode of the subject reaches into them: the same additions, in the
+same order, as window by window.
 """
 
 from __future__ import annotations

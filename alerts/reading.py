@@ -103,8 +103,8 @@ class Chunk:
 
     ``series`` are the candidate rows (module docstring) per row identity; ``answered`` the
     (window end, node) pairs whose exporter answered, for rows without telemetry. The rules
-    decide which series run unchanged through the chunk (``RuleSet.split``) and put the others
-    into their windows' ``rows``."""
+    cut each workload's series into runs of windows where its rows did not change
+    (``RuleSet.split``) and put the rest into their windows' ``rows``."""
 
     windows: list[Window]
     series: list[Series] = field(default_factory=list)
