@@ -469,6 +469,9 @@ class EpisodeBook:
         episode.resolved_at = start
         episode.evaluated_until = end
         self._touch(episode)
+        # Windows only move forward from here on, so it can neither cover one nor be joined
+        # again: out of its subject's list, which stays short through a week of episodes.
+        self._unlist(episode)
 
     def _join(self, earlier: Episode, later: Episode) -> None:
         """The later episode takes over the earlier one that ran into it."""
@@ -519,12 +522,17 @@ class EpisodeBook:
         self._touch(later)
 
     def _drop(self, episode: Episode) -> None:
-        self.by_key[(episode.rule, episode.subject_key)].remove(episode)
+        self._unlist(episode)
         if episode.pk is not None:
             self.dropped.append(episode.pk)
             self.touched.pop(episode.pk, None)
         else:
             del self.new[id(episode)]
+
+    def _unlist(self, episode: Episode) -> None:
+        """Out of its subject's list (by identity: model equality compares primary keys)."""
+        episodes = self.by_key[(episode.rule, episode.subject_key)]
+        del episodes[next(i for i, item in enumerate(episodes) if item is episode)]
 
     def _forget_unresolved(self, episode: Episode) -> None:
         others = [

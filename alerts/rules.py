@@ -294,31 +294,34 @@ class RuleSet:
         else:
             columns = []
             for series in group:
-                values = [_ABSENT] * count
+                values: list[float | None] = [_ABSENT] * count
                 for end, activity in zip(series.ends, series.activities, strict=True):
                     index = position.get(end)
                     if index is not None:
-                        values[index] = float("nan") if activity is None else activity
-                columns.append(values)
+                        values[index] = activity
+                columns.append(cast(list[float], values))
         runs: list[Run] = []
         irregular: set[int] = set()
         start, current = 0, None
-        for index in range(count + 1):
+        for index, cells in enumerate(zip(*columns, strict=True)):
             # Which rows the window has, and each one's side of the threshold.
             signature: tuple[bool | None, ...] | None = None
-            if index < count:
-                cells = [values[index] for values in columns]
+            if None in cells:  # a row without telemetry
+                irregular.add(index)
+            elif _ABSENT in cells:
                 present = [cell for cell in cells if cell != _ABSENT]
-                if any(cell != cell for cell in present):  # NaN: no telemetry
-                    irregular.add(index)
-                elif any(cell < highest for cell in present):
+                if present and min(present) < highest:
                     signature = tuple(
                         None if cell == _ABSENT else cell < threshold for cell in cells
                     )
+            elif min(cells) < highest:
+                signature = tuple(cell < threshold for cell in cells)
             if signature != current or signature is None:
                 if current is not None:
                     runs.append(self._run(workload_id, group, columns, start, index))
                 start, current = index, signature
+        if current is not None:
+            runs.append(self._run(workload_id, group, columns, start, count))
         return runs, irregular
 
     def _run(
