@@ -223,7 +223,8 @@ class EpisodeBook:
         if finding is not None:
             if active is None:
                 active = self._start(finding, start)
-            self._extend(active, finding, start, end, seconds)
+            gpus = {gpu: (idle, [activity]) for gpu, (activity, idle) in finding.per_gpu.items()}
+            self._extend_run(active, finding, [window], gpus)
         elif gap is not None:
             if active is not None:
                 self._gap(active, gap, end, seconds)
@@ -282,44 +283,6 @@ class EpisodeBook:
         self.unresolved[finding.rule].add(finding.key)
         return episode
 
-    def _extend(
-        self, episode: Episode, finding: Finding, start: datetime, end: datetime, seconds: int
-    ) -> None:
-        hours = seconds / 3600
-        episode.held_seconds += seconds
-        episode.last_held_at = end
-        episode.evaluated_until = end
-        episode.idle_gpu_hours += finding.idle_gpus * hours
-        episode.held_gpu_hours += finding.held_gpus * hours
-        running = self._running_of(episode)
-        if finding.rule != Rule.TELEMETRY_MISSING and finding.priced:
-            # Summed exactly (kept in the evidence) and rounded into ``cost``, so one
-            # evaluation per window and one per range give the same cost.
-            exact = running.cost_exact
-            for flavor, gpu_model, gpus in finding.priced:
-                exact += self.prices.price(flavor, gpu_model, start) * _gpu_hours(gpus * hours)
-            running.cost_exact = exact
-            running.priced = True
-            episode.cost = exact.quantize(COST_PLACES)
-        self._identify(episode, finding, running)
-        self._evidence(episode, finding, seconds)
-        limits = finding.thresholds
-        fire_after = getattr(limits, FIRE_AFTER[finding.rule])
-        episode.evidence["fire_after_minutes"] = fire_after
-        if episode.fired_at is None and episode.held_seconds >= fire_after * 60:
-            episode.fired_at = end
-        if finding.rule == Rule.IDLE_WORKLOAD:
-            episode.evidence["critical_after_minutes"] = limits.idle_critical_minutes
-            if (
-                episode.escalated_at is None
-                and episode.held_seconds >= limits.idle_critical_minutes * 60
-            ):
-                episode.severity = Severity.CRITICAL
-                episode.escalated_at = end
-                if episode.fired_at is None:
-                    episode.fired_at = end
-        self._touch(episode)
-
     def _extend_run(
         self,
         episode: Episode,
@@ -327,8 +290,10 @@ class EpisodeBook:
         windows: list[Window],
         gpus: dict[str, tuple[bool, list[float | None]]],
     ) -> None:
-        """``_extend`` through each of ``windows`` with ``finding`` and its GPUs' activities
-        window by window: the same sums in the same order, without the per-window objects."""
+        """Extend the episode through each of ``windows``, where ``finding`` held, with its
+        GPUs' activities window by window (``gpus``: per GPU key, idle and the activity in
+        each window; None: no telemetry): the same sums in the same order for one window at a
+        time and for many at once."""
         running = self._running_of(episode)
         self._identify(episode, finding, running)
         limits = finding.thresholds
@@ -437,29 +402,6 @@ class EpisodeBook:
         episode.held_gpu_hours += finding.held_gpus * seconds / 3600
         episode.evidence["gap_minutes"] = episode.evidence.get("gap_minutes", 0) + seconds // 60
         self._touch(episode)
-
-    def _evidence(self, episode: Episode, finding: Finding, seconds: int) -> None:
-        evidence = episode.evidence
-        evidence["window_seconds"] = seconds
-        evidence["held_minutes"] = episode.held_seconds // 60
-        per_gpu = evidence.setdefault("gpus", {})
-        minutes = seconds / 60
-        for key, (activity, idle) in finding.per_gpu.items():
-            entry = per_gpu.get(key)
-            if entry is None:
-                if len(per_gpu) >= EVIDENCE_GPUS:
-                    continue
-                entry = per_gpu[key] = _new_gpu_entry(key)
-            entry["minutes"] += minutes
-            if activity is not None:
-                entry["telemetry_minutes"] += minutes
-                entry["sum"] += activity * minutes
-                entry["max"] = activity if entry["max"] is None else max(entry["max"], activity)
-                entry["mean"] = entry["sum"] / entry["telemetry_minutes"]
-            if idle:
-                entry["idle_minutes"] += minutes
-        evidence.update(finding.facts)
-        evidence["idle_threshold"] = finding.thresholds.idle_threshold
 
     def _resolve(self, episode: Episode, start: datetime, end: datetime) -> None:
         self._forget_unresolved(episode)
