@@ -80,11 +80,6 @@ class Window:
         self.hours = self.seconds / 3600
         self.hour = self.start.replace(minute=0, second=0, microsecond=0)
 
-    def workload_ids(self) -> set[int]:
-        ids = {row.workload_id for row in self.rows if row.workload_id is not None}
-        ids.update(self.short)
-        return ids
-
 
 @dataclass
 class Series:
