@@ -2,7 +2,7 @@ from django.db import models
 
 
 class Rule(models.TextChoices):
-    """The hoarding rules (DESIGN "Hoarding")."""
+    """The hoarding rules (docs/architecture.md "Hoarding alerts")."""
 
     IDLE_WORKLOAD = "idle_workload", "Idle workload"
     GHOST_RESERVATION = "ghost_reservation", "Ghost reservation"

@@ -1,4 +1,5 @@
-"""Evaluate the hoarding rules over stored windows and keep the episodes (DESIGN "Hoarding").
+"""Evaluate the hoarding rules over stored windows and keep the episodes
+(docs/architecture.md "Hoarding alerts").
 
 ``evaluate_range`` walks the cluster's stored windows ending in ``(start, end]`` oldest first,
 in chunks (``alerts.reading`` reads what the rules need of them), asks ``alerts.rules`` what

@@ -1,5 +1,6 @@
-"""Hoarding alerts: episodes of the rules in DESIGN "Hoarding", their thresholds, exemptions and
-silences. Episodes are written only by ``alerts.evaluate`` from stored windows."""
+"""Hoarding alerts: episodes of the rules in docs/architecture.md "Hoarding alerts", their
+thresholds, exemptions and silences. Episodes are written only by ``alerts.evaluate`` from stored
+windows."""
 
 from __future__ import annotations
 

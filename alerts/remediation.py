@@ -1,6 +1,7 @@
 """Remediation: giving back the GPUs of workloads that stay critical, per ClusterQueue policy.
 
-Off unless a ClusterQueue's ``RemediationPolicy`` says otherwise (DESIGN "Hoarding"):
+Off unless a ClusterQueue's ``RemediationPolicy`` says otherwise
+(docs/architecture.md "Notifications and remediation"):
 
 - ``notify``: once a workload has stayed critical for the grace period after its owners were
   warned, the action is recorded and the owners are told it qualifies; nothing changes upstream.

@@ -1,4 +1,4 @@
-"""The four hoarding rules over one stored window (DESIGN "Hoarding"); no I/O.
+"""The four hoarding rules over one stored window (docs/architecture.md "Hoarding alerts"); no I/O.
 
 ``detect`` turns what ``alerts.reading`` read of one window (the candidate GpuUsage rows, the
 holders short of pods, the ClusterQueue samples that borrow or lend) into ``Finding``s per rule

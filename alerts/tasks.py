@@ -1,4 +1,4 @@
-"""Celery tasks of the alerts app: thin glue (STYLE rules 10-13)."""
+"""Celery tasks of the alerts app: thin glue (docs/conventions.md "Background work")."""
 
 from __future__ import annotations
 

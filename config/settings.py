@@ -353,7 +353,8 @@ KUBECONFIG = env_str("KUBECONFIG", "")
 GPULEDGER_KUBE_CONTEXT = env_str("GPULEDGER_KUBE_CONTEXT", "")
 GPULEDGER_CLUSTER_NAME = env_str("GPULEDGER_CLUSTER_NAME", "default")
 
-# Collection windows are aligned to multiples of this many seconds (DESIGN "Time model").
+# Collection windows are aligned to multiples of this many seconds
+# (docs/architecture.md "Time model and storage").
 GPULEDGER_COLLECT_SECONDS = env_int("GPULEDGER_COLLECT_SECONDS", 60, minimum=10)
 GPULEDGER_SYNC_SECONDS = env_int("GPULEDGER_SYNC_SECONDS", 30, minimum=5)
 # A full LIST this often; the WATCH streams changes in between (quotas/tasks.py).
@@ -382,7 +383,8 @@ GPULEDGER_LEASE_SECONDS = env_int("GPULEDGER_LEASE_SECONDS", 45, minimum=3)
 GPULEDGER_LEASE_HEARTBEAT = env_bool("GPULEDGER_LEASE_HEARTBEAT", True)
 GPULEDGER_USAGE_RETENTION_DAYS = env_int("GPULEDGER_USAGE_RETENTION_DAYS", 14, minimum=1)
 GPULEDGER_ROLLUP_RETENTION_DAYS = env_int("GPULEDGER_ROLLUP_RETENTION_DAYS", 400, minimum=1)
-# SM_ACTIVE below this is idle (DESIGN "Figures"); real idle GPUs report a small noise floor.
+# SM_ACTIVE below this is idle (docs/architecture.md "Figures"); real idle GPUs report a small noise
+# floor.
 GPULEDGER_IDLE_THRESHOLD = env_float("GPULEDGER_IDLE_THRESHOLD", 0.01)
 # A page warns when the newest successful collection is older than this.
 GPULEDGER_STALE_SECONDS = env_int("GPULEDGER_STALE_SECONDS", 600, minimum=60)
@@ -405,9 +407,9 @@ if GPULEDGER_CHARGEBACK_MODEL not in {"usage", "quota"}:
         f"GPULEDGER_CHARGEBACK_MODEL={GPULEDGER_CHARGEBACK_MODEL!r} must be usage or quota"
     )
 
-# Hoarding alerts (DESIGN "Hoarding"): the global defaults; the admin's alert thresholds override
-# them globally or per ClusterQueue, LocalQueue or namespace. The idle threshold is
-# GPULEDGER_IDLE_THRESHOLD.
+# Hoarding alerts (docs/architecture.md "Hoarding alerts"): the global defaults; the admin's alert
+# thresholds override them globally or per ClusterQueue, LocalQueue or namespace. The idle threshold
+# is GPULEDGER_IDLE_THRESHOLD.
 GPULEDGER_ALERT_IDLE_GPU_FRACTION = env_float("GPULEDGER_ALERT_IDLE_GPU_FRACTION", 1.0)
 if not 0.0 < GPULEDGER_ALERT_IDLE_GPU_FRACTION <= 1.0:
     raise ImproperlyConfigured("GPULEDGER_ALERT_IDLE_GPU_FRACTION must be in (0, 1]")

@@ -1,8 +1,8 @@
 """Set-based reads and writes on Django's connection: the one bulk engine every store writes with.
 
 Model-free (it takes model classes and querysets, imports no app). A write costs a constant number
-of statements whatever the number of rows (STYLE rule 14); batch sizes are the caller's, from its
-app's ``constants.py`` (STYLE rule 8), and matter only off PostgreSQL.
+of statements whatever the number of rows (docs/conventions.md "Background work"); batch sizes are
+the caller's, from its app's ``constants.py``, and matter only off PostgreSQL.
 
 Two ways to write, for the two shapes of work:
 

@@ -1,4 +1,4 @@
-"""The ratios of DESIGN "Figures": the one place their formulas are written.
+"""The ratios of docs/architecture.md "Figures": the one place their formulas are written.
 
 The pages, the API and the exports get them through the read layer's value type
 (``ledger.figures.Figures``), which applies them to summed GPU-hours. Every ratio is ``None``

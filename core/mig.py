@@ -1,5 +1,5 @@
-"""Kubernetes GPU resources and MIG GPU instances: how much of a GPU a profile is (DESIGN
-"Upstream facts")."""
+"""Kubernetes GPU resources and MIG GPU instances: how much of a GPU a profile is
+(docs/architecture.md "Upstream facts")."""
 
 import re
 

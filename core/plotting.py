@@ -14,7 +14,7 @@ from typing import Any
 
 from core import figures
 
-# One colour per figure of DESIGN "Figures", the same on every page.
+# One colour per figure of docs/architecture.md "Figures", the same on every page.
 COLORS = {
     "capacity": "#94a3b8",
     "allocated": "#2563eb",

@@ -1,4 +1,4 @@
-"""Aligned collection windows (DESIGN "Time model").
+"""Aligned collection windows (docs/architecture.md "Time model and storage").
 
 A window is the half-open interval ``(end - seconds, end]``: a sample describes the window that ends
 at its timestamp. Windows are aligned to multiples of ``seconds`` since the Unix epoch, so every

@@ -1,4 +1,5 @@
-"""Detail time series read live from a cluster's Prometheus (DESIGN "Time model").
+"""Detail time series read live from a cluster's Prometheus
+(docs/architecture.md "Time model and storage").
 
 Raw series stay in Prometheus: the node, GPU and workload charts ask it for the range they show
 (``live_series``, at most ``LIVE_MAX_POINTS`` points per series) and fall back to the stored

@@ -2,7 +2,7 @@ from django.db import models
 
 
 class PodLabelStyle(models.TextChoices):
-    """Which labels on DCGM series name the workload pod (DESIGN "Upstream facts")."""
+    """Which labels on DCGM series name the workload pod (docs/architecture.md "Upstream facts")."""
 
     AUTO = "auto", "Detect (exported_* when present, else plain)"
     EXPORTED = "exported", "exported_namespace / exported_pod (honor_labels: false)"

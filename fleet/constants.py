@@ -1,11 +1,13 @@
-"""DCGM / kube-state-metrics names, and the batch sizes of the fleet writers (STYLE rule 8).
+"""DCGM / kube-state-metrics names, and the batch sizes of the fleet writers
+(docs/conventions.md "Models").
 
 A plain module of constants: PromQL templates are appended at the end by the collector.
 """
 
 # Our short key -> dcgm-exporter field name. Profiling ("PROF") fields are 0-1 ratios;
 # GPU_UTIL is 0-100; FB_USED is MiB. SM_ACTIVE is commented out in dcgm-exporter's default
-# counters file, so GR_ENGINE_ACTIVE is the activity fallback (DESIGN "Upstream facts").
+# counters file, so GR_ENGINE_ACTIVE is the activity fallback
+# (docs/architecture.md "Upstream facts").
 DCGM_METRICS: dict[str, str] = {
     "sm_active": "DCGM_FI_PROF_SM_ACTIVE",
     "pipe_tensor_active": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",

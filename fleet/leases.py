@@ -1,7 +1,7 @@
 """Who may collect or sync a (cluster, source) now: a short lease kept alive by a heartbeat.
 
 A worker claims the cluster's ``CollectionCursor`` for ``GPULEDGER_LEASE_SECONDS`` (45 s) with a
-conditional UPDATE (``CollectionCursor.objects.claim``, STYLE rule 11), and a heartbeat thread
+conditional UPDATE (``CollectionCursor.objects.claim``), and a heartbeat thread
 renews it every third of that while the worker lives. A worker killed with ``kill -9`` stops
 renewing, so its lease runs out within a minute and the next run takes over; the run it left
 "running" is then ended as failed. A busy lease says who holds it and until when.

@@ -348,7 +348,7 @@ class CollectionCursorQuerySet(models.QuerySet["CollectionCursor"]):
         """Lease the (cluster, source) cursor to ``holder`` until ``until``; True when it holds it.
 
         The lease is taken when it is free, expired at ``now`` or already ``holder``'s (which
-        renews it), by a conditional UPDATE whose row count is checked (STYLE rule 11): of two
+        renews it), by a conditional UPDATE whose row count is checked: of two
         workers claiming at once, exactly one wins. The cursor row is created on first use.
         """
         cursor, _ = self.get_or_create(cluster=cluster, source=source)
@@ -385,7 +385,7 @@ class CollectionCursor(models.Model):
 
     Workers lease the cursor through ``CollectionCursor.objects.claim`` / ``extend`` /
     ``release``: conditional UPDATEs on ``claimed_by`` / ``claimed_until`` whose row counts are
-    checked (STYLE rule 11), so two workers never collect the same window.
+    checked, so two workers never collect the same window.
     """
 
     cluster = models.ForeignKey(Cluster, related_name="cursors", on_delete=models.CASCADE)

@@ -1,9 +1,10 @@
 """Thin client for a Prometheus-API-compatible server (Prometheus, Thanos, Mimir), per cluster.
 
 It owns the URL, authentication, TLS, extra headers and timeouts, and maps every failure to
-``PrometheusError`` with a ``permanent`` flag (STYLE rules 10 and 12): connection errors, timeouts,
-5xx and 429 are transient and worth a retry; a bad query (400, 422), refused credentials (401, 403),
-a wrong URL (404) or an answer that is not a Prometheus answer are permanent.
+``PrometheusError`` with a ``permanent`` flag (docs/conventions.md "Background work"): connection
+errors, timeouts, 5xx and 429 are transient and worth a retry; a bad query (400, 422), refused
+credentials (401, 403), a wrong URL (404) or an answer that is not a Prometheus answer are
+permanent.
 
 prometheus-api-client's ``PrometheusConnect`` sets up the session (headers, auth, TLS); the query
 calls go through that same session directly, because the library's ``custom_query`` hides the

@@ -2,7 +2,7 @@ from django.db import models
 
 
 class RollupScope(models.TextChoices):
-    """The groups hourly rollups are kept for (DESIGN "Figures")."""
+    """The groups hourly rollups are kept for (docs/architecture.md "Figures")."""
 
     FLEET = "fleet", "Fleet (cluster)"
     NODE = "node", "Node"

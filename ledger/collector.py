@@ -3,9 +3,9 @@
 One run (``Collector.run``), driven by Celery beat every ``GPULEDGER_COLLECT_SECONDS``:
 
 1. Claim the cluster's ``CollectionCursor`` (source ``dcgm``) with a conditional UPDATE whose row
-   count is checked (STYLE rule 11). A claim is a lease, renewed after each window; a worker that
-   died holding it is taken over once the lease expires. A run that finds the cursor claimed does
-   nothing: the holder is already collecting those windows.
+   count is checked (docs/conventions.md "Background work"). A claim is a lease, renewed after each
+   window; a worker that died holding it is taken over once the lease expires. A run that finds the
+   cursor claimed does nothing: the holder is already collecting those windows.
 2. Work out the windows: the last complete aligned window (``COLLECT_DELAY_SECONDS`` after its end)
    on a first run; otherwise every window after the cursor, oldest first, at most
    ``GPULEDGER_CATCHUP_HOURS`` back (an outage longer than that leaves a gap, logged).

@@ -1,11 +1,11 @@
 """The read layer's value type: the figures of one group over a range, and their ratios.
 
-``Figures`` holds the rollup figures (DESIGN "Figures") summed over the hours a range covers;
-``FIGURES`` is the one tuple of their names, which are also the ``HourlyRollup`` columns
-(``HourlyRollup.FIGURES``). ``HourlyRollupQuerySet.figures`` / ``total`` / ``hourly`` /
-``series`` fill it; the pages, charts, chargeback, OpenCost and the API read it. Ratios are
-properties computed with the formulas of ``core.figures`` from the summed hours, never summed
-themselves, so a ratio of a total is the ratio of the total's hours.
+``Figures`` holds the rollup figures (docs/architecture.md "Figures") summed over the hours a range
+covers; ``FIGURES`` is the one tuple of their names, which are also the ``HourlyRollup`` columns
+(``HourlyRollup.FIGURES``). ``HourlyRollupQuerySet.figures`` / ``total`` / ``hourly`` / ``series``
+fill it; the pages, charts, chargeback, OpenCost and the API read it. Ratios are properties computed
+with the formulas of ``core.figures`` from the summed hours, never summed themselves, so a ratio of
+a total is the ratio of the total's hours.
 """
 
 from __future__ import annotations

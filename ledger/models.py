@@ -175,7 +175,8 @@ class GpuUsage(models.Model):
 
 
 class HourlyRollup(models.Model):
-    """Every figure of DESIGN "Figures" for one group, one hour, one flavor / GPU model.
+    """Every figure of docs/architecture.md "Figures" for one group, one hour, one flavor / GPU
+    model.
 
     ``key`` is the group's natural name (team name, ``namespace/name`` for namespaced objects,
     node name, cluster name for the fleet); the optional foreign keys let pages join cheaply.

@@ -1,5 +1,5 @@
-"""The read layer over the hourly rollups (STYLE rule 21): ``HourlyRollupQuerySet``, the only
-code that sums rollup figures, as ``HourlyRollup.objects``.
+"""The read layer over the hourly rollups (docs/architecture.md "Read layer"):
+``HourlyRollupQuerySet``, the only code that sums rollup figures, as ``HourlyRollup.objects``.
 
 ``covering`` keeps the hours a range counts (``core.ranges.covered_hours``); ``figures`` sums
 the figures per group, ``total`` over everything, ``ranking`` orders groups by a summed figure
@@ -124,7 +124,8 @@ def _fetch(
 
 
 class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
-    """The read layer over rollups (STYLE rule 21): the only code that sums them.
+    """The read layer over rollups (docs/architecture.md "Read layer"): the only code that sums
+    them.
 
     ``covering`` keeps the hours a range counts (``core.ranges.covered_hours``); ``figures``
     sums ``FIGURES`` per group, ``total`` over everything, ``hourly`` / ``series`` per hour for

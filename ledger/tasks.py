@@ -1,7 +1,8 @@
 """Celery tasks of the ledger app: thin glue over ``ledger.collector`` and ``ledger.rollup``.
 
 Tasks take ids and primitives, re-read what they need and are idempotent: a doubled beat tick
-finds the cursor claimed (or already past the window) and does nothing (STYLE rules 11-13).
+finds the cursor claimed (or already past the window) and does nothing
+(docs/conventions.md "Background work").
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Kueue / Kubernetes names the ingest layer reads, its writer's batch sizes, and the sync's
-watch and claim timings (STYLE rule 8).
+watch and claim timings (docs/conventions.md "Models").
 """
 
 from decimal import Decimal
 
 from core import mig
 
-# MIG resources (`nvidia.com/mig-3g.40gb`) take N of a GPU's 7 compute slices (DESIGN).
+# MIG resources (`nvidia.com/mig-3g.40gb`) take N of a GPU's 7 compute slices.
 MIG_COMPUTE_SLICES = Decimal(mig.MIG_COMPUTE_SLICES)
 
 # apiVersions served per kind. Kueue serves v1beta2 and (deprecated) v1beta1; Cohort was

@@ -1,4 +1,5 @@
-"""Queue figures "now": the one place pages and the API read them (STYLE rule 21).
+"""Queue figures "now": the one place pages and the API read them
+(docs/architecture.md "Read layer").
 
 "Now" is the newest ``ClusterQueueSample`` of each (queue, flavor, resource) no older than
 ``sample_freshness()``: a queue whose sync stopped shows no sample ("—"), not an old one. Also

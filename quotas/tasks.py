@@ -1,4 +1,5 @@
-"""Celery tasks for the Kueue side: thin glue around ``quotas.sync`` (STYLE rules 10-13)."""
+"""Celery tasks for the Kueue side: thin glue around ``quotas.sync``
+(docs/conventions.md "Background work")."""
 
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ Per episode and receiver:
 - **fired** once the episode fired, while it is open, not silenced and not exempt. An episode
   resolved before any receiver heard of it is announced (fired, then resolved) only when it was
   detected live, resolved within ``GPULEDGER_NOTIFY_LOOKBACK_HOURS``, after the receiver was set
-  up and not while silenced: backfilled history never notifies (DESIGN "Hoarding").
+  up and not while silenced: backfilled history never notifies
+  (docs/architecture.md "Notifications and remediation").
 - **escalated** when a receiver told of a warning sees the episode turn critical while open.
 - **resolved** to every receiver told it fired, whatever the routes say now: what was opened is
   closed (an Alertmanager alert ends, a chat thread gets its answer).

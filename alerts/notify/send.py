@@ -1,13 +1,14 @@
 """The sender: takes due deliveries from the outbox, sends each once, records every attempt.
 
-A delivery is claimed with a conditional UPDATE of its ``next_attempt_at`` (STYLE rule 11): two
-workers, or a doubled beat tick, never send it twice, and a worker killed mid-send leaves it
-due again once the claim lapses, so nothing is lost. Before sending, what changed since the
-outbox wrote it is checked: an exempt episode, a silenced one (for firing events) and a disabled
-receiver get nothing (``suppressed``). A transient failure (connection, timeout, 408, 429, 5xx)
-is tried again after an exponential backoff (``GPULEDGER_NOTIFY_RETRY_SECONDS`` doubled per
-attempt, capped at an hour) up to ``GPULEDGER_NOTIFY_MAX_ATTEMPTS``; a permanent one fails at
-once. Failed deliveries stay in the log, and the admin's "Retry now" puts them back.
+A delivery is claimed with a conditional UPDATE of its ``next_attempt_at``
+(docs/conventions.md "Background work"): two workers, or a doubled beat tick, never send it twice,
+and a worker killed mid-send leaves it due again once the claim lapses, so nothing is lost. Before
+sending, what changed since the outbox wrote it is checked: an exempt episode, a silenced one (for
+firing events) and a disabled receiver get nothing (``suppressed``). A transient failure
+(connection, timeout, 408, 429, 5xx) is tried again after an exponential backoff
+(``GPULEDGER_NOTIFY_RETRY_SECONDS`` doubled per attempt, capped at an hour) up to
+``GPULEDGER_NOTIFY_MAX_ATTEMPTS``; a permanent one fails at once. Failed deliveries stay in the log,
+and the admin's "Retry now" puts them back.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Each call ends by its deadline (``core.deadlines``): an HTTP exchange is cut however the other
 end behaves (connect, a server that never answers, one that drips), an SMTP session is bounded
 per socket operation by ``GPULEDGER_NOTIFY_TIMEOUT_SECONDS``. Failures become ``DeliveryError``
-with a ``permanent`` flag (STYLE rule 12): connection errors, timeouts, 408, 429 and 5xx (SMTP
-4xx) are worth another try; any other answer would fail the same way again.
+with a ``permanent`` flag (docs/conventions.md "Background work"): connection errors, timeouts, 408,
+429 and 5xx (SMTP 4xx) are worth another try; any other answer would fail the same way again.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The small JSON views behind each Plotly figure, one module per page (STYLE rule 16).
+"""The small JSON views behind each Plotly figure, one module per page
+(docs/conventions.md "Pages and API").
 
 Each is decorated with ``@chart_view`` (login as 401 JSON, GET, the time range as an argument),
 reads through ``dashboard.queries`` (or ``dashboard.live`` for detail series) and returns a

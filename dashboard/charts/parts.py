@@ -1,9 +1,9 @@
 """The pieces the dashboard's Plotly figures share: hourly axes, layouts, legends, stacking, bars.
 
-Time series are hourly: an hour's GPU-hours are that hour's mean GPUs (DESIGN "Figures"). The
-hours plotted are those the range counts (``TimeRange.covered_hours``, the hour in progress
-never); the read layer gives one ``Figures`` per hour (``hourly`` / ``series``), and an hour
-without a rollup row is a gap (None), never 0.
+Time series are hourly: an hour's GPU-hours are that hour's mean GPUs
+(docs/architecture.md "Figures"). The hours plotted are those the range counts
+(``TimeRange.covered_hours``, the hour in progress never); the read layer gives one ``Figures`` per
+hour (``hourly`` / ``series``), and an hour without a rollup row is a gap (None), never 0.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 members' figures over the range and their hours for the charts.
 
 A cohort has no usage of its own in Kueue: its figures are its member ClusterQueues' summed
-(DESIGN "Upstream facts"), plus the cohort's own shared pool from ``spec.resourceGroups``.
-Figures now (samples, quotas, holdings, the eviction pace) are ``quotas.now``'s; figures over a
-range the read layer's (ClusterQueue-scope rollups of the hours the range counts).
+(docs/architecture.md "Upstream facts"), plus the cohort's own shared pool from
+``spec.resourceGroups``. Figures now (samples, quotas, holdings, the eviction pace) are
+``quotas.now``'s; figures over a range the read layer's (ClusterQueue-scope rollups of the hours the
+range counts).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ class FleetNow:
     # ClusterQueue id → (GPUs, workloads) of its pending workloads that request GPUs.
     pending_by_queue: dict[int | None, tuple[float, int]] = field(default_factory=dict)
 
-    # GPUs now, not GPU-hours; the ratios are DESIGN "Figures"' formulas all the same.
+    # GPUs now, not GPU-hours; the ratios are the formulas of docs/architecture.md "Figures".
 
     @property
     def allocation_rate(self) -> float | None:

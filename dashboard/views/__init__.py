@@ -1,4 +1,5 @@
-"""The dashboard's pages, one module per page (STYLE rule 15: plain functions).
+"""The dashboard's pages, one module per page (plain functions,
+docs/conventions.md "Pages and API").
 
 Each view is decorated with ``@dashboard_page`` (login, GET, the time range as an argument, the
 freshness banner), reads through ``dashboard.queries``, builds an explicit context and renders

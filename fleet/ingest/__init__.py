@@ -3,7 +3,7 @@
 The collector (``ledger.collector``) queries Prometheus for one aligned window and hands the
 vector items to :func:`build_window`; :mod:`ledger.store` writes the :class:`WindowBatch`.
 
-Rules (DESIGN "Upstream facts" and "Figures"):
+Rules (docs/architecture.md "Upstream facts" and docs/architecture.md "Figures"):
 
 * A GPU is (host, UUID, GPU_I_ID). On MIG, ``UUID`` is the parent GPU's, so the GPU instance id
   is part of the key; a ``Ng.Mgb`` instance is N/7 of a GPU.

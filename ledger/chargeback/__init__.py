@@ -1,8 +1,8 @@
 """Chargeback figures from hourly rollups: GPU-hours, real use and cost per group and period.
 
 All figures come from the rollup read layer (``HourlyRollup.objects.covering(…).figures(…)``,
-DESIGN "Figures"); one aggregated query per request, grouped by (cluster, key, flavor, GPU
-model[, period][, price segment]), then priced and summed here. The rules (README "Chargeback
+docs/architecture.md "Figures"); one aggregated query per request, grouped by (cluster, key, flavor,
+GPU model[, period][, price segment]), then priced and summed here. The rules (README "Chargeback
 API" has the worked example):
 
 - A window is ``[start, end)`` on whole UTC hours, the rollup resolution; a rollup row belongs

@@ -2,11 +2,11 @@
 
 ``roll_up_hour`` recomputes every ``HourlyRollup`` row of one cluster-hour from the ``GpuUsage``
 rows whose ``window_end`` lies in ``(hour, hour + 1h]`` and the ``ClusterQueueSample`` rows whose
-``sampled_at`` lies in the same range (DESIGN "Time model": a window ``(start, end]`` belongs to
-the hour that contains its start). In one transaction it deletes the cluster-hour's rows and bulk
-inserts the new ones, so a late or re-collected window re-rolls its hour and a re-run changes
-nothing. Figures come from aggregated queries (GROUP BY), never a query per group, on one of two
-paths that compute the same figures (a test compares them on random hours).
+``sampled_at`` lies in the same range (docs/architecture.md "Time model and storage": a window
+``(start, end]`` belongs to the hour that contains its start). In one transaction it deletes the
+cluster-hour's rows and bulk inserts the new ones, so a late or re-collected window re-rolls its
+hour and a re-run changes nothing. Figures come from aggregated queries (GROUP BY), never a query
+per group, on one of two paths that compute the same figures (a test compares them on random hours).
 
 By concept:
 

@@ -1,4 +1,5 @@
-"""The figures of a rollup row (DESIGN "Figures") and the per-window sums they are built from.
+"""The figures of a rollup row (docs/architecture.md "Figures") and the per-window sums they are
+built from.
 
 A row's GPU-hours are ``gpus × window seconds / 3600``:
 

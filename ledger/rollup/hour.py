@@ -76,7 +76,7 @@ def _compute_rows(cluster: Cluster, hour: datetime) -> list[dict[str, Any]]:
             for figure in (*USAGE_FIGURES, "peak_allocated_gpus"):
                 row[figure] = row[figure] or 0.0
             if group.allocated_only:
-                # Capacity belongs to fleet, node and flavor rows (DESIGN "Figures").
+                # Capacity belongs to fleet, node and flavor rows (docs/architecture.md "Figures").
                 row["capacity_gpu_hours"] = 0.0
             for name in FOREIGN_KEYS:
                 row.setdefault(name, None)

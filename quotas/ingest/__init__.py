@@ -1,16 +1,17 @@
-"""Kueue, Pod and Node LIST payloads -> plain rows. Pure: no database, no network (STYLE rule 10).
+"""Kueue, Pod and Node LIST payloads -> plain rows. Pure: no database, no network
+(docs/conventions.md "Background work").
 
 ``snapshot_from_lists`` wraps raw LIST payloads; ``build_snapshot`` turns them into a ``KueueBatch``
 of dataclass rows that ``quotas.store.write_snapshot`` upserts; ``build_queue_samples`` and
 ``cohort_totals`` derive per-window queue figures from a batch.
 
-Both Kueue API versions are read per object by its ``apiVersion`` (DESIGN "Upstream facts"):
-v1beta1 ``spec.cohort`` / ``priorityClassName`` + ``priorityClassSource`` /
-``accumulatedPastExexcutionTimeSeconds`` (the typo is in the API) / LocalQueue ``flavorUsage``;
-v1beta2 ``spec.cohortName`` / ``priorityClassRef`` / ``accumulatedPastExecutionTimeSeconds`` /
-``flavorsUsage``. A malformed object (missing metadata or name, wrong types, unknown apiVersion,
-unparsable quantity or time) is logged, counted in ``stats.skip_reasons`` and left out; the rest of
-the batch is kept.
+Both Kueue API versions are read per object by its ``apiVersion``
+(docs/architecture.md "Upstream facts"): v1beta1 ``spec.cohort`` / ``priorityClassName`` +
+``priorityClassSource`` / ``accumulatedPastExexcutionTimeSeconds`` (the typo is in the API) /
+LocalQueue ``flavorUsage``; v1beta2 ``spec.cohortName`` / ``priorityClassRef`` /
+``accumulatedPastExecutionTimeSeconds`` / ``flavorsUsage``. A malformed object (missing metadata or
+name, wrong types, unknown apiVersion, unparsable quantity or time) is logged, counted in
+``stats.skip_reasons`` and left out; the rest of the batch is kept.
 
 The package, by concept (each module's docstring has the readings worth knowing):
 

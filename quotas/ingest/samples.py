@@ -34,7 +34,7 @@ def cohort_totals(
     """Per (cohort, flavor): ``nominal`` (members' plus the cohort's own quota), ``reserved``
     (members' flavorsReservation), ``total`` (members' flavorsUsage) and ``borrowed``.
 
-    Cohort status carries no usage, so member ClusterQueues are summed (DESIGN). Implicit cohorts
+    Cohort status carries no usage, so member ClusterQueues are summed. Implicit cohorts
     count like explicit ones. A parent cohort's figures include its whole subtree.
     """
     own: dict[tuple[str, str], dict[str, Decimal]] = defaultdict(

@@ -3,15 +3,16 @@
 It owns configuration (a kubeconfig context, or the pod's service account), discovery of the served
 Kueue versions (v1beta2 preferred, v1beta1 fallback) and of the visibility API, paginated LISTs,
 WATCH streams and timeouts, and maps every failure to ``KubeError`` with a ``permanent`` flag
-(STYLE rules 10 and 12): connection errors, timeouts, 429 and 5xx are transient; 400, 401, 403,
-404 and 422 are permanent; ``410 Gone`` is ``ResourceExpired``, which means "relist".
+(docs/conventions.md "Background work"): connection errors, timeouts, 429 and 5xx are transient;
+400, 401, 403, 404 and 422 are permanent; ``410 Gone`` is ``ResourceExpired``, which means "relist".
 
-It trusts no answer's shape (DESIGN "Never read a failed or partial LIST as everything was
-deleted"): ``list_objects`` returns only a complete LIST, a ``<Kind>List`` of the asked kind with
-an ``items`` array on every page and the pagination run to its end; anything else (a ``{}`` or a
-``Status`` answered with 200 by a proxy or a broken aggregation layer, a page that fails or lies)
-raises ``IncompleteList``, so the caller deletes nothing of that kind. A WATCH event whose object
-is not of the watched kind, or has no identity, comes out as an ``INVALID`` event to count and skip.
+It trusts no answer's shape (docs/architecture.md "Upstream facts": never read a failed or partial
+LIST as everything was deleted): ``list_objects`` returns only a complete LIST, a ``<Kind>List`` of
+the asked kind with an ``items`` array on every page and the pagination run to its end; anything
+else (a ``{}`` or a ``Status`` answered with 200 by a proxy or a broken aggregation layer, a page
+that fails or lies) raises ``IncompleteList``, so the caller deletes nothing of that kind. A WATCH
+event whose object is not of the watched kind, or has no identity, comes out as an ``INVALID`` event
+to count and skip.
 
 Every call has an overall deadline (``core.deadlines``): ``REQUEST_DEADLINE_SECONDS`` for the
 connect, the whole answer and urllib3's retries together, or the caller's run deadline when that

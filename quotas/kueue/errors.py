@@ -1,4 +1,5 @@
-"""The errors of ``quotas.kueue``, and how an API server's answers map to them (STYLE rule 12).
+"""The errors of ``quotas.kueue``, and how an API server's answers map to them
+(docs/conventions.md "Background work").
 
 Connection errors, timeouts, 429 and 5xx are transient; 400, 401, 403, 404 and 422 are
 permanent; ``410 Gone`` is ``ResourceExpired``, which means "relist". A LIST that is not the whole

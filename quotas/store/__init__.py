@@ -1,9 +1,9 @@
 """Writes a ``KueueBatch`` (quotas.ingest) into the database: one transaction, bulk upserts.
 
-Every kind is upserted on its named unique constraint (STYLE rule 7) through ``core.bulk``.
-Existing rows are read once per kind first, so only new or changed rows are written: a re-run of
-the same snapshot writes nothing and ``WriteResult`` says what changed. Foreign keys are resolved
-by name with one query per kind, never per row.
+Every kind is upserted on its named unique constraint (docs/conventions.md "Models") through
+``core.bulk``. Existing rows are read once per kind first, so only new or changed rows are written:
+a re-run of the same snapshot writes nothing and ``WriteResult`` says what changed. Foreign keys are
+resolved by name with one query per kind, never per row.
 
 The big kinds (Workload, Node, Allocation, transitions) are read selectively, so a watch batch of
 a hundred objects costs a hundred rows, not the cluster: only the batch's keys are read unless the
@@ -14,9 +14,9 @@ deleted, by key.
 
 History is never deleted: an object missing from a *complete* LIST gets ``deleted_at`` (a pod's
 allocation gets ``ended_at``), and one that comes back has it cleared. Kinds outside ``complete``
-(a failed or paginated-away LIST) are never marked deleted (DESIGN "Never read a failed or partial
-LIST as everything was deleted"). Quota rows are configuration, not history: a ClusterQueue's quota
-rows are replaced by what its spec says now.
+(a failed or paginated-away LIST) are never marked deleted (docs/architecture.md "Upstream facts":
+never read a failed or partial LIST as everything was deleted). Quota rows are configuration, not
+history: a ClusterQueue's quota rows are replaced by what its spec says now.
 
 Modules: ``writer`` (the batch's state and the upsert every kind goes through), ``queues``
 (flavors, cohorts, teams, ClusterQueues and quotas, LocalQueues, namespaces, priority classes),

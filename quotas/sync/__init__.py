@@ -1,7 +1,7 @@
 """One Kueue sync of one cluster: LIST everything, write it, then WATCH and write the changes.
 
 The glue between the thin client (``quotas.kueue``), the pure row builder (``quotas.ingest``) and
-the writer (``quotas.store``), in the shape DESIGN describes:
+the writer (``quotas.store``), in the shape docs/architecture.md "Write path" describes:
 
 * **LIST** every kind with its resourceVersion; ``build_snapshot`` on the lists;
   ``write_snapshot`` with ``complete`` = the kinds whose LIST finished. A kind whose LIST failed
@@ -19,7 +19,8 @@ the writer (``quotas.store``), in the shape DESIGN describes:
   sample per window, and pending positions from the visibility API when it is served.
 
 Every run leaves an ``IngestRun`` (source ``kueue``). Two syncs of one cluster never overlap: a
-sync claims the cluster's ``CollectionCursor`` with a conditional UPDATE (STYLE rule 11).
+sync claims the cluster's ``CollectionCursor`` with a conditional UPDATE
+(docs/conventions.md "Background work").
 
 The package: ``run`` (``sync_cluster``, the lease and the ``IngestRun``), ``cluster``
 (``ClusterSync``: the in-memory lists, LIST, events, writes), ``watch`` (the WATCH threads and the

@@ -27,7 +27,8 @@ SMALL_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "Worklo
 # ClusterQueues, its queue from the LocalQueues and its priority from the classes, a Pod's
 # Workload from the Workloads. Without those lists they would be written wrong (a node without
 # its flavor, workloads borrowing nothing), so a sync whose LIST of one of them failed writes
-# neither (DESIGN "Never read a failed or partial LIST as everything was deleted").
+# neither (docs/architecture.md "Upstream facts": never read a failed or partial LIST as all
+# deleted).
 NEEDS: dict[str, tuple[str, ...]] = {
     "Node": ("ResourceFlavor",),
     "ResourceFlavor": ("Node",),

@@ -1,7 +1,7 @@
 """``sync_cluster``: one Kueue sync of one cluster under the cluster's cursor lease.
 
 Every run leaves an ``IngestRun`` (source ``kueue``). Two syncs of one cluster never overlap: a
-sync holds the cluster's lease (fleet.leases: a conditional UPDATE, STYLE rule 11, renewed by a
+sync holds the cluster's lease (fleet.leases: a conditional UPDATE renewed by a
 heartbeat while the worker lives) and releases it, with the last sampled window, when it ends.
 
 A run ends on time whatever the API server does: its LIST phase (discovery, every LIST and the

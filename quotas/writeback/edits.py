@@ -5,8 +5,8 @@ An edit names flavor x resource cells with their new ``nominalQuota``, ``borrowi
 Kubernetes quantities and written in canonical form (``12``, never ``12000m``), so a GitOps diff
 does not flap between spellings of one number.
 
-``resourceGroups`` is an atomic list in Kueue's CRD (DESIGN "Quota administration"): the write
-always carries the complete list, copied from the live object, with only the edited values
+``resourceGroups`` is an atomic list in Kueue's CRD (docs/architecture.md "Quota write-back"): the
+write always carries the complete list, copied from the live object, with only the edited values
 changed; other flavors, resources, and the spelling of untouched values stay exactly as they are.
 """
 

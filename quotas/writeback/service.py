@@ -1,6 +1,6 @@
 """Preview, validate, apply, request and decide quota changes; each leaves a ``QuotaChange``.
 
-The order is fixed (DESIGN "Quota administration"): the preview reads the live object (its
+The order is fixed (docs/architecture.md "Quota write-back"): the preview reads the live object (its
 quotas and ``resourceVersion``) and the latest synced state (the what-if), then asks the API
 server for a ``dryRun=All`` write; apply re-reads the live object, builds the complete
 ``resourceGroups`` from it with only the edited values changed, and sends one merge patch with

@@ -1,4 +1,4 @@
-"""The apps depend one way (STYLE rule 22, DESIGN "Data flow").
+"""The apps depend one way (docs/architecture.md "Layers").
 
 core ← fleet ← quotas ← ledger ← alerts ← dashboard ← demo: a module may import its own app and
 the apps to its left, never one to its right. Lazy imports inside functions count too.

@@ -1,4 +1,4 @@
-"""The ratios of DESIGN "Figures": no telemetry is never 0 %, and never idle."""
+"""The ratios of docs/architecture.md "Figures": no telemetry is never 0 %, and never idle."""
 
 import pytest
 

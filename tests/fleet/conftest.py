@@ -12,8 +12,8 @@ Two clusters, each in its own Prometheus (a Cluster is one Prometheus URL):
 - ``beta`` is scraped with plain ``namespace/pod`` labels and the newer ``hostname`` label.
 
 Samples every 15 s at second 7 of each quarter minute, from 10 min before ``T0`` to just after
-``T0 + 2h``. ``ground_truth`` derives every hourly figure of DESIGN "Figures" straight from the
-generated numbers, without any project code.
+``T0 + 2h``. ``ground_truth`` derives every hourly figure of docs/architecture.md "Figures" straight
+from the generated numbers, without any project code.
 """
 
 from __future__ import annotations

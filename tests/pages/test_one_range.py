@@ -1,7 +1,8 @@
-"""One range, one number on every page (STYLE rule 21): the overview's team table, the team list,
-a team page, the cohort page's members and ``/api/v1/chargeback/?group_by=team`` give the same
-allocated, active and idle GPU-hours per team; the ClusterQueue page, the team page, the cohort
-page and ``/api/v1/cluster-queues/`` the same GPUs borrowed now.
+"""One range, one number on every page (docs/architecture.md "Read layer"): the overview's team
+table, the team list, a team page, the cohort page's members and
+``/api/v1/chargeback/?group_by=team`` give the same allocated, active and idle GPU-hours per team;
+the ClusterQueue page, the team page, the cohort page and ``/api/v1/cluster-queues/`` the same GPUs
+borrowed now.
 
 Scenario, clock frozen at 12:30 on 2026-03-10, range from 08:00 (``?start=2026-03-10T08:00``,
 ending now). Cohort "research": team alpha's ClusterQueue cq-alpha, team beta's cq-beta, one

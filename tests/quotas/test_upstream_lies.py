@@ -1,10 +1,10 @@
 """A Kubernetes API server that lies, hangs or drips, through the real client and the sync.
 
-DESIGN: "Never read a failed or partial LIST as everything was deleted". A LIST counts only when
-it is a ``<Kind>List`` with an ``items`` array and its pagination ran to the end; anything else
-(a ``{}`` or a ``Status`` answered with 200, a list of another kind, a second page that fails,
-lies or is cut off) leaves that kind as it was. Every upstream call, and the sync as a whole, ends
-by a deadline however slowly the server answers.
+docs/architecture.md "Upstream facts": never read a failed or partial LIST as everything was
+deleted. A LIST counts only when it is a ``<Kind>List`` with an ``items`` array and its pagination
+ran to the end; anything else (a ``{}`` or a ``Status`` answered with 200, a list of another kind, a
+second page that fails, lies or is cut off) leaves that kind as it was. Every upstream call, and the
+sync as a whole, ends by a deadline however slowly the server answers.
 """
 
 from __future__ import annotations
