@@ -1,7 +1,8 @@
 """DCGM / kube-state-metrics names, and the batch sizes of the fleet writers
 (docs/conventions.md "Models").
 
-A plain module of constants: PromQL templates are appended at the end by the collector.
+A plain module of constants; the PromQL templates of the collector (``ledger.collector``) are at
+the end.
 """
 
 # Our short key -> dcgm-exporter field name. Profiling ("PROF") fields are 0-1 ratios;
@@ -97,7 +98,7 @@ NODE_BATCH_SIZE = 1000
 # benchmark machine), so lookups there send one array instead.
 LOOKUP_BATCH_SIZE = 5000
 
-# --- Collector (fleet/collector.py) -------------------------------------------------------------
+# --- Collector (ledger/collector.py) ------------------------------------------------------------
 # PromQL templates, evaluated at a window's end: instant queries for one window, range queries
 # with step = window for catch-up and backfill (the value at T describes (T - W, T]).
 # `{range}` is the window in milliseconds minus one: Prometheus 2.x range selectors include the

@@ -1,7 +1,7 @@
 """The OpenCost-compatible ``/allocation`` call: its window, aggregate and step parameters, and
 its envelope ``{"code": 200, "status": "success", "data": [{"<name>": Allocation}, ...]}``.
 
-Figures are the chargeback figures (ledger/chargeback.py) of the same rollups, read through the
+Figures are the chargeback figures (``ledger.chargeback``) of the same rollups, read through the
 same read layer, so an ``aggregate=namespace`` call and ``/chargeback/?group_by=namespace`` agree
 for the same window.
 

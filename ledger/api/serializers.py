@@ -1,6 +1,7 @@
 """Chargeback and allocation bodies, for the OpenAPI schema only.
 
-The bodies themselves are built by ledger/chargeback.py and ledger/opencost.py.
+The bodies themselves are built by ``ledger.chargeback`` (``ledger/chargeback/report.py``) and
+``ledger/opencost.py``.
 """
 
 from __future__ import annotations

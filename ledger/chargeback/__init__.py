@@ -13,7 +13,7 @@ API" has the worked example):
 - ``no_telemetry = allocated − telemetry``; ``utilization = active / telemetry`` (null without
   telemetry); ``telemetry_coverage = telemetry / allocated`` (null without allocation). Ratios
   of totals are recomputed from the summed hours, never summed.
-- Prices (``quotas.RateCard``, only cards in ``GPULEDGER_CURRENCY``): each hour uses the card
+- Prices (``ledger.RateCard``, only cards in ``GPULEDGER_CURRENCY``): each hour uses the card
   in force when it starts: the (flavor) card first, else the (GPU model) card, else the default
   card; no card means no charge (logged). ``GPULEDGER_CHARGEBACK_MODEL``:
   ``usage`` (default): allocated GPU-hours × allocated price;
