@@ -1,6 +1,6 @@
 """Plotly figures as plain dicts, so every chart shares one look: title, units, legend, colours.
 
-Chart views in ``<app>/charts.py`` build their traces with the helpers below and return
+Chart views (``dashboard/charts/``) build their traces with the helpers below and return
 ``figure(...)``; ``static/js/charts.js`` passes ``data``, ``layout`` and ``config`` to
 ``Plotly.newPlot`` unchanged. Missing values are ``None`` (JSON null): Plotly draws a gap, never 0.
 """
