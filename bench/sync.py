@@ -1,7 +1,7 @@
 """Benchmark: a full Kueue sync of a 50,000-workload cluster, then an incremental one.
 
 Usage (DATABASE_URL defaults to postgres://postgres@127.0.0.1:5432/gpuledger_bench_sync):
-    .venv/bin/python bench/sync.py [--scale 1.0] [--keep]
+    .venv/bin/python bench/sync.py [--small] [--scale 1.0] [--keep]
 
 The fake API server (tests/kube_api_server.py) runs in a child process, so the figures are the
 sync's own: it serves 1,000 ClusterQueues in 10 cohorts, 1,000 LocalQueues, 50,000 Workloads
@@ -37,6 +37,8 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpuledger_bench_sync")
+# Production settings (DEBUG off); a throwaway key, long enough for their check.
+os.environ.setdefault("SECRET_KEY", "bench-sync-not-a-secret-" + "x" * 32)
 
 COHORTS = 10
 QUEUES = 1000
@@ -382,7 +384,15 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the full fleet")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="reuse the database")
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="the same steps at a scale that takes seconds (tests/bench/test_benches.py runs it)",
+    )
     args = parser.parse_args()
+    if args.small:
+        # 10 ClusterQueues: enough pending workloads (15 each) for the CHANGED admissions.
+        args.scale = 0.01
 
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe()
@@ -490,7 +500,8 @@ def main() -> None:
         flush_cpu.append(time.process_time() - began_cpu)
 
     sync.flush = timed_flush  # type: ignore[method-assign]
-    sync.watch(30.0, stop_after_events=CHANGED)
+    # admit() changes one workload per queue: a scaled-down fleet has fewer than CHANGED.
+    sync.watch(30.0, stop_after_events=min(CHANGED, counts["ClusterQueue"]))
     done = time.perf_counter()
     gc.callbacks.remove(on_gc)
     changer.join()
