@@ -412,13 +412,9 @@ def main() -> None:
     import logging
 
     logging.getLogger("quotas").setLevel(logging.WARNING)
-    from django.utils import timezone
 
-    from fleet.choices import IngestSource, IngestStatus
-    from fleet.models import Cluster, IngestRun
-    from quotas.kueue import KueueClient
-    from quotas.models import Workload
-    from quotas.sync import ClusterSync, sync_cluster
+    from fleet.models import Cluster
+    from quotas.sync import sync_cluster
 
     port, token, counts, generated = parent.recv()
     print(f"fake API server: {counts} generated in {generated:.1f} s (child process)")
@@ -449,8 +445,23 @@ def main() -> None:
         f"wrote {run.rows_written}"
     )
 
-    # Incremental: LIST once, then watch while 100 pending workloads get admitted upstream.
-    client = KueueClient.for_cluster(cluster, kubeconfig=str(kubeconfig))
+    # admit() changes one workload per queue: a scaled-down fleet has fewer than CHANGED.
+    incremental_sync(cluster, str(kubeconfig), parent, min(CHANGED, counts["ClusterQueue"]))
+    parent.send("stop")
+    server.join(timeout=10)
+
+
+def incremental_sync(cluster: Any, kubeconfig: str, parent: Any, changes: int) -> None:
+    """LIST once, then WATCH while ``changes`` pending workloads get admitted upstream."""
+    from django.utils import timezone
+
+    from fleet.choices import IngestSource, IngestStatus
+    from fleet.models import IngestRun
+    from quotas.kueue import KueueClient
+    from quotas.models import Workload
+    from quotas.sync import ClusterSync
+
+    client = KueueClient.for_cluster(cluster, kubeconfig=kubeconfig)
     run = IngestRun.objects.create(
         cluster=cluster,
         source=IngestSource.KUEUE,
@@ -500,8 +511,7 @@ def main() -> None:
         flush_cpu.append(time.process_time() - began_cpu)
 
     sync.flush = timed_flush  # type: ignore[method-assign]
-    # admit() changes one workload per queue: a scaled-down fleet has fewer than CHANGED.
-    sync.watch(30.0, stop_after_events=min(CHANGED, counts["ClusterQueue"]))
+    sync.watch(30.0, stop_after_events=changes)
     done = time.perf_counter()
     gc.callbacks.remove(on_gc)
     changer.join()
@@ -516,8 +526,6 @@ def main() -> None:
         f"peak RSS {peak_rss_mib():.0f} MiB; load average {os.getloadavg()[0]:.1f}"
     )
     client.close()
-    parent.send("stop")
-    server.join(timeout=10)
 
 
 if __name__ == "__main__":
