@@ -378,8 +378,8 @@ GPULEDGER_LEASE_SECONDS = env_int("GPULEDGER_LEASE_SECONDS", 45, minimum=3)
 GPULEDGER_LEASE_HEARTBEAT = env_bool("GPULEDGER_LEASE_HEARTBEAT", True)
 GPULEDGER_USAGE_RETENTION_DAYS = env_int("GPULEDGER_USAGE_RETENTION_DAYS", 14, minimum=1)
 GPULEDGER_ROLLUP_RETENTION_DAYS = env_int("GPULEDGER_ROLLUP_RETENTION_DAYS", 400, minimum=1)
-# SM_ACTIVE below this is idle (docs/architecture.md "Figures"); real idle GPUs report a small
-# noise floor.
+# SM_ACTIVE below this is idle (docs/architecture.md "Figures"); real idle GPUs report a small noise
+# floor.
 GPULEDGER_IDLE_THRESHOLD = env_float("GPULEDGER_IDLE_THRESHOLD", 0.01)
 # A page warns when the newest successful collection is older than this.
 GPULEDGER_STALE_SECONDS = env_int("GPULEDGER_STALE_SECONDS", 600, minimum=60)
@@ -403,8 +403,8 @@ if GPULEDGER_CHARGEBACK_MODEL not in {"usage", "quota"}:
     )
 
 # Hoarding alerts (docs/architecture.md "Hoarding alerts"): the global defaults; the admin's alert
-# thresholds override them globally or per ClusterQueue, LocalQueue or namespace. The idle
-# threshold is GPULEDGER_IDLE_THRESHOLD.
+# thresholds override them globally or per ClusterQueue, LocalQueue or namespace. The idle threshold
+# is GPULEDGER_IDLE_THRESHOLD.
 GPULEDGER_ALERT_IDLE_GPU_FRACTION = env_float("GPULEDGER_ALERT_IDLE_GPU_FRACTION", 1.0)
 if not 0.0 < GPULEDGER_ALERT_IDLE_GPU_FRACTION <= 1.0:
     raise ImproperlyConfigured("GPULEDGER_ALERT_IDLE_GPU_FRACTION must be in (0, 1]")
