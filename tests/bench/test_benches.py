@@ -52,6 +52,8 @@ class Bench:
     own_tables: bool = False
     # Programs it starts (skipped without them, failed under CI=true).
     binaries: tuple[str, ...] = ()
+    # It keeps its files in a work directory it is given (else a temporary one it leaves behind).
+    work_dir: bool = False
 
 
 BENCHES = [
@@ -71,6 +73,7 @@ BENCHES = [
         ),
         own_tables=True,
         binaries=("prometheus", "promtool"),
+        work_dir=True,
     ),
     Bench(
         "rollup",
@@ -193,7 +196,7 @@ def template() -> str:
 @pytest.mark.integration
 @on_postgresql
 @pytest.mark.parametrize("bench", BENCHES, ids=lambda bench: bench.script)
-def test_small_mode_runs_end_to_end_and_prints_its_figures(template, bench):
+def test_small_mode_runs_end_to_end_and_prints_its_figures(template, bench, tmp_path):
     for binary in bench.binaries:
         require_binary(binary)
     name = f"{BASE_NAME}_bench_{bench.script}"
@@ -206,6 +209,8 @@ def test_small_mode_runs_end_to_end_and_prints_its_figures(template, bench):
         command += ["--database", name]
     elif bench.database == "--database-url":
         command += ["--database-url", url]
+    if bench.work_dir:
+        command += ["--work", str(tmp_path)]
 
     started = time.monotonic()
     result = subprocess.run(
