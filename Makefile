@@ -91,14 +91,21 @@ format: venv
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-bench: venv
-	$(PY) bench/ingest_pure.py
-	$(PY) bench/collect.py
-	$(PY) bench/rollup.py
-	$(PY) bench/sync.py
-	$(PY) bench/pages.py
-	$(PY) bench/chargeback.py
-	$(PY) bench/alerts.py --runs 5 --backfill-hours 24
+## bench: every benchmark at full scale (hours; figures in bench/RESULTS.md), on PostgreSQL at
+## 127.0.0.1:5432 with a database of its own each; `make bench BENCH_ARGS=--small` runs the same
+## steps at a scale of seconds. Prometheus (collect, chargeback) comes with system-deps.
+BENCH_ARGS ?=
+BENCH_PG := postgres://postgres@127.0.0.1:5432
+bench: venv system-deps
+	DATABASE_URL=$(BENCH_PG)/postgres bash scripts/services.sh
+	DATABASE_URL=$(BENCH_PG)/gpuledger_bench $(PY) bench/ingest_pure.py $(BENCH_ARGS)
+	$(PY) bench/collect.py $(BENCH_ARGS)
+	$(PY) bench/rollup.py --database-url $(BENCH_PG)/gpuledger_bench_rollup $(BENCH_ARGS)
+	DATABASE_URL=$(BENCH_PG)/gpuledger_bench_sync $(PY) bench/sync.py $(BENCH_ARGS)
+	$(PY) bench/pages.py --database-url $(BENCH_PG)/gpuledger_bench_pages $(BENCH_ARGS)
+	$(PY) bench/chargeback.py --database-url $(BENCH_PG)/gpuledger_bench_chargeback $(BENCH_ARGS)
+	$(PY) bench/alerts.py --database-url $(BENCH_PG)/gpuledger_bench_alerts --runs 5 \
+	  --backfill-hours 24 $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) staticfiles .pytest_cache .ruff_cache .mypy_cache gpuledger.sqlite3*

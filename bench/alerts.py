@@ -18,9 +18,9 @@ call as ``collect_metrics --start/--end`` does; the time is extrapolated linearl
 backfill's workloads go idle and busy again in stretches of 30-89 minutes, with noisy activity
 (each one's episodes start and end all week), instead of the same 10 % idle all along.
 
-    .venv/bin/python bench/alerts.py [--database-url postgres://…] [--gpus 50000] [--runs 3]
-        [--backfill-gpus 5000] [--backfill-hours 6] [--only window|backfill] [--churn]
-        [--reload]
+    .venv/bin/python bench/alerts.py [--small] [--database-url postgres://…] [--gpus 50000]
+        [--runs 3] [--backfill-gpus 5000] [--backfill-hours 6] [--only window|backfill]
+        [--churn] [--reload]
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ SAMPLE_COLUMNS = [
 def setup_django(database_url: str) -> None:
     ensure_database(database_url)
     os.environ["DATABASE_URL"] = database_url
-    os.environ.setdefault("SECRET_KEY", "bench-only")
+    os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret-" + "x" * 32)
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings_test"
     import django
@@ -385,9 +385,17 @@ def main() -> None:
     parser.add_argument("--only", choices=["window", "backfill"])
     parser.add_argument("--churn", action="store_true", help="backfill: idle stretches churn")
     parser.add_argument("--reload", action="store_true")
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="the same steps at a scale that takes seconds (tests/bench/test_benches.py runs it)",
+    )
     parser.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--rss-window", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.small:
+        # Its own cluster names (they carry the size): a full run's data is left alone.
+        args.gpus, args.runs, args.backfill_gpus, args.backfill_hours = 400, 2, 80, 1
     setup_django(args.database_url)
     if args.rss_child:
         rss_child(args.database_url, args.rss_child, args.rss_window)

@@ -15,7 +15,8 @@ Anchor: GPU-hours per namespace over 30 days with sum_over_time on a real Promet
 ratio chargeback / PromQL is printed. Defaults: 1,000 GPUs at a 15-minute sample interval
 (``--prom-gpus``, ``--prom-interval``); see bench/RESULTS.md for why not 5,000 at 5 minutes.
 
-    .venv/bin/python bench/chargeback.py [--database-url postgres://…] [--runs 20] [--reload]
+    .venv/bin/python bench/chargeback.py [--small] [--database-url postgres://…] [--runs 20]
+        [--reload]
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def setup_django(database_url: str) -> None:
     ensure_database(database_url)
     os.environ["DATABASE_URL"] = database_url
     os.environ.setdefault("DEBUG", "false")
-    os.environ.setdefault("SECRET_KEY", "bench-only")
+    os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret-" + "x" * 32)
     os.environ.setdefault("SECURE_SSL_REDIRECT", "false")
     os.environ.setdefault("ALLOWED_HOSTS", "testserver")
     os.environ.setdefault("LOG_LEVEL", "WARNING")
@@ -407,7 +408,18 @@ def main() -> None:
     parser.add_argument("--prom-gpus", type=int, default=1000)
     parser.add_argument("--prom-interval", type=int, default=900, help="seconds between samples")
     parser.add_argument("--skip-prometheus", action="store_true")
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="the same steps at a scale that takes seconds (tests/bench/test_benches.py runs it)",
+    )
     args = parser.parse_args()
+    if args.small:
+        # The data is kept between runs, so the small one lives in a database of its own.
+        if args.database_url == DEFAULT_URL:
+            args.database_url += "_small"
+        args.runs, args.prom_gpus, args.prom_interval = 3, 16, 3600
+        globals().update(TEAMS=2, QUEUES=10, COHORTS=2, WORKLOADS=200)
 
     setup_django(args.database_url)
     ensure_tables()

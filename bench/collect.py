@@ -1,6 +1,7 @@
 """Benchmark: one collection window of a 50,000-GPU cluster from a real Prometheus into PostgreSQL.
 
-    .venv/bin/python bench/collect.py [--gpus 50000] [--minutes 15] [--backfill-gpus 5000]
+    .venv/bin/python bench/collect.py [--small] [--gpus 50000] [--minutes 15]
+        [--backfill-gpus 5000]
         [--queues 1000] [--database NAME] [--no-backfill] [--work DIR] [--rounds 3]
         [--compare-with CHECKOUT [--alternations N]]
 
@@ -593,8 +594,16 @@ def main() -> None:
     parser.add_argument(
         "--alternations", type=int, default=1, help="With --compare-with: rounds of both codes."
     )
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="the same steps at a scale that takes seconds (tests/bench/test_benches.py runs it)",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.small:
+        args.gpus, args.minutes, args.queues, args.rounds = 200, 3, 10, 1
+        args.backfill_gpus, args.backfill_minutes = 40, 2
     if args.child:
         kind, *rest = args.child
         if kind == "window":

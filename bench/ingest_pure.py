@@ -1,7 +1,7 @@
 """Benchmark: one 50,000-GPU DCGM window, parsed (fleet.ingest) and written (ledger.store).
 
 Usage (DATABASE_URL defaults to postgres://postgres@127.0.0.1:5432/gpuledger_bench):
-    .venv/bin/python bench/ingest_pure.py
+    .venv/bin/python bench/ingest_pure.py [--small] [--keep] [--windows 3]
 
 The database is dropped and re-created (it only holds benchmark data); pass --keep to reuse it.
 Prints seconds and rows/s for parse (JSON answers -> WindowBatch) and for write (one
@@ -27,6 +27,8 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpuledger_bench")
+# Production settings (DEBUG off); a throwaway key, long enough for their check.
+os.environ.setdefault("SECRET_KEY", "bench-ingest-not-a-secret-" + "x" * 32)
 
 METRICS = ("sm_active", "pipe_tensor_active", "dram_active", "gr_engine_active", "fb_used")
 HOSTS = 6250
@@ -205,7 +207,15 @@ def main() -> None:
     parser.add_argument(
         "--windows", type=int, default=3, help="windows to write: 1 all new, then seen again"
     )
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="the same steps at a scale that takes seconds (tests/bench/test_benches.py runs it)",
+    )
     args = parser.parse_args()
+    if args.small:
+        args.windows = 2
+        globals().update(HOSTS=50)
     url = os.environ["DATABASE_URL"]
     if not url.startswith("postgres"):
         sys.exit("DATABASE_URL must point at PostgreSQL")

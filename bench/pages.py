@@ -1,7 +1,7 @@
 """Benchmark: server time of every dashboard page and chart JSON view at the issue's scale.
 
-    .venv/bin/python bench/pages.py [--database-url URL] [--reset] [--requests 20] [--only LABEL]
-                                    [--no-migrate] [--cold]
+    .venv/bin/python bench/pages.py [--small] [--database-url URL] [--reset] [--requests 20]
+                                    [--only LABEL] [--no-migrate] [--cold]
 
 PostgreSQL (default postgres://postgres@127.0.0.1:5432/gpuledger_bench_pages, created when
 missing) holds one cluster with 50,000 GPUs on 6,250 nodes, 100 teams, 1,000 ClusterQueues in 50
@@ -71,7 +71,7 @@ def prepare_environment(database_url: str) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     # Production-like: no debug cursor wrapper; plain HTTP through the test client.
     os.environ["DEBUG"] = "false"
-    os.environ.setdefault("SECRET_KEY", "bench-pages-not-a-secret")
+    os.environ.setdefault("SECRET_KEY", "bench-pages-not-a-secret-" + "x" * 32)
     os.environ["SECURE_SSL_REDIRECT"] = "false"
     os.environ["SESSION_COOKIE_SECURE"] = "false"
     os.environ["CSRF_COOKIE_SECURE"] = "false"
@@ -546,7 +546,9 @@ def sample() -> Sample:
     from quotas.choices import WorkloadState
     from quotas.models import ClusterQueue, Workload
 
-    gpu = Gpu.objects.select_related("node", "cluster").order_by("pk")[8 * 100]
+    # A GPU of node 100 (of the last node in a small fleet).
+    index = min(GPUS_PER_NODE * 100, GPUS_PER_NODE * NODES - 1)
+    gpu = Gpu.objects.select_related("node", "cluster").order_by("pk")[index]
     queue = ClusterQueue.objects.select_related("team", "cohort").order_by("pk").first()
     workload = Workload.objects.filter(state=WorkloadState.ADMITTED).order_by("pk").first()
     return Sample(
@@ -696,7 +698,27 @@ def main() -> int:
         help="empty the cache before every timed request (what the first request after a data "
         "change costs; the login session is in the database)",
     )
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="the same steps at a scale that takes seconds (tests/bench/test_benches.py runs it)",
+    )
     args = parser.parse_args()
+    if args.small:
+        # The data is kept between runs, so the small one lives in a database of its own.
+        if args.database_url == DEFAULT_URL:
+            args.database_url += "_small"
+        args.requests = 2
+        globals().update(
+            NODES=10,
+            TEAMS=4,
+            CLUSTER_QUEUES=20,
+            COHORTS=4,
+            WORKLOADS=400,
+            DAYS=3,
+            USAGE_WINDOWS=5,
+            QUEUE_SAMPLE_HOURS=2,
+        )
 
     prepare_environment(args.database_url)
     if not args.no_migrate:

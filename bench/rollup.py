@@ -18,7 +18,8 @@ and the load average around the runs. ``--path portable`` times the ORM path eve
 takes (the path before the PostgreSQL fast path existed), ``--path fast`` the default on
 PostgreSQL, ``both`` both and checks they wrote the same figures.
 
-    .venv/bin/python bench/rollup.py [--database-url postgres://…] [--sizes 5000,50000]
+    .venv/bin/python bench/rollup.py [--small] [--database-url postgres://…]
+        [--sizes 5000,50000]
         [--runs 3] [--path both] [--reload]
 """
 
@@ -70,7 +71,7 @@ def setup_django(database_url: str) -> None:
     ensure_database(database_url)
     os.environ["DATABASE_URL"] = database_url
     os.environ.setdefault("DEBUG", "false")
-    os.environ.setdefault("SECRET_KEY", "bench-only")
+    os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret-" + "x" * 32)
     os.environ.setdefault("SECURE_SSL_REDIRECT", "false")
     os.environ.setdefault("ALLOWED_HOSTS", "testserver")
     os.environ.setdefault("LOG_LEVEL", "WARNING")
@@ -397,7 +398,7 @@ def load(gpus: int, reload: bool) -> tuple[int, int]:
         sample_columns = (
             "cluster_queue_id, flavor_name, resource, sampled_at, window_seconds, total, "
             "reserved, borrowed, lent, nominal, pending_demand, pending_workloads, "
-            "admitted_workloads"
+            "admitted_workloads, source"
         )
         buffer = io.StringIO()
         for window in range(1, WINDOWS + 1):
@@ -410,7 +411,7 @@ def load(gpus: int, reload: bool) -> tuple[int, int]:
                 buffer.write(
                     f"{pk}\th100\tnvidia.com/gpu\t{end}\t60\t{nominal + borrowed}\t"
                     f"{nominal + borrowed}\t{borrowed}\t{lent}\t{nominal}\t{pending}\t"
-                    f"{1 if pending else 0}\t3\n"
+                    f"{1 if pending else 0}\t3\tapi\n"
                 )
         with cursor.cursor.copy(
             f"COPY {ClusterQueueSample._meta.db_table} ({sample_columns}) FROM STDIN"
@@ -508,7 +509,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--path", choices=("fast", "portable", "both"), default="both")
     parser.add_argument("--reload", action="store_true", help="regenerate the data")
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="the same steps at a scale that takes seconds (tests/bench/test_benches.py runs it)",
+    )
     args = parser.parse_args()
+    if args.small:
+        # A cluster of its own (its name carries the size): a full run's data is left alone.
+        args.sizes, args.runs = "200", 1
+        globals().update(QUEUES=50, COHORTS=10, IMPLICIT_COHORTS=2)
     setup_django(args.database_url)
     from django.db import connection
 

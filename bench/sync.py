@@ -1,7 +1,7 @@
 """Benchmark: a full Kueue sync of a 50,000-workload cluster, then an incremental one.
 
 Usage (DATABASE_URL defaults to postgres://postgres@127.0.0.1:5432/gpuledger_bench_sync):
-    .venv/bin/python bench/sync.py [--scale 1.0] [--keep]
+    .venv/bin/python bench/sync.py [--small] [--scale 1.0] [--keep]
 
 The fake API server (tests/kube_api_server.py) runs in a child process, so the figures are the
 sync's own: it serves 1,000 ClusterQueues in 10 cohorts, 1,000 LocalQueues, 50,000 Workloads
@@ -37,6 +37,8 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpuledger_bench_sync")
+# Production settings (DEBUG off); a throwaway key, long enough for their check.
+os.environ.setdefault("SECRET_KEY", "bench-sync-not-a-secret-" + "x" * 32)
 
 COHORTS = 10
 QUEUES = 1000
@@ -382,7 +384,15 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the full fleet")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="reuse the database")
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="the same steps at a scale that takes seconds (tests/bench/test_benches.py runs it)",
+    )
     args = parser.parse_args()
+    if args.small:
+        # 10 ClusterQueues: enough pending workloads (15 each) for the CHANGED admissions.
+        args.scale = 0.01
 
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe()
@@ -402,13 +412,9 @@ def main() -> None:
     import logging
 
     logging.getLogger("quotas").setLevel(logging.WARNING)
-    from django.utils import timezone
 
-    from fleet.choices import IngestSource, IngestStatus
-    from fleet.models import Cluster, IngestRun
-    from quotas.kueue import KueueClient
-    from quotas.models import Workload
-    from quotas.sync import ClusterSync, sync_cluster
+    from fleet.models import Cluster
+    from quotas.sync import sync_cluster
 
     port, token, counts, generated = parent.recv()
     print(f"fake API server: {counts} generated in {generated:.1f} s (child process)")
@@ -439,8 +445,23 @@ def main() -> None:
         f"wrote {run.rows_written}"
     )
 
-    # Incremental: LIST once, then watch while 100 pending workloads get admitted upstream.
-    client = KueueClient.for_cluster(cluster, kubeconfig=str(kubeconfig))
+    # admit() changes one workload per queue: a scaled-down fleet has fewer than CHANGED.
+    incremental_sync(cluster, str(kubeconfig), parent, min(CHANGED, counts["ClusterQueue"]))
+    parent.send("stop")
+    server.join(timeout=10)
+
+
+def incremental_sync(cluster: Any, kubeconfig: str, parent: Any, changes: int) -> None:
+    """LIST once, then WATCH while ``changes`` pending workloads get admitted upstream."""
+    from django.utils import timezone
+
+    from fleet.choices import IngestSource, IngestStatus
+    from fleet.models import IngestRun
+    from quotas.kueue import KueueClient
+    from quotas.models import Workload
+    from quotas.sync import ClusterSync
+
+    client = KueueClient.for_cluster(cluster, kubeconfig=kubeconfig)
     run = IngestRun.objects.create(
         cluster=cluster,
         source=IngestSource.KUEUE,
@@ -490,7 +511,7 @@ def main() -> None:
         flush_cpu.append(time.process_time() - began_cpu)
 
     sync.flush = timed_flush  # type: ignore[method-assign]
-    sync.watch(30.0, stop_after_events=CHANGED)
+    sync.watch(30.0, stop_after_events=changes)
     done = time.perf_counter()
     gc.callbacks.remove(on_gc)
     changer.join()
@@ -505,8 +526,6 @@ def main() -> None:
         f"peak RSS {peak_rss_mib():.0f} MiB; load average {os.getloadavg()[0]:.1f}"
     )
     client.close()
-    parent.send("stop")
-    server.join(timeout=10)
 
 
 if __name__ == "__main__":

@@ -79,24 +79,29 @@ def env_list(name: str, default: list[str]) -> list[str]:
 PLACEHOLDER_SECRET_KEYS = frozenset({"change-me", "change-me-in-env", "changeme", "secret"})
 MIN_SECRET_KEY_LENGTH = 32
 
-DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_secret("SECRET_KEY")
-if not SECRET_KEY:
-    if not DEBUG:
+
+def secret_key(debug: bool) -> str:
+    """``SECRET_KEY`` (or its ``_FILE``); refused when DEBUG is off and it is missing or weak."""
+    key = env_secret("SECRET_KEY")
+    if not key:
+        if not debug:
+            raise ImproperlyConfigured(
+                "SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off: generate one with "
+                "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+            )
+        # A development server with no key gets a random one: sessions end when it restarts,
+        # and no known key ever signs anything.
+        return secrets.token_urlsafe(50)
+    if not debug and (key in PLACEHOLDER_SECRET_KEYS or len(key) < MIN_SECRET_KEY_LENGTH):
         raise ImproperlyConfigured(
-            "SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off: generate one with "
-            "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+            f"SECRET_KEY is a placeholder or shorter than {MIN_SECRET_KEY_LENGTH} characters: "
+            "set a random one (python -c 'import secrets; print(secrets.token_urlsafe(50))')"
         )
-    # A development server with no key gets a random one: sessions end when it restarts, and no
-    # known key ever signs anything.
-    SECRET_KEY = secrets.token_urlsafe(50)
-elif not DEBUG and (
-    SECRET_KEY in PLACEHOLDER_SECRET_KEYS or len(SECRET_KEY) < MIN_SECRET_KEY_LENGTH
-):
-    raise ImproperlyConfigured(
-        f"SECRET_KEY is a placeholder or shorter than {MIN_SECRET_KEY_LENGTH} characters: set a "
-        "random one (python -c 'import secrets; print(secrets.token_urlsafe(50))')"
-    )
+    return key
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = secret_key(DEBUG)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -283,16 +288,6 @@ LOGGING = {
     },
 }
 
-# --- Email (quota request decisions to team leads) -------------------------------------------
-EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
-EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
-EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
-EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
-EMAIL_HOST_PASSWORD = env_secret("EMAIL_HOST_PASSWORD")
-EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
-EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
-DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-ledger@localhost")
-
 # --- REST API -------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -457,7 +452,8 @@ GPULEDGER_ALERTMANAGER_RESEND_SECONDS = env_int(
 GPULEDGER_ALERTMANAGER_RESENDS_AHEAD = env_int("GPULEDGER_ALERTMANAGER_RESENDS_AHEAD", 3, minimum=2)
 # Beat applies the ClusterQueues' remediation policies this often.
 GPULEDGER_REMEDIATION_SECONDS = env_int("GPULEDGER_REMEDIATION_SECONDS", 60, minimum=10)
-# Email through Django's SMTP backend.
+
+# --- Email (notification receivers, quota request decisions to team leads) --------------------
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
@@ -467,7 +463,9 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
 if EMAIL_USE_TLS and EMAIL_USE_SSL:
     raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL are exclusive: set one")
-EMAIL_TIMEOUT = GPULEDGER_NOTIFY_TIMEOUT_SECONDS
+# Mail sent outside the notification runs (quota decisions); notifications bound each SMTP
+# session by GPULEDGER_NOTIFY_TIMEOUT_SECONDS or their run's deadline instead.
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "GPU Ledger <gpu-ledger@localhost>")
 SERVER_EMAIL = DEFAULT_FROM_EMAIL
 

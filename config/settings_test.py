@@ -4,7 +4,7 @@ import os
 
 # Settings are read as for a development server (plain HTTP, no HSTS or secure-only cookies);
 # pytest-django still runs each test with DEBUG off. `check --deploy` in .ci/run covers the
-# production settings, and tests/core/test_settings.py the defaults.
+# production settings, and tests/config/test_settings.py the defaults.
 os.environ.setdefault("DEBUG", "true")
 os.environ.setdefault("SECRET_KEY", "tests-only-" + "x" * 40)
 # One process per test run: the throttle counters need no sharing across processes here.

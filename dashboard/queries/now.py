@@ -20,8 +20,8 @@ def busy_thresholds() -> tuple[float, float]:
     """(GPU_UTIL at or above, SM_ACTIVE below): "busy but not working"
     (docs/architecture.md "Upstream facts")."""
     return (
-        float(getattr(settings, "GPULEDGER_BUSY_GPU_UTIL", 50.0)),
-        float(getattr(settings, "GPULEDGER_BUSY_SM_ACTIVE", 0.2)),
+        float(settings.GPULEDGER_BUSY_GPU_UTIL),
+        float(settings.GPULEDGER_BUSY_SM_ACTIVE),
     )
 
 

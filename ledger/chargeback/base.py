@@ -66,7 +66,7 @@ class ChargebackError(ValueError):
 
 
 def chargeback_model() -> str:
-    model = getattr(settings, "GPULEDGER_CHARGEBACK_MODEL", "usage")
+    model = settings.GPULEDGER_CHARGEBACK_MODEL
     if model not in MODELS:
         raise ImproperlyConfigured(
             f"GPULEDGER_CHARGEBACK_MODEL={model!r} must be one of {', '.join(MODELS)}"

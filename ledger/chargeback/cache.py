@@ -79,7 +79,7 @@ class _Evicted(Exception):
 
 
 def cache_seconds() -> int:
-    return int(getattr(settings, "GPULEDGER_CHARGEBACK_CACHE_SECONDS", 0))
+    return int(settings.GPULEDGER_CHARGEBACK_CACHE_SECONDS)
 
 
 def _feed(digest: Any, values: Iterable[Any]) -> None:

@@ -79,6 +79,6 @@ class Thresholds(NamedTuple):
 def thresholds() -> Thresholds:
     return Thresholds(
         idle=settings.GPULEDGER_IDLE_THRESHOLD,
-        busy_gpu_util=getattr(settings, "GPULEDGER_BUSY_GPU_UTIL", 50),
-        busy_sm_active=getattr(settings, "GPULEDGER_BUSY_SM_ACTIVE", 0.2),
+        busy_gpu_util=settings.GPULEDGER_BUSY_GPU_UTIL,
+        busy_sm_active=settings.GPULEDGER_BUSY_SM_ACTIVE,
     )
