@@ -65,7 +65,6 @@ class Watch:
         self.lister = lister
         self.sampler = sampler
         self.flush = flush
-        self.seconds = seconds
         # Streams end by the watch's end on their own (timeoutSeconds); past this they are cut,
         # and so is every call the main thread makes meanwhile.
         self.deadline = Deadline(
@@ -73,6 +72,7 @@ class Watch:
             "the watch deadline",
             f"the watch's {seconds:g} s and {WATCH_END_GRACE_SECONDS:g} s for its streams to end",
         )
+        # The watch's end, on the monotonic clock: streams are asked to end by it.
         self.end = time.monotonic() + seconds
         self.events: queue.Queue[Message] = queue.Queue()
         self.stop = threading.Event()
