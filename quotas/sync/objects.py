@@ -30,8 +30,8 @@ SMALL_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "Worklo
 # ClusterQueues, its queue from the LocalQueues and its priority from the classes, a Pod's
 # Workload from the Workloads. Without those lists they would be written wrong (a node without
 # its flavor, workloads borrowing nothing), so a sync whose LIST of one of them failed writes
-# neither: a failed or partial LIST is never read as everything deleted (docs/architecture.md
-# "Upstream facts").
+# neither, as it never reads a failed or partial LIST as everything deleted
+# (docs/architecture.md "Upstream facts").
 NEEDS: dict[str, tuple[str, ...]] = {
     "Node": ("ResourceFlavor",),
     "ResourceFlavor": ("Node",),
