@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -211,10 +211,25 @@ def upsert_gpus(
     nothing else, and an upsert of 50,000 unchanged rows was the largest cost of its write).
     """
     end = window.end
-    hosts = sorted({gpu.host for gpu in gpus})
+    stored = _read_stored_gpus(cluster, sorted({gpu.host for gpu in gpus}), end)
+    plan = _plan_gpu_writes(cluster.pk, gpus, node_ids, stored, end)
+    if plan.keep_times:
+        _restore_kept_times(plan.upserts, plan.keep_times)
+    if plan.upserts:
+        plan.ids.update(_upsert_gpu_rows(cluster, plan.upserts, plan.upsert_keys))
+    bulk.update_in(Gpu.objects.all(), "id", plan.touch, c.LOOKUP_BATCH_SIZE, last_seen_at=end)
+    return GpusWritten(
+        ids=plan.ids, models=plan.models, created=plan.created, seen_again=len(gpus) - plan.created
+    )
+
+
+def _read_stored_gpus(cluster: Cluster, hosts: Sequence[str], end: datetime) -> dict[str, tuple]:
+    """The stored GPUs of ``hosts``: key -> (id, host, uuid, gi_id, newest, current, earlier,
+    *attributes), the flags telling how the stored times compare with the window ending ``end``.
+    """
     # How the stored times compare with this window, worked out by the database: loading
     # 100,000 timestamps took most of this step's CPU (bench/ingest_pure.py). The times
-    # themselves are read below, only for the rows an upsert rewrites.
+    # themselves are read later, only for the rows an upsert rewrites.
     flags = {
         "newest": Q(last_seen_at__isnull=True) | Q(last_seen_at__lte=end),
         # Seen recently enough: last_seen_at is inventory bookkeeping, refreshed at most every
@@ -228,28 +243,46 @@ def upsert_gpus(
     stored_gpus = Gpu.objects.filter(cluster=cluster).annotate(
         **{name: ExpressionWrapper(q, output_field=BooleanField()) for name, q in flags.items()}
     )
-    # key -> (id, host, uuid, gi_id, newest, current, earlier, *attributes): the row as read,
-    # unpacked only for GPUs of this window (50,000 rows a window).
+    # Unpacked only for GPUs of this window (50,000 rows a window).
     existing: dict[str, tuple] = {}
     for queryset in bulk.filter_in(stored_gpus, "host", hosts, c.LOOKUP_BATCH_SIZE):
         for stored_row in bulk.fetch_rows(
             queryset, "id", "host", "uuid", "gi_id", *flags, *_GPU_ATTRIBUTES
         ):
             existing[gpu_key(stored_row[1], stored_row[2], stored_row[3])] = stored_row
+    return existing
 
-    ids: dict[str, int] = {}
-    upserts: list[tuple] = []
-    upsert_keys: list[str] = []
+
+@dataclass
+class _GpuPlan:
+    """What one window's GPUs need written, worked out from the stored rows."""
+
+    # GPU key -> id, for the GPUs already stored (the upsert returns the new ones').
+    ids: dict[str, int] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
+    # Rows for ``_GPU_COLUMNS``, and the GPU key of each.
+    upserts: list[tuple] = field(default_factory=list)
+    upsert_keys: list[str] = field(default_factory=list)
     # Rows rewritten with a stored time kept: upserts position -> (id, keep first, keep last).
-    keep_times: dict[int, tuple[int, bool, bool]] = {}
+    keep_times: dict[int, tuple[int, bool, bool]] = field(default_factory=dict)
     # Seen again with nothing to change but last_seen_at: one UPDATE, not an upsert.
-    touch: list[int] = []
-    created = 0
-    cluster_id = cluster.pk
-    models: dict[str, str] = {}
+    touch: list[int] = field(default_factory=list)
+    created: int = 0
+
+
+def _plan_gpu_writes(
+    cluster_id: int,
+    gpus: list[GpuRow],
+    node_ids: Mapping[str, int],
+    existing: dict[str, tuple],
+    end: datetime,
+) -> _GpuPlan:
+    """New GPUs and changed ones are upserted; attributes come from the newest window seen, so
+    a window older than the stored row rewrites only ``first_seen_at``."""
+    plan = _GpuPlan()
     for gpu in gpus:
         key = gpu.key
-        models[key] = gpu.model_name
+        plan.models[key] = gpu.model_name
         wanted = (
             node_ids.get(gpu.host),
             gpu.index,
@@ -261,18 +294,18 @@ def upsert_gpus(
         )
         stored = existing.get(key)
         if stored is None:
-            created += 1
-            upserts.append((cluster_id, gpu.host, gpu.uuid, gpu.gi_id, *wanted, end, end))
-            upsert_keys.append(key)
+            plan.created += 1
+            plan.upserts.append((cluster_id, gpu.host, gpu.uuid, gpu.gi_id, *wanted, end, end))
+            plan.upsert_keys.append(key)
             continue
         gpu_id, newest, current, earlier = stored[0], stored[4], stored[5], stored[6]
         attributes = stored[7:]
-        ids[key] = gpu_id
+        plan.ids[key] = gpu_id
         changed = newest and attributes != wanted
         if changed or earlier:
             if not earlier or not newest:
-                keep_times[len(upserts)] = (gpu_id, not earlier, not newest)
-            upserts.append(
+                plan.keep_times[len(plan.upserts)] = (gpu_id, not earlier, not newest)
+            plan.upserts.append(
                 (
                     cluster_id,
                     gpu.host,
@@ -283,63 +316,72 @@ def upsert_gpus(
                     end,
                 )
             )
-            upsert_keys.append(key)
+            plan.upsert_keys.append(key)
         elif newest and not current:
-            touch.append(gpu_id)
+            plan.touch.append(gpu_id)
+    return plan
 
-    if keep_times:
-        times: dict[int, tuple[datetime | None, datetime | None]] = {}
-        for queryset in bulk.filter_in(
-            Gpu.objects.all(),
-            "id",
-            sorted(gpu_id for gpu_id, _, _ in keep_times.values()),
-            c.LOOKUP_BATCH_SIZE,
+
+def _restore_kept_times(
+    upserts: list[tuple], keep_times: dict[int, tuple[int, bool, bool]]
+) -> None:
+    """Put the stored first/last seen times back into the upsert rows that keep them."""
+    times: dict[int, tuple[datetime | None, datetime | None]] = {}
+    for queryset in bulk.filter_in(
+        Gpu.objects.all(),
+        "id",
+        sorted(gpu_id for gpu_id, _, _ in keep_times.values()),
+        c.LOOKUP_BATCH_SIZE,
+    ):
+        for gpu_id, first_seen, last_seen in queryset.values_list(
+            "id", "first_seen_at", "last_seen_at"
         ):
-            for gpu_id, first_seen, last_seen in queryset.values_list(
-                "id", "first_seen_at", "last_seen_at"
-            ):
-                times[gpu_id] = (first_seen, last_seen)
-        for position, (gpu_id, keep_first, keep_last) in keep_times.items():
-            first_seen, last_seen = times[gpu_id]
-            row = upserts[position]
-            upserts[position] = (
-                *row[:-2],
-                first_seen if keep_first else row[-2],
-                last_seen if keep_last else row[-1],
-            )
-
-    if upserts:
-        returned = bulk.insert_rows(
-            Gpu,
-            _GPU_COLUMNS,
-            upserts,
-            unique_fields=["cluster", "host", "uuid", "gi_id"],
-            returning=True,
-            update_fields=[
-                "node",
-                "index",
-                "model_name",
-                "pci_bus_id",
-                "mig_profile",
-                "slices",
-                "time_sliced",
-                "first_seen_at",
-                "last_seen_at",
-                "updated_at",
-            ],
+            times[gpu_id] = (first_seen, last_seen)
+    for position, (gpu_id, keep_first, keep_last) in keep_times.items():
+        first_seen, last_seen = times[gpu_id]
+        row = upserts[position]
+        upserts[position] = (
+            *row[:-2],
+            first_seen if keep_first else row[-2],
+            last_seen if keep_last else row[-1],
         )
-        unresolved: set[str] = set()
-        for key, row in zip(upsert_keys, upserts, strict=True):
-            gpu_id = returned.get(row[:4])
-            if gpu_id is None:
-                unresolved.add(row[1])
-            else:
-                ids[key] = gpu_id
-        if unresolved:
-            # Databases that cannot return ids from an upsert: read them back.
-            ids.update(_read_gpu_ids(cluster, sorted(unresolved)))
-    bulk.update_in(Gpu.objects.all(), "id", touch, c.LOOKUP_BATCH_SIZE, last_seen_at=end)
-    return GpusWritten(ids=ids, models=models, created=created, seen_again=len(gpus) - created)
+
+
+def _upsert_gpu_rows(
+    cluster: Cluster, upserts: list[tuple], upsert_keys: list[str]
+) -> dict[str, int]:
+    """Upsert the rows; GPU key -> id of each."""
+    returned = bulk.insert_rows(
+        Gpu,
+        _GPU_COLUMNS,
+        upserts,
+        unique_fields=["cluster", "host", "uuid", "gi_id"],
+        returning=True,
+        update_fields=[
+            "node",
+            "index",
+            "model_name",
+            "pci_bus_id",
+            "mig_profile",
+            "slices",
+            "time_sliced",
+            "first_seen_at",
+            "last_seen_at",
+            "updated_at",
+        ],
+    )
+    ids: dict[str, int] = {}
+    unresolved: set[str] = set()
+    for key, row in zip(upsert_keys, upserts, strict=True):
+        gpu_id = returned.get(row[:4])
+        if gpu_id is None:
+            unresolved.add(row[1])
+        else:
+            ids[key] = gpu_id
+    if unresolved:
+        # Databases that cannot return ids from an upsert: read them back.
+        ids.update(_read_gpu_ids(cluster, sorted(unresolved)))
+    return ids
 
 
 def _read_gpu_ids(cluster: Cluster, hosts: Sequence[str]) -> dict[str, int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 from core.mig import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from fleet import constants as c
@@ -60,15 +61,41 @@ def _build_window(inp: WindowInput) -> WindowBatch:
     for request in requests.values():
         requests_by_pod[(request.namespace, request.pod)].append(request)
 
-    # What the rows of a pod share, worked out once per pod (a pod holds several GPUs):
-    # uid, node (None: no request names one), cluster queue, local queue.
-    pod_facts: dict[tuple[str, str], tuple[str, str | None, str, str]] = {}
+    facts = _PodFacts(labels, requests_by_pod)
+    expected = max(int(inp.expected_samples or 0), 0)
+    usage, seen = _usage_on_series(by_gpu, gpus, facts, expected)
+    allocations = _requested_allocations(requests_by_pod, facts, seen, expected, usage)
+    allocations += _unrequested_allocations(requests_by_pod, facts, seen, gpus)
+    _log_skips(inp, stats)
+    return WindowBatch(
+        window=inp.window,
+        gpus=sorted((gpus[key] for key in by_gpu), key=_gpu_order),
+        usage=sorted(usage, key=lambda r: (r.gpu_key, r.namespace, r.pod)),
+        allocations=sorted(allocations, key=lambda a: (a.namespace, a.pod, a.pod_uid)),
+        stats=stats,
+        label_style_used=style,
+        owners=owners,
+    )
 
-    def facts_of(ident: tuple[str, str]) -> tuple[str, str | None, str, str]:
-        facts = pod_facts.get(ident)
+
+class _PodFacts:
+    """What the rows of a pod share, worked out once per pod (a pod holds several GPUs):
+    uid, node (None: no request names one), cluster queue, local queue."""
+
+    def __init__(
+        self,
+        labels: dict[tuple[str, str], tuple[str, str, str]],
+        requests_by_pod: dict[tuple[str, str], list[PodRequest]],
+    ) -> None:
+        self.labels = labels
+        self.requests_by_pod = requests_by_pod
+        self.known: dict[tuple[str, str], tuple[str, str | None, str, str]] = {}
+
+    def of(self, ident: tuple[str, str]) -> tuple[str, str | None, str, str]:
+        facts = self.known.get(ident)
         if facts is None:
-            label = labels.get(ident)
-            pod_requests = requests_by_pod.get(ident)
+            label = self.labels.get(ident)
+            pod_requests = self.requests_by_pod.get(ident)
             if pod_requests:
                 # A recreated pod with the same name: the uid with the most GPUs, then the highest.
                 uid = max(pod_requests, key=lambda r: (r.gpus, r.uid)).uid
@@ -80,40 +107,56 @@ def _build_window(inp: WindowInput) -> WindowBatch:
                 facts = (uid, node, label[1], label[2])
             else:
                 facts = (uid, node, "", "")
-            pod_facts[ident] = facts
+            self.known[ident] = facts
         return facts
 
-    def pod_uid(namespace: str, pod: str) -> str:
-        return facts_of((namespace, pod))[0]
+    def uid(self, ident: tuple[str, str]) -> str:
+        return self.of(ident)[0]
 
-    def queues(namespace: str, pod: str) -> tuple[str, str]:
-        facts = facts_of((namespace, pod))
+    def queues(self, ident: tuple[str, str]) -> tuple[str, str]:
+        facts = self.of(ident)
         return facts[2], facts[3]
 
-    usage: list[UsageRow] = []
-    # (namespace, pod) -> GPU keys it was seen on, and the GPUs those stand for.
-    seen_gpus: dict[tuple[str, str], list[str]] = defaultdict(list)
-    seen_fraction: dict[tuple[str, str], float] = defaultdict(float)
-    hosts_with_series: set[str] = set()
-    expected = max(int(inp.expected_samples or 0), 0)
-    sources = {metric_key: ActivitySource(metric_key) for metric_key in c.ACTIVITY_METRICS}
 
-    for key, entries in by_gpu.items():
+@dataclass
+class _Seen:
+    """What the DCGM series showed: per pod, the GPU keys it was seen on and the GPUs those
+    stand for; the hosts with any series."""
+
+    gpus: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
+    fraction: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    hosts: set[str] = field(default_factory=set)
+
+
+def _held_entries(key: str, entries: list[Series]) -> list[Series]:
+    """The series that count for one GPU: its pod series when it has any besides a bare one."""
+    if len(entries) <= 1:
+        return entries
+    held = [e for e in entries if e.pod]
+    if not held:
+        # Cannot happen: series without a pod share one identity per GPU.
+        return entries[:1]
+    dropped = len(entries) - len(held)
+    if dropped:
+        logger.debug("GPU %s: %d series without pod dropped for pod series", key, dropped)
+    return sorted(held, key=lambda e: (e.namespace, e.pod))
+
+
+def _usage_on_series(
+    by_gpu: dict[str, list[Series]],
+    gpus: dict[str, GpuRow],
+    facts: _PodFacts,
+    expected: int,
+) -> tuple[list[UsageRow], _Seen]:
+    """One usage row per series that counts; a time-sliced GPU's share is split among its pods."""
+    usage: list[UsageRow] = []
+    seen = _Seen()
+    sources = {metric_key: ActivitySource(metric_key) for metric_key in c.ACTIVITY_METRICS}
+    for key, all_entries in by_gpu.items():
         gpu = gpus[key]
         host = gpu.host
-        hosts_with_series.add(host)
-        if len(entries) > 1:
-            held = [e for e in entries if e.pod]
-            if held:
-                dropped = len(entries) - len(held)
-                if dropped:
-                    logger.debug(
-                        "GPU %s: %d series without pod dropped for pod series", key, dropped
-                    )
-                entries = sorted(held, key=lambda e: (e.namespace, e.pod))
-            else:
-                # Cannot happen: series without a pod share one identity per GPU.
-                entries = entries[:1]
+        seen.hosts.add(host)
+        entries = _held_entries(key, all_entries)
         shared = len(entries) > 1
         gpu.time_sliced = shared
         fraction = gpu.fraction
@@ -133,10 +176,10 @@ def _build_window(inp: WindowInput) -> WindowBatch:
             pod = entry.pod
             if pod:
                 ident = (namespace, pod)
-                uid, node, cluster_queue, local_queue = facts_of(ident)
+                uid, node, cluster_queue, local_queue = facts.of(ident)
                 node_name = host if node is None else node
-                seen_gpus[ident].append(key)
-                seen_fraction[ident] += fraction
+                seen.gpus[ident].append(key)
+                seen.fraction[ident] += fraction
             else:
                 # No pod labels: unallocated, and no pod to name a uid, node or queue.
                 uid = cluster_queue = local_queue = ""
@@ -170,11 +213,22 @@ def _build_window(inp: WindowInput) -> WindowBatch:
                     local_queue_name=local_queue,
                 )
             )
+    return usage, seen
 
+
+def _requested_allocations(
+    requests_by_pod: dict[tuple[str, str], list[PodRequest]],
+    facts: _PodFacts,
+    seen: _Seen,
+    expected: int,
+    usage: list[UsageRow],
+) -> list[PodAllocationRow]:
+    """One allocation per GPU request; GPUs requested but not (all) on DCGM series are added to
+    ``usage`` as allocated rows without telemetry."""
     allocations: list[PodAllocationRow] = []
     for (namespace, pod), pod_requests in requests_by_pod.items():
-        cluster_queue, local_queue = queues(namespace, pod)
-        keys = sorted(seen_gpus.get((namespace, pod), []))
+        cluster_queue, local_queue = facts.queues((namespace, pod))
+        keys = sorted(seen.gpus.get((namespace, pod), []))
         for request in pod_requests:
             resource = max(request.resources.items(), key=lambda kv: (kv[1], kv[0]))[0]
             allocations.append(
@@ -193,7 +247,7 @@ def _build_window(inp: WindowInput) -> WindowBatch:
         # Requested but not (all) on DCGM series: allocated without telemetry. A recreated pod
         # name counts once, with its largest request.
         requested = max(r.gpus for r in pod_requests)
-        missing = requested - seen_fraction.get((namespace, pod), 0.0)
+        missing = requested - seen.fraction.get((namespace, pod), 0.0)
         if missing > _EPSILON:
             request = max(pod_requests, key=lambda r: (r.gpus, r.uid))
             usage.append(
@@ -211,28 +265,37 @@ def _build_window(inp: WindowInput) -> WindowBatch:
                     gpus=missing,
                     # A node with no DCGM series at all (exporter down) has its GPUs counted
                     # nowhere else; on a node with series they are already counted there.
-                    capacity_gpus=0.0 if request.node in hosts_with_series else missing,
+                    capacity_gpus=0.0 if request.node in seen.hosts else missing,
                     expected_samples=expected,
                     cluster_queue_name=cluster_queue,
                     local_queue_name=local_queue,
                 )
             )
+    return allocations
 
-    for (namespace, pod), keys in seen_gpus.items():
+
+def _unrequested_allocations(
+    requests_by_pod: dict[tuple[str, str], list[PodRequest]],
+    facts: _PodFacts,
+    seen: _Seen,
+    gpus: dict[str, GpuRow],
+) -> list[PodAllocationRow]:
+    """Pods on DCGM series but not in the requests: still held (see the module docstring)."""
+    allocations: list[PodAllocationRow] = []
+    for (namespace, pod), keys in seen.gpus.items():
         if (namespace, pod) in requests_by_pod:
             continue
-        # On DCGM series but not in the requests: still held (see the module docstring).
         held_keys = sorted(keys)
         profiles = sorted(gpus[k].mig_profile for k in held_keys if gpus[k].gi_id)
         resource = (
             MIG_RESOURCE_PREFIX + profiles[0] if len(profiles) == len(held_keys) else GPU_RESOURCE
         )
-        cluster_queue, local_queue = queues(namespace, pod)
+        cluster_queue, local_queue = facts.queues((namespace, pod))
         allocations.append(
             PodAllocationRow(
                 namespace=namespace,
                 pod=pod,
-                pod_uid=pod_uid(namespace, pod),
+                pod_uid=facts.uid((namespace, pod)),
                 node_name=gpus[held_keys[0]].host,
                 resource=resource,
                 gpus=sum(gpus[k].fraction for k in held_keys),
@@ -241,7 +304,10 @@ def _build_window(inp: WindowInput) -> WindowBatch:
                 local_queue_name=local_queue,
             )
         )
+    return allocations
 
+
+def _log_skips(inp: WindowInput, stats: IngestStats) -> None:
     if stats.skipped or stats.nonfinite_skipped:
         logger.warning(
             "window %s: read %d records, skipped %d malformed %s and %d non-finite",
@@ -251,16 +317,6 @@ def _build_window(inp: WindowInput) -> WindowBatch:
             dict(stats.skip_reasons),
             stats.nonfinite_skipped,
         )
-
-    return WindowBatch(
-        window=inp.window,
-        gpus=sorted((gpus[key] for key in by_gpu), key=_gpu_order),
-        usage=sorted(usage, key=lambda r: (r.gpu_key, r.namespace, r.pod)),
-        allocations=sorted(allocations, key=lambda a: (a.namespace, a.pod, a.pod_uid)),
-        stats=stats,
-        label_style_used=style,
-        owners=owners,
-    )
 
 
 def _gpu_order(gpu: GpuRow) -> tuple:

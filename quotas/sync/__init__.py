@@ -1,7 +1,7 @@
 """One Kueue sync of one cluster: LIST everything, write it, then WATCH and write the changes.
 
 The glue between the thin client (``quotas.kueue``), the pure row builder (``quotas.ingest``) and
-the writer (``quotas.store``), in the shape docs/architecture.md "Write path" describes:
+the writer (``quotas.store``), as docs/architecture.md "Data flow" describes:
 
 * **LIST** every kind with its resourceVersion; ``build_snapshot`` on the lists;
   ``write_snapshot`` with ``complete`` = the kinds whose LIST finished. A kind whose LIST failed
@@ -19,13 +19,15 @@ the writer (``quotas.store``), in the shape docs/architecture.md "Write path" de
   sample per window, and pending positions from the visibility API when it is served.
 
 Every run leaves an ``IngestRun`` (source ``kueue``). Two syncs of one cluster never overlap: a
-sync claims the cluster's ``CollectionCursor`` with a conditional UPDATE
-(docs/conventions.md "Background work").
+sync claims the cluster's ``CollectionCursor`` with a conditional UPDATE whose rowcount is checked.
 
 The package: ``run`` (``sync_cluster``, the lease and the ``IngestRun``), ``cluster``
-(``ClusterSync``: the in-memory lists, LIST, events, writes), ``watch`` (the WATCH threads and the
-batching loop), ``samples`` (queue samples and pending positions per window) and ``objects``
-(identities and changes of the in-memory objects).
+(``ClusterSync``: puts the steps together), and the steps, each handed what it needs:
+``listing`` (``Lister``: LIST into the in-memory lists), ``writer`` (``Writer``: rows for the
+whole lists or for what changed), ``watch`` (``Watch``: the WATCH threads and the batching
+loop), ``samples`` (``Sampler``: queue samples and pending positions per window). The state
+they share: ``objects`` (``ObjectLists``, the in-memory lists, and the identities and changes
+of their objects) and ``tally`` (``Tally``, the run's counters and errors).
 """
 
 from quotas.sync.cluster import ClusterSync

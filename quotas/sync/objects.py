@@ -1,5 +1,5 @@
-"""The in-memory lists a sync keeps: object identities, what ingest made of them, and the
-changes watch events leave to write.
+"""The in-memory lists a sync keeps (``ObjectLists``): object identities, what ingest made of
+them, and the changes watch events leave to write.
 
 Objects are keyed (namespace, name), with ``""`` for the namespace of cluster-scoped kinds.
 """
@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.utils import timezone
+
 from quotas.constants import LIST_KINDS
-from quotas.ingest import KueueBatch
+from quotas.ingest import KueueBatch, KueueSnapshot
 from quotas.kueue import KINDS
 
 KIND_NAMES = tuple(kind.name for kind in KINDS)
@@ -27,8 +30,8 @@ SMALL_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "Worklo
 # ClusterQueues, its queue from the LocalQueues and its priority from the classes, a Pod's
 # Workload from the Workloads. Without those lists they would be written wrong (a node without
 # its flavor, workloads borrowing nothing), so a sync whose LIST of one of them failed writes
-# neither (docs/architecture.md "Upstream facts": never read a failed or partial LIST as all
-# deleted).
+# neither, as it never reads a failed or partial LIST as everything deleted
+# (docs/architecture.md "Upstream facts").
 NEEDS: dict[str, tuple[str, ...]] = {
     "Node": ("ResourceFlavor",),
     "ResourceFlavor": ("Node",),
@@ -135,3 +138,93 @@ def object_version(obj: dict[str, Any]) -> str:
     """``metadata.resourceVersion`` of an object, ``""`` when it has none."""
     meta = obj.get("metadata")
     return str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+
+
+def _per_kind_dicts() -> dict[str, dict[Key, dict[str, Any]]]:
+    return {kind: {} for kind in KIND_NAMES}
+
+
+def _per_kind_lists() -> dict[str, list[Any]]:
+    return {kind: [] for kind in KIND_NAMES}
+
+
+def _per_kind_sets() -> dict[str, set[Key]]:
+    return {kind: set() for kind in KIND_NAMES}
+
+
+@dataclass
+class ObjectLists:
+    """The in-memory state of one sync: the last full lists, their resourceVersions, and which of
+    them are complete. The LIST step fills it, WATCH events update it, the writer reads it."""
+
+    objects: dict[str, dict[Key, dict[str, Any]]] = field(default_factory=_per_kind_dicts)
+    # Objects without a readable identity: ingest counts and skips them on every full build.
+    unkeyed: dict[str, list[Any]] = field(default_factory=_per_kind_lists)
+    versions: dict[str, str] = field(default_factory=dict)
+    # Kinds whose in-memory list is complete: listed in full and kept up to date by WATCH.
+    complete: set[str] = field(default_factory=set)
+    # Kinds the API server does not serve (Cohort on older Kueue): known to be empty.
+    unserved: set[str] = field(default_factory=set)
+    unidentified: frozenset[str] = frozenset()
+    # Keyed objects ingest skipped as malformed: left out of incremental builds (they would be
+    # logged again on every write) until an event changes them.
+    bad: dict[str, set[Key]] = field(default_factory=_per_kind_sets)
+
+    def replace(self, kind: str, items: list[dict[str, Any]], version: str) -> None:
+        """Make ``items`` (a complete LIST at ``version``) the kind's list."""
+        objects: dict[Key, dict[str, Any]] = {}
+        unkeyed: list[Any] = []
+        for item in items:
+            key = object_key(kind, item)
+            if key is None or key in objects:
+                unkeyed.append(item)  # ingest logs, counts and skips it
+            else:
+                objects[key] = item
+        self.objects[kind] = objects
+        self.unkeyed[kind] = unkeyed
+        self.versions[kind] = version
+
+    def forget(self, kind: str) -> None:
+        """Drop a kind's list: it is no longer complete and nothing of it is written."""
+        self.complete.discard(kind)
+        self.objects[kind], self.unkeyed[kind] = {}, []
+        self.versions.pop(kind, None)
+
+    def snapshot(
+        self,
+        kinds: Iterable[str],
+        select: dict[str, list[dict[str, Any]]] | None = None,
+    ) -> KueueSnapshot:
+        """The lists of ``kinds`` as a snapshot; ``select`` replaces a kind's list."""
+        lists: dict[str, list[Any]] = {}
+        for kind in kinds:
+            if select is not None and kind in select:
+                lists[SNAPSHOT_FIELD[kind]] = select[kind]
+            else:
+                lists[SNAPSHOT_FIELD[kind]] = [*self.objects[kind].values(), *self.unkeyed[kind]]
+        return KueueSnapshot(observed_at=timezone.now(), complete=frozenset(self.complete), **lists)
+
+    def workload_queue(self, obj: dict[str, Any]) -> str:
+        """The ClusterQueue a Workload object belongs to (admission, else its LocalQueue)."""
+        status = obj.get("status")
+        if isinstance(status, dict):
+            admission = status.get("admission")
+            if isinstance(admission, dict) and isinstance(admission.get("clusterQueue"), str):
+                return admission["clusterQueue"]
+        spec = obj.get("spec")
+        meta = obj.get("metadata")
+        if not isinstance(spec, dict) or not isinstance(meta, dict):
+            return ""
+        local_queue = self.objects["LocalQueue"].get(
+            (str(meta.get("namespace") or ""), str(spec.get("queueName") or ""))
+        )
+        lq_spec = local_queue.get("spec") if local_queue else None
+        return str(lq_spec.get("clusterQueue") or "") if isinstance(lq_spec, dict) else ""
+
+    def note_queues(self, changes: Changes, *workloads: dict[str, Any] | None) -> None:
+        """Record the ClusterQueues of these Workload objects (before and after) as changed."""
+        for obj in workloads:
+            if obj is not None:
+                queue_name = self.workload_queue(obj)
+                if queue_name:
+                    changes.queues.add(queue_name)

@@ -1,8 +1,9 @@
 """``sync_cluster``: one Kueue sync of one cluster under the cluster's cursor lease.
 
 Every run leaves an ``IngestRun`` (source ``kueue``). Two syncs of one cluster never overlap: a
-sync holds the cluster's lease (fleet.leases: a conditional UPDATE renewed by a
-heartbeat while the worker lives) and releases it, with the last sampled window, when it ends.
+sync holds the cluster's lease (fleet.leases: a conditional UPDATE whose rowcount is checked,
+renewed by a heartbeat while the worker lives) and releases it, with the last sampled window,
+when it ends.
 
 A run ends on time whatever the API server does: its LIST phase (discovery, every LIST and the
 window's visibility calls) by ``GPULEDGER_SYNC_DEADLINE_SECONDS``, its WATCH by the watch's end
@@ -23,6 +24,7 @@ from fleet.leases import Lease, holder_identity
 from fleet.models import Cluster, IngestRun
 from quotas.kueue import KubeError, KueueClient
 from quotas.sync.cluster import ClusterSync
+from quotas.sync.tally import Tally
 
 logger = logging.getLogger(__name__)
 
@@ -77,9 +79,12 @@ def sync_cluster(
         if watch_seconds > 0:
             sync.watch(watch_seconds)
     except KubeError as exc:
-        failed = sync or ClusterSync(cluster, client, run)  # type: ignore[arg-type]
-        failed.errors.append(exc.message)
-        failed.finish(IngestStatus.FAILED)
+        if sync is None:
+            # The client could not be made: nothing was read.
+            Tally(errors=[exc.message]).finish(run, IngestStatus.FAILED)
+        else:
+            sync.tally.errors.append(exc.message)
+            sync.finish(IngestStatus.FAILED)
         logger.warning("cluster %s: Kueue sync failed: %s", cluster.name, exc.message)
         raise
     except Exception as exc:
@@ -89,10 +94,11 @@ def sync_cluster(
         run.save()
         raise
     finally:
-        lease.release(last_window_end=sync.sampled_until if sync else None)
+        lease.release(last_window_end=sync.sampler.sampled_until if sync else None)
         if own_client and client is not None:
             client.close()
-    status = IngestStatus.PARTIAL if sync.errors or sync.skipped else IngestStatus.SUCCESS
+    tally = sync.tally
+    status = IngestStatus.PARTIAL if tally.errors or tally.skipped else IngestStatus.SUCCESS
     run = sync.finish(status)
     logger.info(
         "cluster %s: Kueue sync %s: read %d, wrote %d, skipped %d",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django.core.exceptions import PermissionDenied
@@ -132,6 +133,83 @@ def _synced_cells(queue: ClusterQueue) -> list[Cell]:
     ]
 
 
+@dataclass
+class _Before:
+    """What an edit starts from: the live object when it could be read, else the synced row."""
+
+    live: dict[str, Any] | None
+    # Why the live object could not be read (``error_answer``); empty when it was.
+    live_error: dict[str, Any]
+    cells: list[Cell]
+    stop_policy: str
+    resource_version: str
+    api_version: str
+
+
+def _read_before(
+    kind: str,
+    target: ClusterQueue | Cohort,
+    cluster_queue: ClusterQueue | None,
+    client_factory: ClientFactory | None,
+) -> _Before:
+    """The live object's quotas; a ClusterQueue falls back to its synced quotas when the live
+    object cannot be read (the what-if still helps), a Cohort raises ``EditError``."""
+    live: dict[str, Any] | None = None
+    live_error: dict[str, Any] = {}
+    try:
+        with _client(target.cluster, client_factory) as client:
+            live, _ = _with_retries(
+                lambda: client.get_object(kind, target.name), f"GET {kind} {target.name}"
+            )
+    except KubeError as exc:
+        live_error = error_answer(exc)
+    if live is not None:
+        return _Before(
+            live=live,
+            live_error=live_error,
+            cells=live_cells(live),
+            stop_policy=live_stop_policy(live),
+            resource_version=str((live.get("metadata") or {}).get("resourceVersion") or ""),
+            api_version=str(live.get("apiVersion") or ""),
+        )
+    if cluster_queue is not None:
+        return _Before(
+            live=None,
+            live_error=live_error,
+            cells=_synced_cells(cluster_queue),
+            stop_policy=cluster_queue.stop_policy or "None",
+            resource_version=cluster_queue.resource_version,
+            api_version="",
+        )
+    raise EditError({"__all__": [f"The live Cohort cannot be read: {live_error['message']}"]})
+
+
+def _dry_run(
+    kind: str,
+    target: ClusterQueue | Cohort,
+    before: _Before,
+    body: dict[str, Any],
+    client_factory: ClientFactory | None,
+) -> dict[str, Any]:
+    """The API server's ``dryRun=All`` answer to the patch, or why it was not asked."""
+    cluster = target.cluster
+    if not cluster.quota_write_enabled:
+        return {"skipped": "Write-back is disabled for this cluster (read-only)."}
+    if before.live is None:
+        return {"skipped": "The live object could not be read.", **before.live_error}
+    try:
+        with _client(cluster, client_factory) as client:
+            _with_retries(
+                lambda: client.patch_object(
+                    kind, target.name, body, field_manager=OUR_FIELD_MANAGER, dry_run=True
+                ),
+                f"dry-run PATCH {kind} {target.name}",
+            )
+    except KubeError as exc:
+        return error_answer(exc)
+    return {"ok": True}
+
+
 def preview(
     *,
     cluster_queue: ClusterQueue | None = None,
@@ -159,32 +237,13 @@ def preview(
     has_cohort = bool(cluster_queue.cohort_name) if cluster_queue else True
     edit = parse_edit(changes, stop_policy, has_cohort=has_cohort)
     cluster = target.cluster
-    live: dict[str, Any] | None = None
-    live_error: dict[str, Any] = {}
-    try:
-        with _client(cluster, client_factory) as client:
-            live, _ = _with_retries(
-                lambda: client.get_object(kind, target.name), f"GET {kind} {target.name}"
-            )
-    except KubeError as exc:
-        live_error = error_answer(exc)
-    if live is not None:
-        before_all = live_cells(live)
-        stop_before = live_stop_policy(live)
-        version = str((live.get("metadata") or {}).get("resourceVersion") or "")
-        api_version = str(live.get("apiVersion") or "")
-    elif cluster_queue is not None:
-        before_all = _synced_cells(cluster_queue)
-        stop_before = cluster_queue.stop_policy or "None"
-        version = cluster_queue.resource_version
-        api_version = ""
-    else:
-        raise EditError({"__all__": [f"The live Cohort cannot be read: {live_error['message']}"]})
-    old, new = changed_cells(before_all, edit)
+    before = _read_before(kind, target, cluster_queue, client_factory)
+    live, stop_before = before.live, before.stop_policy
+    old, new = changed_cells(before.cells, edit)
     stop_after = edit.stop_policy if edit.stop_policy and edit.stop_policy != stop_before else None
     if not new and stop_after is None:
         raise EditError({"__all__": ["Nothing changes: every value is already as given."]})
-    after_all = [next((c for c in new if c.key == cell.key), cell) for cell in before_all]
+    after_all = [next((c for c in new if c.key == cell.key), cell) for cell in before.cells]
 
     now = timezone.now()
     summary: dict[str, Any] = {
@@ -198,42 +257,28 @@ def preview(
         else [],
     }
     if cluster_queue is not None:
-        summary = what_if(whatif_inputs(cluster_queue, before_all, after_all, now))
+        summary = what_if(whatif_inputs(cluster_queue, before.cells, after_all, now))
     owner = gitops_owner(live) if live is not None else None
-    body = patch_body(live or {}, new, stop_after, version) if live is not None else {}
+    body = patch_body(live, new, stop_after, before.resource_version) if live is not None else {}
     spec_patch = body.get("spec", {})
     summary.update(
         {
             "live_read": live is not None,
-            "live_error": live_error,
+            "live_error": before.live_error,
             "synced_resource_version": getattr(target, "resource_version", ""),
             "gitops": {"tool": owner.tool, "name": owner.name, "detail": owner.detail}
             if owner
             else None,
-            "yaml": patch_yaml(kind, target.name, api_version, spec_patch) if spec_patch else "",
+            "yaml": patch_yaml(kind, target.name, before.api_version, spec_patch)
+            if spec_patch
+            else "",
             "kubectl": kubectl_command(kind, target.name, body, cluster.kube_context)
             if body
             else "",
             "write_enabled": cluster.quota_write_enabled,
         }
     )
-    dry_run: dict[str, Any]
-    if not cluster.quota_write_enabled:
-        dry_run = {"skipped": "Write-back is disabled for this cluster (read-only)."}
-    elif live is None:
-        dry_run = {"skipped": "The live object could not be read.", **live_error}
-    else:
-        try:
-            with _client(cluster, client_factory) as client:
-                _with_retries(
-                    lambda: client.patch_object(
-                        kind, target.name, body, field_manager=OUR_FIELD_MANAGER, dry_run=True
-                    ),
-                    f"dry-run PATCH {kind} {target.name}",
-                )
-            dry_run = {"ok": True}
-        except KubeError as exc:
-            dry_run = error_answer(exc)
+    dry_run = _dry_run(kind, target, before, body, client_factory)
     return QuotaChange.objects.create(
         cluster=cluster,
         target_kind=kind,
@@ -249,7 +294,7 @@ def preview(
         stop_policy_after=stop_after or "",
         preview=summary,
         dry_run=dry_run,
-        resource_version=version,
+        resource_version=before.resource_version,
         field_manager=OUR_FIELD_MANAGER,
         gitops_owner=owner.detail if owner else "",
         requested_by=user if getattr(user, "is_authenticated", False) else None,

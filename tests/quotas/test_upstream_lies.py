@@ -31,7 +31,7 @@ from quotas.models import (
 )
 from quotas.sync import sync_cluster
 from tests.kube_api_server import KIND_TO_PLURAL, fixture_items, status_body
-from tests.quotas.test_sync import A3, B1, B1_POD, rows, while_watching
+from tests.quotas.conftest import A3, B1, B1_POD, rows, while_watching
 
 pytestmark = pytest.mark.django_db
 
