@@ -66,7 +66,7 @@ def cohort_list(request: HttpRequest) -> HttpResponse:
         "page_obj": page,
         "page_query": page_query,
     }
-    return render(request, "quotas/cohort_list.html", context)
+    return render(request, "dashboard/cohort_list.html", context)
 
 
 @dataclass
@@ -336,4 +336,4 @@ def cohort_detail(
         "chart_query": range_query(request, time_range),
         "time_range": time_range,
     }
-    return render(request, "quotas/cohort_detail.html", context)
+    return render(request, "dashboard/cohort_detail.html", context)

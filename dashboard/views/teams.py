@@ -131,7 +131,7 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "sees_all": allowed is None,
         "time_range": time_range,
     }
-    return render(request, "quotas/team_list.html", context)
+    return render(request, "dashboard/team_list.html", context)
 
 
 def _workload_row(
@@ -142,7 +142,7 @@ def _workload_row(
     charges: dict[int, Charge] | None = None,
     samples: dict[int, QueueNow] | None = None,
 ) -> dict[str, Any]:
-    """A row of a workload table (``quotas/partials/workload_table.html``); a pending row says
+    """A row of a workload table (``dashboard/partials/workload_table.html``); a pending row says
     why it waits when its queue's newest ``samples`` are given."""
     found = figures.get(workload.pk, Figures())
     charge = (charges or {}).get(workload.pk)
@@ -298,4 +298,4 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         "range_hidden": hidden_params(request.GET),
         "currency": settings.GPULEDGER_CURRENCY,
     }
-    return render(request, "quotas/team_detail.html", context)
+    return render(request, "dashboard/team_detail.html", context)

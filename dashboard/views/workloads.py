@@ -237,4 +237,4 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
         "pod_sets": workload.pod_sets if isinstance(workload.pod_sets, list) else [],
         "time_range": time_range,
     }
-    return render(request, "quotas/workload_detail.html", context)
+    return render(request, "dashboard/workload_detail.html", context)

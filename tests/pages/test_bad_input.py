@@ -46,7 +46,7 @@ def test_out_of_calendar_ranges_are_a_400(staff_client, fleet_data, path, params
 
 
 def test_a_node_chart_with_a_year_one_range_is_a_400(staff_client, fleet_data):
-    url = reverse("fleet:chart-node", args=[fleet_data.node_a.pk])
+    url = reverse("dashboard:chart-node", args=[fleet_data.node_a.pk])
 
     response = staff_client.get(url, {"start": "0001-01-01", "end": "0001-01-01"})
 

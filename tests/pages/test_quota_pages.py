@@ -651,13 +651,13 @@ def beta_client(login_client, beta_lead):
 def page_urls(world: World) -> dict[str, str]:
     cluster = world.cluster.name
     return {
-        "team-list": reverse("quotas:team-list"),
-        "team": reverse("quotas:team-detail", args=["alpha"]),
-        "cohort-list": reverse("quotas:cohort-list"),
-        "cohort": reverse("quotas:cohort-detail", args=[cluster, "research"]),
-        "queue-list": reverse("quotas:cluster-queue-list"),
-        "queue": reverse("quotas:cluster-queue-detail", args=[cluster, "team-a"]),
-        "workload": reverse("quotas:workload-detail", args=[world.wl["a1"].pk]),
+        "team-list": reverse("dashboard:team-list"),
+        "team": reverse("dashboard:team-detail", args=["alpha"]),
+        "cohort-list": reverse("dashboard:cohort-list"),
+        "cohort": reverse("dashboard:cohort-detail", args=[cluster, "research"]),
+        "queue-list": reverse("dashboard:cluster-queue-list"),
+        "queue": reverse("dashboard:cluster-queue-detail", args=[cluster, "team-a"]),
+        "workload": reverse("dashboard:workload-detail", args=[world.wl["a1"].pk]),
     }
 
 
@@ -665,16 +665,16 @@ def chart_urls(world: World) -> dict[str, str]:
     cluster = world.cluster.name
     a1 = world.wl["a1"].pk
     return {
-        "team-allocation": reverse("quotas:team-chart-allocation", args=["alpha"]),
-        "team-queues": reverse("quotas:team-chart-queues", args=["alpha"]),
-        "cohort-usage": reverse("quotas:cohort-chart-usage", args=[cluster, "research"]),
-        "cohort-borrowing": reverse("quotas:cohort-chart-borrowing", args=[cluster, "research"]),
-        "queue-usage": reverse("quotas:cluster-queue-chart-usage", args=[cluster, "team-a"]),
+        "team-allocation": reverse("dashboard:team-chart-allocation", args=["alpha"]),
+        "team-queues": reverse("dashboard:team-chart-queues", args=["alpha"]),
+        "cohort-usage": reverse("dashboard:cohort-chart-usage", args=[cluster, "research"]),
+        "cohort-borrowing": reverse("dashboard:cohort-chart-borrowing", args=[cluster, "research"]),
+        "queue-usage": reverse("dashboard:cluster-queue-chart-usage", args=[cluster, "team-a"]),
         "queue-evictions": reverse(
-            "quotas:cluster-queue-chart-evictions", args=[cluster, "team-a"]
+            "dashboard:cluster-queue-chart-evictions", args=[cluster, "team-a"]
         ),
-        "workload-timeline": reverse("quotas:workload-chart-timeline", args=[a1]),
-        "workload-activity": reverse("quotas:workload-chart-activity", args=[a1]),
+        "workload-timeline": reverse("dashboard:workload-chart-timeline", args=[a1]),
+        "workload-activity": reverse("dashboard:workload-chart-activity", args=[a1]),
     }
 
 
@@ -899,8 +899,8 @@ def test_team_list_shows_a_lead_their_teams_and_the_others_summed(lead_client, w
     response = lead_client.get(page_urls(world)["team-list"])
     body = text(response)
 
-    assert reverse("quotas:team-detail", args=["alpha"]) in body
-    assert reverse("quotas:team-detail", args=["beta"]) not in body
+    assert reverse("dashboard:team-detail", args=["alpha"]) in body
+    assert reverse("dashboard:team-detail", args=["beta"]) not in body
     assert "Beta" not in body
     hours = range_hours(world, 1)
     others = response.context["others"]
@@ -915,15 +915,15 @@ def test_team_list_links_every_team_for_a_lead_when_teams_are_public(lead_client
     response = lead_client.get(page_urls(world)["team-list"])
     body = text(response)
 
-    assert reverse("quotas:team-detail", args=["beta"]) in body
+    assert reverse("dashboard:team-detail", args=["beta"]) in body
     assert response.context["others"] is None
 
 
 def test_team_list_links_every_team_for_staff(staff_client, world):
     body = text(staff_client.get(page_urls(world)["team-list"]))
 
-    assert reverse("quotas:team-detail", args=["alpha"]) in body
-    assert reverse("quotas:team-detail", args=["beta"]) in body
+    assert reverse("dashboard:team-detail", args=["alpha"]) in body
+    assert reverse("dashboard:team-detail", args=["beta"]) in body
 
 
 def test_team_page_numbers_come_first_and_match_the_data(lead_client, world):
@@ -977,7 +977,7 @@ def test_team_page_lists_workloads_with_activity_idle_time_and_links(lead_client
     assert row["idle_hours"] == fmt(idle / a2.admitted_gpus)
     assert row["age"] == fmt_duration((world.now - a2.observed_at).total_seconds())
     body = text(response)
-    assert reverse("quotas:workload-detail", args=[a2.pk]) in body
+    assert reverse("dashboard:workload-detail", args=[a2.pk]) in body
     assert "borrowing 4" in body
     # Holding workloads first, then pending ones.
     states = [r["workload"].state for r in response.context["workload_rows"]]
@@ -1000,7 +1000,7 @@ def test_team_page_state_filter_keeps_only_that_state(lead_client, world):
 def test_team_page_chart_urls_carry_the_range(lead_client, world):
     body = text(lead_client.get(page_urls(world)["team"] + "?range=7d&state=all"))
 
-    assert reverse("quotas:team-chart-allocation", args=["alpha"]) + "?range=7d" in body
+    assert reverse("dashboard:team-chart-allocation", args=["alpha"]) + "?range=7d" in body
     assert "state=all" not in body.split("data-chart-url")[1].split(">")[0]
 
 
@@ -1097,7 +1097,7 @@ def test_cohort_list_shows_members_quota_usage_and_borrowing(staff_client, world
     assert row["borrowed"] == "4"
     assert row["lent"] == "4"
     assert row["cohort"].members == 2
-    assert reverse("quotas:cohort-detail", args=["test", "research"]) in text(response)
+    assert reverse("dashboard:cohort-detail", args=["test", "research"]) in text(response)
 
 
 def test_cohort_page_shows_members_borrowers_and_reclaim_estimate(staff_client, world):
@@ -1140,10 +1140,10 @@ def test_cohort_page_hides_other_teams_workload_names_from_a_lead(beta_client, w
     assert response.status_code == 200
     assert "jobset-mixtral-ft" not in body
     assert "a workload of another team" in body
-    assert reverse("quotas:workload-detail", args=[world.wl["a2"].pk]) not in body
+    assert reverse("dashboard:workload-detail", args=[world.wl["a2"].pk]) not in body
     # Its own queue is linked; the other team's is summed as "Other members (1)", unnamed.
-    assert reverse("quotas:cluster-queue-detail", args=["test", "team-b"]) in body
-    assert reverse("quotas:cluster-queue-detail", args=["test", "team-a"]) not in body
+    assert reverse("dashboard:cluster-queue-detail", args=["test", "team-b"]) in body
+    assert reverse("dashboard:cluster-queue-detail", args=["test", "team-a"]) not in body
     assert 'data-queue="team-a"' not in body
     assert "Other members (1)" in body
 
@@ -1196,7 +1196,7 @@ def test_queue_list_shows_a_lead_only_their_teams_queues(beta_client, world):
 
     assert [row["queue"].name for row in response.context["rows"]] == ["team-b"]
     assert response.context["hidden"] == 1
-    assert reverse("quotas:cluster-queue-detail", args=["test", "team-a"]) not in text(response)
+    assert reverse("dashboard:cluster-queue-detail", args=["test", "team-a"]) not in text(response)
 
 
 @override_settings(GPULEDGER_TEAM_VISIBILITY="public")
@@ -1211,8 +1211,8 @@ def test_queue_list_shows_every_queue_when_teams_are_public(beta_client, world):
     assert rows["team-a"]["borrowed"] == "4"
     assert rows["team-a"]["quotas"][1]["borrowing_limit"] == "unlimited"
     body = text(response)
-    assert reverse("quotas:cluster-queue-detail", args=["test", "team-b"]) in body
-    assert reverse("quotas:cluster-queue-detail", args=["test", "team-a"]) in body
+    assert reverse("dashboard:cluster-queue-detail", args=["test", "team-b"]) in body
+    assert reverse("dashboard:cluster-queue-detail", args=["test", "team-a"]) in body
 
 
 def test_queue_list_search_filters_by_name(staff_client, world):
@@ -1306,7 +1306,7 @@ def test_queue_evictions_chart_is_empty_outside_the_range(staff_client, world):
 
 def test_workload_page_shows_gpus_activity_transitions_and_pods(lead_client, world):
     a1 = world.wl["a1"]
-    response = lead_client.get(reverse("quotas:workload-detail", args=[a1.pk]) + "?range=24h")
+    response = lead_client.get(reverse("dashboard:workload-detail", args=[a1.pk]) + "?range=24h")
     stats = {s.get("testid"): s for s in response.context["stats"]}
     body = text(response)
 
@@ -1328,7 +1328,7 @@ def test_workload_page_shows_gpus_activity_transitions_and_pods(lead_client, wor
 def test_workload_page_opens_on_its_whole_life(staff_client, world):
     a4 = world.wl["a4"]  # finished 30 hours ago, first seen 40 hours ago
 
-    response = staff_client.get(reverse("quotas:workload-detail", args=[a4.pk]))
+    response = staff_client.get(reverse("dashboard:workload-detail", args=[a4.pk]))
 
     time_range = response.context["time_range"]
     assert time_range.start == floor_time(a4.observed_at, 60)
@@ -1345,7 +1345,7 @@ def test_workload_page_caps_a_long_life_at_30_days(staff_client, world):
     a1.observed_at = world.now - timedelta(days=45)
     a1.save(update_fields=["observed_at"])
 
-    response = staff_client.get(reverse("quotas:workload-detail", args=[a1.pk]))
+    response = staff_client.get(reverse("dashboard:workload-detail", args=[a1.pk]))
 
     time_range = response.context["time_range"]
     assert time_range.end - time_range.start == timedelta(days=30)
@@ -1355,15 +1355,15 @@ def test_workload_page_caps_a_long_life_at_30_days(staff_client, world):
 def test_an_explicit_range_still_wins_over_the_whole_life(staff_client, world):
     a4 = world.wl["a4"]
 
-    response = staff_client.get(reverse("quotas:workload-detail", args=[a4.pk]) + "?range=7d")
+    response = staff_client.get(reverse("dashboard:workload-detail", args=[a4.pk]) + "?range=7d")
 
     assert response.context["time_range"].preset == "7d"
     assert "Showing its whole life" not in text(response)
 
 
 def test_workload_page_links_the_preemptor_only_when_visible(staff_client, lead_client, world):
-    url = reverse("quotas:workload-detail", args=[world.wl["a5"].pk])
-    preemptor_url = reverse("quotas:workload-detail", args=[world.wl["c1"].pk])
+    url = reverse("dashboard:workload-detail", args=[world.wl["a5"].pk])
+    preemptor_url = reverse("dashboard:workload-detail", args=[world.wl["c1"].pk])
 
     assert preemptor_url in text(staff_client.get(url))
     lead_body = text(lead_client.get(url))
@@ -1373,7 +1373,7 @@ def test_workload_page_links_the_preemptor_only_when_visible(staff_client, lead_
 
 def test_workload_timeline_chart_draws_one_bar_per_phase(staff_client, world):
     a5 = world.wl["a5"]
-    fig = figure(staff_client.get(reverse("quotas:workload-chart-timeline", args=[a5.pk])))
+    fig = figure(staff_client.get(reverse("dashboard:workload-chart-timeline", args=[a5.pk])))
 
     transitions = list(WorkloadTransition.objects.filter(workload=a5).order_by("at", "kind"))
     assert fig["meta"]["transitions"] == len(transitions)
@@ -1391,7 +1391,7 @@ def test_workload_timeline_chart_draws_one_bar_per_phase(staff_client, world):
 def test_a_workload_without_transitions_shows_its_wait_since_creation(staff_client, world):
     waiting = world.wl["a1"]
     WorkloadTransition.objects.filter(workload=waiting).delete()
-    fig = figure(staff_client.get(reverse("quotas:workload-chart-timeline", args=[waiting.pk])))
+    fig = figure(staff_client.get(reverse("dashboard:workload-chart-timeline", args=[waiting.pk])))
 
     pending = trace(fig, "Pending")
     assert pending["base"] == [waiting.observed_at.isoformat()]
@@ -1402,7 +1402,7 @@ def test_workload_activity_chart_has_one_line_per_gpu_and_rollups_before_retenti
     staff_client, world
 ):
     a1 = world.wl["a1"]
-    url = reverse("quotas:workload-chart-activity", args=[a1.pk])
+    url = reverse("dashboard:workload-chart-activity", args=[a1.pk])
     fig = figure(staff_client.get(url + "?range=24h&metric=sm_active"))
 
     per_gpu = [t for t in fig["data"] if t["name"] != "Workload mean (hourly rollup)"]
@@ -1442,7 +1442,7 @@ def test_workload_activity_chart_shows_a_big_gang_as_mean_and_range(staff_client
         for i in range(9)
     ]
     GpuUsage.objects.bulk_create(extra)
-    url = reverse("quotas:workload-chart-activity", args=[a1.pk])
+    url = reverse("dashboard:workload-chart-activity", args=[a1.pk])
 
     fig = figure(staff_client.get(url))
 
@@ -1491,7 +1491,7 @@ def test_a_gang_moved_to_other_gpus_is_still_counted_at_its_size(staff_client, w
             for i in range(10)
         ]
     GpuUsage.objects.bulk_create(rows)
-    url = reverse("quotas:workload-chart-activity", args=[a1.pk])
+    url = reverse("dashboard:workload-chart-activity", args=[a1.pk])
 
     # When its activity chart is drawn
     fig = figure(staff_client.get(url))
@@ -1505,7 +1505,7 @@ def test_a_gang_moved_to_other_gpus_is_still_counted_at_its_size(staff_client, w
 
 def test_workload_activity_chart_plots_tensor_activity(staff_client, world):
     a1 = world.wl["a1"]
-    url = reverse("quotas:workload-chart-activity", args=[a1.pk])
+    url = reverse("dashboard:workload-chart-activity", args=[a1.pk])
 
     fig = figure(staff_client.get(url + "?metric=tensor"))
 
@@ -1519,7 +1519,7 @@ def test_workload_activity_chart_plots_tensor_activity(staff_client, world):
 def test_workload_activity_chart_resolves_windows_in_short_ranges(staff_client, world):
     a1 = world.wl["a1"]
     start = (world.now - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")
-    url = reverse("quotas:workload-chart-activity", args=[a1.pk]) + f"?start={start}"
+    url = reverse("dashboard:workload-chart-activity", args=[a1.pk]) + f"?start={start}"
 
     fig = figure(staff_client.get(url))
 
@@ -1595,7 +1595,7 @@ def test_workload_activity_reads_its_recent_hours_live_from_prometheus(
     a1.cluster.prometheus_url = prometheus_stub
     a1.cluster.save()
 
-    url = reverse("quotas:workload-chart-activity", args=[a1.pk])
+    url = reverse("dashboard:workload-chart-activity", args=[a1.pk])
     fig = figure(staff_client.get(url + "?range=24h&metric=sm_active"))
 
     assert fig["meta"]["source"] == "live"
@@ -1613,7 +1613,7 @@ def test_workload_activity_falls_back_to_stored_windows_when_prometheus_fails(st
     a1.cluster.prometheus_timeout_seconds = 2
     a1.cluster.save()
 
-    url = reverse("quotas:workload-chart-activity", args=[a1.pk])
+    url = reverse("dashboard:workload-chart-activity", args=[a1.pk])
     fig = figure(staff_client.get(url + "?range=24h&metric=sm_active"))
 
     assert fig["meta"]["source"] == "stored"
@@ -1630,7 +1630,7 @@ def test_upstream_text_in_chart_hovers_is_literal_never_markup(staff_client, wor
     evicted.message = '<a href="http://127.0.0.1:9/x">fix</a> <b>now</b> <span style="x">!</span>'
     evicted.save()
 
-    fig = figure(staff_client.get(reverse("quotas:workload-chart-timeline", args=[a5.pk])))
+    fig = figure(staff_client.get(reverse("dashboard:workload-chart-timeline", args=[a5.pk])))
 
     hover = json.dumps(trace(fig, "Evicted")["customdata"])
     assert "&lt;a href=" in hover and "&lt;b&gt;now&lt;/b&gt;" in hover

@@ -43,7 +43,7 @@ def _rendered(path: Path, mtime: float) -> str:
     return MarkdownIt("commonmark", {"html": False}).enable("table").render(section)
 
 
-def figures_html() -> SafeString:
+def definitions_html() -> SafeString:
     path = Path(settings.BASE_DIR) / "README.md"
     try:
         mtime = path.stat().st_mtime
@@ -53,6 +53,6 @@ def figures_html() -> SafeString:
 
 
 @dashboard_page(uses_range=False)
-def figures(request: HttpRequest) -> HttpResponse:
-    context = {"page_title": SECTION, "body": figures_html(), "nav": "figures"}
-    return render(request, "front/figures.html", context)
+def definitions(request: HttpRequest) -> HttpResponse:
+    context = {"page_title": SECTION, "body": definitions_html(), "nav": "definitions"}
+    return render(request, "dashboard/definitions.html", context)
