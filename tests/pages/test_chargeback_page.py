@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from ledger.choices import RateKind, RollupScope
 from ledger.models import HourlyRollup, RateCard
-from tests.pages.test_quota_pages import NOW, build_world
+from tests.pages.quota_pages.world import NOW, build_world
 
 H100_PRICE = Decimal("3.00")
 

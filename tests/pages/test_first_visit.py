@@ -16,7 +16,7 @@ from django.utils import timezone
 from dashboard.views.workloads import peak_gpus
 from quotas.choices import WorkloadState
 from quotas.models import Allocation, Team
-from tests.pages.test_quota_pages import NOW, build_world
+from tests.pages.quota_pages.world import NOW, build_world
 
 
 @pytest.fixture

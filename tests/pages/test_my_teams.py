@@ -14,7 +14,7 @@ from dashboard.templatetags.formatting import figure as fmt
 from ledger.models import GpuUsage
 from quotas.choices import HOLDING_STATES
 from quotas.models import Workload
-from tests.pages.test_quota_pages import NOW, build_world
+from tests.pages.quota_pages.world import NOW, build_world
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 
 from dashboard.pending import short_reason, shortfalls
-from tests.pages.test_quota_pages import NOW, build_world
+from tests.pages.quota_pages.world import NOW, build_world
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "kueue_pending_messages.json"
 

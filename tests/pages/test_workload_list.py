@@ -16,7 +16,7 @@ from core.timewindows import floor_time
 from dashboard.templatetags.formatting import figure as fmt
 from ledger.choices import RateKind, RollupScope
 from ledger.models import HourlyRollup, RateCard
-from tests.pages.test_quota_pages import NOW, build_world, range_hours, rollup_sum
+from tests.pages.quota_pages.world import NOW, build_world, range_hours, rollup_sum
 
 H100_PRICE = Decimal("2.50")
 
