@@ -46,9 +46,7 @@ urlpatterns = [
     ),
     path("api/redoc/redoc.standalone.js", redoc_bundle_js, name="api-redoc-bundle"),
     path("", include("core.urls")),
-    path("", include("dashboard.urls.quotas")),
-    path("", include("dashboard.urls.fleet")),
-    path("", include("dashboard.urls.alerts")),
+    path("", include("dashboard.urls")),
 ]
 
 handler403 = "dashboard.views.errors.permission_denied"

@@ -107,7 +107,9 @@ class CohortAdmin(SyncedObjectAdmin):
             except EditError as exc:
                 form.add_edit_errors(exc)
             else:
-                return HttpResponseRedirect(reverse("quotas:quota-change-detail", args=[change.pk]))
+                return HttpResponseRedirect(
+                    reverse("dashboard:quota-change-detail", args=[change.pk])
+                )
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -189,7 +191,7 @@ class ClusterQueueAdmin(SyncedObjectAdmin):
         extra = {
             **(extra_context or {}),
             "can_edit_quotas": can_apply(request.user),
-            "quota_history_url": f"{reverse('quotas:quota-change-list')}?queue={object_id}",
+            "quota_history_url": f"{reverse('dashboard:quota-change-list')}?queue={object_id}",
         }
         return super().change_view(request, object_id, form_url, extra)
 
@@ -216,7 +218,9 @@ class ClusterQueueAdmin(SyncedObjectAdmin):
             except EditError as exc:
                 form.add_edit_errors(exc)
             else:
-                return HttpResponseRedirect(reverse("quotas:quota-change-detail", args=[change.pk]))
+                return HttpResponseRedirect(
+                    reverse("dashboard:quota-change-detail", args=[change.pk])
+                )
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -260,7 +264,7 @@ class QuotaChangeAdmin(admin.ModelAdmin):
 
     @admin.display(description="page")
     def preview_link(self, obj: QuotaChange) -> str:
-        url = reverse("quotas:quota-change-detail", args=[obj.pk])
+        url = reverse("dashboard:quota-change-detail", args=[obj.pk])
         label = "Decide" if obj.status == "requested" else "Open"
         return format_html('<a href="{}">{}</a>', url, label)
 

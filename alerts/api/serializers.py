@@ -63,7 +63,7 @@ class EpisodeSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.URLField())
     def get_url(self, episode: Episode) -> str:
-        path = reverse("alerts:episode-detail", args=[episode.pk])
+        path = reverse("dashboard:episode-detail", args=[episode.pk])
         request = self.context.get("request")
         return request.build_absolute_uri(path) if request is not None else path
 

@@ -57,7 +57,7 @@ def episode_url(episode: Episode) -> str:
 
 
 def episode_path(episode: Episode) -> str:
-    return reverse("alerts:episode-detail", args=[episode.pk])
+    return reverse("dashboard:episode-detail", args=[episode.pk])
 
 
 def _name(obj: Any) -> str | None:

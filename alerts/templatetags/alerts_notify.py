@@ -1,7 +1,7 @@
 """``{% episode_notify episode as panel %}``: an episode's notifications and remediation, for
-``templates/alerts/_episode_notify.html`` (the episode page includes it);
+``templates/dashboard/partials/episode_notify.html`` (the episode page includes it);
 ``{% workload_remediation workload as panel %}``: what remediation did to a workload, for
-``templates/alerts/_workload_remediation.html`` (the workload page includes it)."""
+``templates/dashboard/partials/workload_remediation.html`` (the workload page includes it)."""
 
 from __future__ import annotations
 

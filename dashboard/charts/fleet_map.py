@@ -30,5 +30,5 @@ def map_chart(request: HttpRequest, time_range: TimeRange) -> dict[str, Any]:
     states = page_states(nodes, windows, allowed_team_ids(request))
     cells = states_by_node(states)
     means = mean_activity(list(states), time_range) if query.value == "mean" else None
-    gpu_url = reverse("fleet:gpu", args=[0])
+    gpu_url = reverse("dashboard:gpu", args=[0])
     return map_figure(nodes, cells, query, gpu_url, means)

@@ -110,8 +110,8 @@ def busy_by_workload(span: HourSpan, allowed: set[int] | None) -> tuple[list[Bus
                 team_id=team_id,
                 team=str(team) if team else "",
                 figures=figures,
-                url=quota_url("quotas:workload-detail", workload_id),
-                team_url=quota_url("quotas:team-detail", team.name if team else None),
+                url=quota_url("dashboard:workload-detail", workload_id),
+                team_url=quota_url("dashboard:team-detail", team.name if team else None),
             )
         )
     return result, hidden

@@ -77,6 +77,6 @@ def holder_urls(holder: Holder) -> dict[str, str | None]:
     if not holder.visible:
         return {"workload_url": None, "team_url": None}
     return {
-        "workload_url": quota_url("quotas:workload-detail", holder.workload_id),
-        "team_url": quota_url("quotas:team-detail", holder.team),
+        "workload_url": quota_url("dashboard:workload-detail", holder.workload_id),
+        "team_url": quota_url("dashboard:team-detail", holder.team),
     }

@@ -79,7 +79,7 @@ def ranked_teams(
                 key=name or UNATTRIBUTED,
                 name=display or name or UNATTRIBUTED,
                 figures=figures,
-                url=quota_url("quotas:team-detail", name) if name is not None else None,
+                url=quota_url("dashboard:team-detail", name) if name is not None else None,
             )
         )
     rows.sort(key=lambda row: (-getattr(row.figures, by), row.key))

@@ -17,7 +17,7 @@ from quotas.models import ClusterQueue, Cohort, Team, Workload
 register = template.Library()
 
 
-@register.inclusion_tag("alerts/partials/open_alerts.html", takes_context=True)
+@register.inclusion_tag("dashboard/partials/open_alerts.html", takes_context=True)
 def open_alerts(
     context: template.Context,
     team: Team | None = None,
@@ -42,12 +42,12 @@ def open_alerts(
     episodes = queries.open_for(allowed_team_ids(context["request"]), **where)
     return {
         "episodes": episodes,
-        "more_url": f"{reverse('alerts:alert-list')}?{urlencode(link)}",
+        "more_url": f"{reverse('dashboard:alert-list')}?{urlencode(link)}",
         "for_workload": workload is not None,
     }
 
 
-@register.inclusion_tag("alerts/partials/workload_state_badge.html", takes_context=True)
+@register.inclusion_tag("dashboard/partials/workload_state_badge.html", takes_context=True)
 def workload_state_badge(context: template.Context, workload: Workload) -> dict[str, Any]:
     """The workload's state badge; while a ghost reservation is open it says so."""
     ghost = (

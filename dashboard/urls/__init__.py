@@ -1,2 +1,9 @@
-"""The dashboard's URL confs: ``fleet`` (overview, map, nodes, GPUs, busy) and ``quotas``
-(teams, cohorts, ClusterQueues, workloads), each a namespace of the same name."""
+"""The dashboard's URL conf: every page and the JSON views behind its charts, in one namespace
+``dashboard`` (``dashboard:team-detail``, ``dashboard:chart-capacity``). The patterns are listed
+per area, fleet, quotas and alerts, in the modules of the same name."""
+
+from dashboard.urls import alerts, fleet, quotas
+
+app_name = "dashboard"
+
+urlpatterns = [*quotas.urlpatterns, *fleet.urlpatterns, *alerts.urlpatterns]

@@ -1,10 +1,8 @@
-"""The Alerts page, the episode page, its chart and its actions (namespace ``alerts``)."""
+"""The Alerts page, the episode page, its chart and its actions."""
 
 from django.urls import path
 
 from dashboard import charts, views
-
-app_name = "alerts"
 
 urlpatterns = [
     path("alerts/", views.alert_list, name="alert-list"),

@@ -1,10 +1,8 @@
-"""Fleet pages and the JSON views behind their charts (namespace ``fleet``)."""
+"""Fleet pages and the JSON views behind their charts."""
 
 from django.urls import path
 
 from dashboard import charts, views
-
-app_name = "fleet"
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -12,7 +10,7 @@ urlpatterns = [
     path("fleet/nodes/<int:pk>/", views.node_detail, name="node"),
     path("fleet/gpus/<int:pk>/", views.gpu_detail, name="gpu"),
     path("fleet/busy/", views.busy, name="busy"),
-    path("figures/", views.figures, name="figures"),
+    path("figures/", views.definitions, name="definitions"),
     path("fleet/charts/capacity.json", charts.capacity_chart, name="chart-capacity"),
     path("fleet/charts/team-idle.json", charts.team_idle_chart, name="chart-team-idle"),
     path("fleet/charts/team-active.json", charts.team_active_chart, name="chart-team-active"),

@@ -1,11 +1,8 @@
-"""Team, cohort, ClusterQueue and workload pages and the JSON views behind their charts
-(namespace ``quotas``)."""
+"""Team, cohort, ClusterQueue and workload pages and the JSON views behind their charts."""
 
 from django.urls import path
 
 from dashboard import charts, views
-
-app_name = "quotas"
 
 urlpatterns = [
     path("my-teams/", views.my_teams, name="my-teams"),

@@ -17,7 +17,7 @@ from dashboard.views.busy import busy
 from dashboard.views.chargeback import chargeback_page
 from dashboard.views.cluster_queues import cluster_queue_detail, cluster_queue_list
 from dashboard.views.cohorts import cohort_detail, cohort_list
-from dashboard.views.figures import figures
+from dashboard.views.definitions import definitions
 from dashboard.views.fleet_map import fleet_map
 from dashboard.views.gpus import gpu_detail
 from dashboard.views.my_teams import my_teams
@@ -46,7 +46,7 @@ __all__ = [
     "cluster_queue_list",
     "cohort_detail",
     "cohort_list",
-    "figures",
+    "definitions",
     "fleet_map",
     "gpu_detail",
     "my_teams",

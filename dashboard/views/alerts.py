@@ -73,7 +73,7 @@ def alert_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "open_count": open_now.count(),
         "critical_count": open_now.filter(severity=Severity.CRITICAL).count(),
     }
-    return render(request, "alerts/list.html", context)
+    return render(request, "dashboard/alert_list.html", context)
 
 
 @dashboard_page(uses_range=False)
@@ -126,7 +126,7 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "silence_hours": SILENCE_HOURS,
         "can_exempt": request.user.is_staff,
     }
-    return render(request, "alerts/episode.html", context)
+    return render(request, "dashboard/episode_detail.html", context)
 
 
 def _comment(request: HttpRequest) -> str:
@@ -137,7 +137,7 @@ def _comment(request: HttpRequest) -> str:
 
 
 def _back(episode: Episode) -> HttpResponseRedirect:
-    return HttpResponseRedirect(reverse("alerts:episode-detail", args=[episode.pk]))
+    return HttpResponseRedirect(reverse("dashboard:episode-detail", args=[episode.pk]))
 
 
 def _episode_to_act_on(request: HttpRequest, pk: int) -> Episode:

@@ -71,8 +71,8 @@ def busy(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "workloads_limit": BUSY_WORKLOADS_LIMIT,
         "hidden_busy": hidden,
         "has_data": bool(windows) or fleet.capacity_gpu_hours > 0,
-        "teams_chart_url": chart_url("fleet:chart-busy-teams", request),
-        "time_chart_url": chart_url("fleet:chart-busy-time", request),
+        "teams_chart_url": chart_url("dashboard:chart-busy-teams", request),
+        "time_chart_url": chart_url("dashboard:chart-busy-time", request),
         "time_range": time_range,
     }
-    return render(request, "fleet/busy.html", context)
+    return render(request, "dashboard/busy.html", context)

@@ -126,4 +126,4 @@ def chargeback_page(request: HttpRequest, time_range: TimeRange) -> HttpResponse
         "quota_model": report.model == "quota",
         "user_sees_all": allowed_team_ids(request) is None,
     }
-    return render(request, "ledger/chargeback.html", context)
+    return render(request, "dashboard/chargeback.html", context)

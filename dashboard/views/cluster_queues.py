@@ -65,7 +65,7 @@ def cluster_queue_list(request: HttpRequest) -> HttpResponse:
         "search": search,
         "hidden": queries.hidden_queue_count(allowed),
     }
-    return render(request, "quotas/cluster_queue_list.html", context)
+    return render(request, "dashboard/cluster_queue_list.html", context)
 
 
 @dashboard_page
@@ -187,4 +187,4 @@ def cluster_queue_detail(
         "time_range": time_range,
         "quota_history_start": queries.quota_history_start(queue),
     }
-    return render(request, "quotas/cluster_queue_detail.html", context)
+    return render(request, "dashboard/cluster_queue_detail.html", context)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Q
@@ -21,7 +22,7 @@ from dashboard.queries.flows import POOL, BorrowingFlows, borrowing_flows
 from dashboard.templatetags.formatting import figure
 from ledger.figures import Figures
 from quotas.access import ANOTHER_TEAMS_QUEUE, ANOTHER_TEAMS_WORKLOAD, other_members_label
-from quotas.models import ClusterQueue, Workload
+from quotas.models import ClusterQueue, Cohort, Workload
 from quotas.now import QueueNow, eviction_pace, gpu_quotas, holding_gpus, latest_samples
 from quotas.reclaim import (
     Borrower,
@@ -66,7 +67,7 @@ def cohort_list(request: HttpRequest) -> HttpResponse:
         "page_obj": page,
         "page_query": page_query,
     }
-    return render(request, "quotas/cohort_list.html", context)
+    return render(request, "dashboard/cohort_list.html", context)
 
 
 @dataclass
@@ -212,48 +213,33 @@ def flow_matrix(flows: BorrowingFlows, members: list[ClusterQueue]) -> dict[str,
     }
 
 
-@dashboard_page
-def cohort_detail(
-    request: HttpRequest, time_range: TimeRange, cluster: str, name: str
-) -> HttpResponse:
-    cohort = get_cohort_for_user(request, cluster, name)
-    allowed = allowed_team_ids(request)
-    now = timezone.now()
-    members = queries.cohort_members(cohort)
-    queue_filter = Q(cluster_queue__cohort=cohort, cluster_queue__deleted_at__isnull=True)
-    quotas = gpu_quotas(queue_filter)
-    samples = latest_samples(queue_filter, now)
-    holding = holding_gpus(queue_filter, "cluster_queue_id")
-    pool = queries.cohort_pool(cohort)
-    pending = queries.pending_by_queue(queue_filter)
-    top_holding = queries.top_holding_priority(queue_filter)
-    borrowing, borrowing_more = queries.borrowing_workloads(queue_filter)
-    pace = eviction_pace(Q(workload__in=queries.cohort_workloads(cohort)), now)
-    over_range = queries.member_figures(members, time_range.covered_hours())
-    # Who borrowed from whom pairs members' figures: shown only to users who see every member
-    # (staff, finance, or GPULEDGER_TEAM_VISIBILITY=public); a lead sees their queues' borrowed
-    # and lent figures in the member table.
-    flows = (
-        borrowing_flows(members, time_range.covered_hours())
-        if all(sees_team(allowed, queue.team_id) for queue in members)
-        else None
-    )
-
+def _member_rows(
+    members: list[ClusterQueue],
+    allowed: set[int] | None,
+    quotas: dict[int, list[Any]],
+    samples: dict[int, QueueNow],
+    holding: dict[Any, float],
+    pending: dict[int, dict[str, Any]],
+    over_range: dict[int, Figures],
+) -> list[dict[str, Any]]:
+    """The member table: a row per member the user may see, then one for the others."""
     shown = [queue for queue in members if sees_team(allowed, queue.team_id)]
     hidden = [queue for queue in members if not sees_team(allowed, queue.team_id)]
-    member_rows = [
-        _member_row([queue], quotas, samples, holding, pending, over_range) for queue in shown
-    ]
+    rows = [_member_row([queue], quotas, samples, holding, pending, over_range) for queue in shown]
     if hidden:
         # Members of teams the user may not see: one row, summed and unnamed (quotas.access).
-        member_rows.append(
-            _member_row(hidden, quotas, samples, holding, pending, over_range, summed=True)
-        )
+        rows.append(_member_row(hidden, quotas, samples, holding, pending, over_range, summed=True))
+    return rows
 
-    borrower_rows = []
+
+def _borrower_rows(
+    borrowing: list[Workload], allowed: set[int] | None, now: datetime
+) -> list[dict[str, Any]]:
+    """The workloads running on borrowed quota, with what preempting them would take."""
+    rows = []
     for workload in borrowing:
         borrower_queue = workload.cluster_queue
-        borrower_rows.append(
+        rows.append(
             {
                 "workload": workload,
                 "visible": sees_team(allowed, borrower_queue.team_id if borrower_queue else None),
@@ -264,19 +250,34 @@ def cohort_detail(
                 else None,
             }
         )
+    return rows
 
-    lenders = _lender_estimates(members, samples, borrowing, pending, top_holding, pace, allowed)
-    hidden_lenders = sum(
+
+def _lending_count(queues: list[ClusterQueue], samples: dict[int, QueueNow]) -> int:
+    """How many of ``queues`` lend GPUs of some flavor now."""
+    return sum(
         1
-        for queue in hidden
+        for queue in queues
         if (found := samples.get(queue.pk)) is not None
         and any(values["lent"] > 0 for values in found.flavors.values())
     )
+
+
+def _cohort_stats(
+    cohort: Cohort,
+    member_count: int,
+    quotas: dict[int, list[Any]],
+    pool: dict[str, float],
+    holding: dict[Any, float],
+    samples: dict[int, QueueNow],
+    pending: dict[int, dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """The cohort page's cards: members, quota, GPUs admitted, borrowed, lent and pending now."""
     nominal_total = sum(float(q.nominal) for rows in quotas.values() for q in rows)
-    stats = [
+    return [
         stat(
             "Members",
-            str(len(members)),
+            str(member_count),
             "ClusterQueues",
             cohort.parent_name and f"parent cohort {cohort.parent_name}" or "",
         ),
@@ -316,17 +317,52 @@ def cohort_detail(
             f"{plural(sum(r.get('count', 0) for r in pending.values()), 'workload')} waiting",
         ),
     ]
+
+
+@dashboard_page
+def cohort_detail(
+    request: HttpRequest, time_range: TimeRange, cluster: str, name: str
+) -> HttpResponse:
+    cohort = get_cohort_for_user(request, cluster, name)
+    allowed = allowed_team_ids(request)
+    now = timezone.now()
+    members = queries.cohort_members(cohort)
+    queue_filter = Q(cluster_queue__cohort=cohort, cluster_queue__deleted_at__isnull=True)
+    quotas = gpu_quotas(queue_filter)
+    samples = latest_samples(queue_filter, now)
+    holding = holding_gpus(queue_filter, "cluster_queue_id")
+    pool = queries.cohort_pool(cohort)
+    pending = queries.pending_by_queue(queue_filter)
+    top_holding = queries.top_holding_priority(queue_filter)
+    borrowing, borrowing_more = queries.borrowing_workloads(queue_filter)
+    pace = eviction_pace(Q(workload__in=queries.cohort_workloads(cohort)), now)
+    over_range = queries.member_figures(members, time_range.covered_hours())
+    # Who borrowed from whom pairs members' figures: shown only to users who see every member
+    # (staff, finance, or GPULEDGER_TEAM_VISIBILITY=public); a lead sees their queues' borrowed
+    # and lent figures in the member table.
+    flows = (
+        borrowing_flows(members, time_range.covered_hours())
+        if all(sees_team(allowed, queue.team_id) for queue in members)
+        else None
+    )
+
+    hidden = [queue for queue in members if not sees_team(allowed, queue.team_id)]
+    stats = _cohort_stats(cohort, len(members), quotas, pool, holding, samples, pending)
     context = {
         "nav": "cohorts",
         "page_title": f"Cohort {cohort.name}",
         "cohort": cohort,
         "stats": stats,
         "pool": pool,
-        "member_rows": member_rows,
-        "borrower_rows": borrower_rows,
+        "member_rows": _member_rows(
+            members, allowed, quotas, samples, holding, pending, over_range
+        ),
+        "borrower_rows": _borrower_rows(borrowing, allowed, now),
         "borrowing_more": borrowing_more,
-        "lenders": lenders,
-        "hidden_lenders": hidden_lenders,
+        "lenders": _lender_estimates(
+            members, samples, borrowing, pending, top_holding, pace, allowed
+        ),
+        "hidden_lenders": _lending_count(hidden, samples),
         "another_teams_queue": ANOTHER_TEAMS_QUEUE,
         "another_teams_workload": ANOTHER_TEAMS_WORKLOAD,
         "flows": flow_matrix(flows, members) if flows is not None else None,
@@ -336,4 +372,4 @@ def cohort_detail(
         "chart_query": range_query(request, time_range),
         "time_range": time_range,
     }
-    return render(request, "quotas/cohort_detail.html", context)
+    return render(request, "dashboard/cohort_detail.html", context)

@@ -59,19 +59,19 @@ def fleet_map(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "pools": pools,
         "teams": team_choices(allowed_team_ids(request)),
         "window_end": max(windows.values()) if windows else None,
-        "map_chart_url": chart_url("fleet:chart-map", request),
-        "gpu_url_template": reverse("fleet:gpu", args=[0]),
+        "map_chart_url": chart_url("dashboard:chart-map", request),
+        "gpu_url_template": reverse("dashboard:gpu", args=[0]),
         "per_page": MAP_NODES_PER_PAGE,
         "time_range": time_range,
     }
-    return render(request, "fleet/map.html", context)
+    return render(request, "dashboard/fleet_map.html", context)
 
 
 def _cells(node: Node, row: dict[str, Any], story: NodeStory) -> dict[str, str]:
     """A node table row's texts, formatted here once (as the template's filters would): 100
     rows of template lookups and filters cost more than the rest of the page."""
     return {
-        "url": reverse("fleet:node", args=[node.pk]),
+        "url": reverse("dashboard:node", args=[node.pk]),
         "cluster": str(node.cluster),
         "held": "" if row["allocated"] is None else floatformat(row["allocated"], "-1"),
         "held_no_telemetry": floatformat(story.held_no_telemetry, "-1")

@@ -43,8 +43,8 @@ def gpu_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResp
         "history_limit": HOLDERS_LIMIT,
         "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,
         "live": bool(gpu.cluster.prometheus_url),
-        "activity_chart_url": chart_url("fleet:chart-gpu-activity", request, gpu.pk),
-        "memory_chart_url": chart_url("fleet:chart-gpu-memory", request, gpu.pk),
+        "activity_chart_url": chart_url("dashboard:chart-gpu-activity", request, gpu.pk),
+        "memory_chart_url": chart_url("dashboard:chart-gpu-memory", request, gpu.pk),
         "time_range": time_range,
     }
-    return render(request, "fleet/gpu.html", context)
+    return render(request, "dashboard/gpu_detail.html", context)

@@ -26,7 +26,7 @@ from quotas.now import latest_samples
 
 
 def flavor_rows(uses: list[queries.FlavorUse]) -> list[dict[str, Any]]:
-    """Cells of ``quotas/partials/flavor_use.html``."""
+    """Cells of ``dashboard/partials/flavor_use.html``."""
     return [
         {
             "flavor": use.flavor,
@@ -47,7 +47,7 @@ def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     if not teams:
         return render(
             request,
-            "quotas/my_teams.html",
+            "dashboard/my_teams.html",
             {"nav": "my-teams", "page_title": "My teams", "cards": [], "time_range": time_range},
         )
     ids = [team.pk for team in teams]
@@ -102,7 +102,7 @@ def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "time_range": time_range,
         "idle_threshold": percent(queries.IDLE_WORKLOAD_SHARE),
     }
-    return render(request, "quotas/my_teams.html", context)
+    return render(request, "dashboard/my_teams.html", context)
 
 
 class LandingLoginView(LoginView):
@@ -112,5 +112,5 @@ class LandingLoginView(LoginView):
     def get_default_redirect_url(self) -> str:
         user = self.request.user
         if Team.objects.filter(leads__pk=user.pk or 0).exists():
-            return reverse("quotas:my-teams")
+            return reverse("dashboard:my-teams")
         return resolve_url(settings.LOGIN_REDIRECT_URL)

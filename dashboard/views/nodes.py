@@ -82,7 +82,7 @@ def node_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpRes
         "history_limit": HOLDERS_LIMIT,
         "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,
         "live": bool(node.cluster.prometheus_url),
-        "activity_chart_url": chart_url("fleet:chart-node", request, node.pk),
+        "activity_chart_url": chart_url("dashboard:chart-node", request, node.pk),
         "time_range": time_range,
     }
-    return render(request, "fleet/node.html", context)
+    return render(request, "dashboard/node_detail.html", context)

@@ -94,10 +94,10 @@ def overview(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "flavors": flavors,
         "waits": waits,
         "quota_bound": quota_bound,
-        "capacity_chart_url": chart_url("fleet:chart-capacity", request),
-        "team_idle_chart_url": chart_url("fleet:chart-team-idle", request),
-        "team_active_chart_url": chart_url("fleet:chart-team-active", request),
+        "capacity_chart_url": chart_url("dashboard:chart-capacity", request),
+        "team_idle_chart_url": chart_url("dashboard:chart-team-idle", request),
+        "team_active_chart_url": chart_url("dashboard:chart-team-active", request),
         "idle_threshold_pct": settings.GPULEDGER_IDLE_THRESHOLD * 100,
         "time_range": time_range,
     }
-    return render(request, "fleet/overview.html", context)
+    return render(request, "dashboard/overview.html", context)

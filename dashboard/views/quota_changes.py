@@ -67,7 +67,7 @@ def quota_change_new(request: HttpRequest, cluster: str, name: str) -> HttpRespo
         except EditError as exc:
             form.add_edit_errors(exc)
         else:
-            return redirect("quotas:quota-change-detail", change.pk)
+            return redirect("dashboard:quota-change-detail", change.pk)
     context = {
         "nav": "queues",
         "page_title": f"{'Change' if applies else 'Request a change of'} {queue.name}'s quota",
@@ -75,7 +75,7 @@ def quota_change_new(request: HttpRequest, cluster: str, name: str) -> HttpRespo
         "form": form,
         "applies": applies,
     }
-    return render(request, "quotas/quota_change_form.html", context)
+    return render(request, "dashboard/quota_change_form.html", context)
 
 
 @dashboard_page(uses_range=False)
@@ -93,7 +93,7 @@ def quota_change_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "open": change.status == QuotaChangeStatus.PREVIEWED,
         "requested": change.status == QuotaChangeStatus.REQUESTED,
     }
-    return render(request, "quotas/quota_change_detail.html", context)
+    return render(request, "dashboard/quota_change_detail.html", context)
 
 
 @dashboard_form
@@ -101,7 +101,7 @@ def quota_change_apply(request: HttpRequest, pk: int) -> HttpResponse:
     """POST: apply a previewed change, or approve / decline a request."""
     change = _get_change_for_user(request, pk)  # 404 / 403 before anything else
     if request.method != "POST":
-        return redirect("quotas:quota-change-detail", pk)
+        return redirect("dashboard:quota-change-detail", pk)
     if not service.can_apply(request.user):
         raise PermissionDenied("Applying quota changes needs the apply_quota_change permission.")
     action = request.POST.get("action", "apply")
@@ -118,7 +118,7 @@ def quota_change_apply(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         change.refresh_from_db()
         messages.info(request, f"Quota change #{change.pk}: {change.get_status_display()}.")
-    return redirect("quotas:quota-change-detail", pk)
+    return redirect("dashboard:quota-change-detail", pk)
 
 
 @dashboard_page(uses_range=False)
@@ -161,4 +161,4 @@ def quota_change_list(request: HttpRequest) -> HttpResponse:
         "page_query": page_query,
         "can_apply": service.can_apply(request.user),
     }
-    return render(request, "quotas/quota_change_list.html", context)
+    return render(request, "dashboard/quota_change_list.html", context)

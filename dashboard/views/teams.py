@@ -26,7 +26,7 @@ from ledger.chargeback import Charge
 from ledger.figures import Figures
 from quotas.access import PUBLIC, leads_team, led_team_ids, other_teams_label, team_visibility
 from quotas.choices import HOLDING_STATES
-from quotas.models import Team, Workload
+from quotas.models import ClusterQueue, ClusterQueueQuota, Team, Workload
 from quotas.now import QueueNow, gpu_quotas, holding_gpus, latest_samples
 from quotas.writeback.service import can_apply
 
@@ -131,7 +131,7 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "sees_all": allowed is None,
         "time_range": time_range,
     }
-    return render(request, "quotas/team_list.html", context)
+    return render(request, "dashboard/team_list.html", context)
 
 
 def _workload_row(
@@ -142,7 +142,7 @@ def _workload_row(
     charges: dict[int, Charge] | None = None,
     samples: dict[int, QueueNow] | None = None,
 ) -> dict[str, Any]:
-    """A row of a workload table (``quotas/partials/workload_table.html``); a pending row says
+    """A row of a workload table (``dashboard/partials/workload_table.html``); a pending row says
     why it waits when its queue's newest ``samples`` are given."""
     found = figures.get(workload.pk, Figures())
     charge = (charges or {}).get(workload.pk)
@@ -173,39 +173,17 @@ def _workload_row(
     }
 
 
-@dashboard_page
-def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpResponse:
-    team = get_team_for_user(request, name)
-    allowed = allowed_team_ids(request)
-    now = timezone.now()
-    state = choice_param(request, "state", queries.WORKLOAD_FILTERS, "all")
-
-    span = time_range.covered_hours()
-    figures = queries.team_total(team, span)
-    queues = queries.team_queues(team)
-    queue_filter = Q(cluster_queue__team=team, cluster_queue__deleted_at__isnull=True)
-    quotas = gpu_quotas(queue_filter)
-    samples = latest_samples(queue_filter, now)
-    holding = holding_gpus(Q(cluster_queue__team=team), "cluster_queue_id")
-    pending = queries.team_pending(team)
-    nominal_now = sum(float(q.nominal) for rows in quotas.values() for q in rows)
-    allocated_now = sum(holding.values())
-    held_now = pod_gpus_by_team([team.pk]).get(team.pk, 0.0)
-    team_flavors = flavor_rows(
-        flavor_use_by_team(
-            [team.pk],
-            now,
-            quotas=quotas,
-            samples=samples,
-            team_of={queue.pk: team.pk for queue in queues},
-        ).get(team.pk, [])
-    )
-    borrowed_now = sum(s.borrowed for s in samples.values()) if samples else None
-
-    queue_rows = []
+def _queue_rows(
+    queues: list[ClusterQueue],
+    quotas: dict[int, list[ClusterQueueQuota]],
+    holding: dict[int, float],
+    samples: dict[int, QueueNow],
+) -> list[dict[str, Any]]:
+    """The team's ClusterQueues now: quota per flavor, admitted GPUs, borrowed and lent."""
+    rows = []
     for queue in queues:
         now_figures = samples.get(queue.pk)
-        queue_rows.append(
+        rows.append(
             {
                 "queue": queue,
                 "quotas": quotas.get(queue.pk, []),
@@ -215,35 +193,39 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
                 "lent": now_figures.lent if now_figures else None,
             }
         )
+    return rows
 
-    page, page_query = paginate(request, queries.team_workloads(team, time_range, state))
-    page_ids = [w.pk for w in page.object_list]
-    per_workload = queries.workload_figures(page_ids, span)
-    charges = workload_charges(span, Q(workload_id__in=page_ids)) if page_ids else {}
-    workload_rows = [
-        _workload_row(w, per_workload, allowed, now, charges, samples) for w in page.object_list
-    ]
 
-    stats = [
+def _team_stats(
+    time_range: TimeRange,
+    figures: Figures,
+    now_gpus: dict[str, float | None],
+    queue_count: int,
+    pending: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """The team page's cards: ``now_gpus`` holds the admitted, held, nominal and borrowed GPUs
+    now; ``figures`` the range's totals."""
+    borrowed_now = now_gpus["borrowed"]
+    return [
         stat(
             "Admitted now (quota)",
-            figure(allocated_now),
+            figure(now_gpus["allocated"]),
             "GPUs",
             "Kueue quota admitted to workloads",
             testid="stat-allocated-now",
         ),
         stat(
             "Held by running pods",
-            figure(held_now),
+            figure(now_gpus["held"]),
             "GPUs",
             "in the newest collected window",
             testid="stat-held-now",
         ),
         stat(
             "Nominal quota",
-            figure(nominal_now),
+            figure(now_gpus["nominal"]),
             "GPUs",
-            f"{len(queues)} ClusterQueues",
+            f"{queue_count} ClusterQueues",
             testid="stat-nominal",
         ),
         stat(
@@ -278,19 +260,71 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
             testid="stat-pending",
         ),
     ]
+
+
+def _team_workloads(
+    request: HttpRequest,
+    team: Team,
+    time_range: TimeRange,
+    state: str,
+    now: datetime,
+    samples: dict[int, QueueNow],
+) -> dict[str, Any]:
+    """The page of the team's workloads in ``state``, with their figures over the range."""
+    span = time_range.covered_hours()
+    page, page_query = paginate(request, queries.team_workloads(team, time_range, state))
+    page_ids = [w.pk for w in page.object_list]
+    per_workload = queries.workload_figures(page_ids, span)
+    charges = workload_charges(span, Q(workload_id__in=page_ids)) if page_ids else {}
+    allowed = allowed_team_ids(request)
+    return {
+        "workload_rows": [
+            _workload_row(w, per_workload, allowed, now, charges, samples) for w in page.object_list
+        ],
+        "page_obj": page,
+        "page_query": page_query,
+    }
+
+
+@dashboard_page
+def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpResponse:
+    team = get_team_for_user(request, name)
+    now = timezone.now()
+    state = choice_param(request, "state", queries.WORKLOAD_FILTERS, "all")
+
+    figures = queries.team_total(team, time_range.covered_hours())
+    queues = queries.team_queues(team)
+    queue_filter = Q(cluster_queue__team=team, cluster_queue__deleted_at__isnull=True)
+    quotas = gpu_quotas(queue_filter)
+    samples = latest_samples(queue_filter, now)
+    holding = holding_gpus(Q(cluster_queue__team=team), "cluster_queue_id")
+    team_flavors = flavor_rows(
+        flavor_use_by_team(
+            [team.pk],
+            now,
+            quotas=quotas,
+            samples=samples,
+            team_of={queue.pk: team.pk for queue in queues},
+        ).get(team.pk, [])
+    )
+    now_gpus: dict[str, float | None] = {
+        "allocated": sum(holding.values()),
+        "held": pod_gpus_by_team([team.pk]).get(team.pk, 0.0),
+        "nominal": sum(float(q.nominal) for rows in quotas.values() for q in rows),
+        "borrowed": sum(s.borrowed for s in samples.values()) if samples else None,
+    }
+    pending = queries.team_pending(team)
     context = {
         "nav": "teams",
         "page_title": str(team),
         "team": team,
         # Its leads request quota changes for its queues; admins with the permission change them.
         "may_change_quota": can_apply(request.user) or leads_team(request.user, team.pk),
-        "stats": stats,
+        "stats": _team_stats(time_range, figures, now_gpus, len(queues), pending),
         "figures": figures,
-        "queue_rows": queue_rows,
+        "queue_rows": _queue_rows(queues, quotas, holding, samples),
         "flavors": team_flavors,
-        "workload_rows": workload_rows,
-        "page_obj": page,
-        "page_query": page_query,
+        **_team_workloads(request, team, time_range, state, now, samples),
         "state": state,
         "state_choices": queries.WORKLOAD_FILTERS,
         "chart_query": range_query(request, time_range),
@@ -298,4 +332,4 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         "range_hidden": hidden_params(request.GET),
         "currency": settings.GPULEDGER_CURRENCY,
     }
-    return render(request, "quotas/team_detail.html", context)
+    return render(request, "dashboard/team_detail.html", context)

@@ -128,7 +128,7 @@ def workload_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "user_sees_all": allowed is None,
         "filtered": bool(search or state != "all" or queue or owner_kind or team),
     }
-    return render(request, "quotas/workload_list.html", context)
+    return render(request, "dashboard/workload_list.html", context)
 
 
 def _workload_note(workload: Workload) -> str:
@@ -170,11 +170,11 @@ def search(request: HttpRequest) -> HttpResponse:
         groups = [
             {
                 "kind": "Workloads",
-                "more": reverse("quotas:workload-list") + "?" + urlencode({"q": term}),
+                "more": reverse("dashboard:workload-list") + "?" + urlencode({"q": term}),
                 "items": [
                     (
                         f"{w.namespace}/{w.name}",
-                        reverse("quotas:workload-detail", args=[w.pk]),
+                        reverse("dashboard:workload-detail", args=[w.pk]),
                         f"{w.get_state_display()}"
                         + (
                             f" · team {w.cluster_queue.team}"
@@ -187,11 +187,11 @@ def search(request: HttpRequest) -> HttpResponse:
             },
             {
                 "kind": "ClusterQueues",
-                "more": reverse("quotas:cluster-queue-list") + "?" + urlencode({"q": term}),
+                "more": reverse("dashboard:cluster-queue-list") + "?" + urlencode({"q": term}),
                 "items": [
                     (
                         q.name,
-                        reverse("quotas:cluster-queue-detail", args=[q.cluster.name, q.name]),
+                        reverse("dashboard:cluster-queue-detail", args=[q.cluster.name, q.name]),
                         f"{q.cluster}" + (f" · team {q.team}" if q.team else ""),
                     )
                     for q in queues
@@ -201,14 +201,14 @@ def search(request: HttpRequest) -> HttpResponse:
                 "kind": "Teams",
                 "more": "",
                 "items": [
-                    (str(t), reverse("quotas:team-detail", args=[t.name]), t.name) for t in teams
+                    (str(t), reverse("dashboard:team-detail", args=[t.name]), t.name) for t in teams
                 ],
             },
             {
                 "kind": "Nodes",
                 "more": "",
                 "items": [
-                    (n.name, reverse("fleet:node", args=[n.pk]), str(n.cluster)) for n in nodes
+                    (n.name, reverse("dashboard:node", args=[n.pk]), str(n.cluster)) for n in nodes
                 ],
             },
             {
@@ -217,7 +217,7 @@ def search(request: HttpRequest) -> HttpResponse:
                 "items": [
                     (
                         g.uuid + (f" GI {g.gi_id}" if g.gi_id else ""),
-                        reverse("fleet:gpu", args=[g.pk]),
+                        reverse("dashboard:gpu", args=[g.pk]),
                         g.host,
                     )
                     for g in gpus
@@ -232,4 +232,4 @@ def search(request: HttpRequest) -> HttpResponse:
         "found": found,
         "limit": SEARCH_LIMIT,
     }
-    return render(request, "front/search.html", context)
+    return render(request, "dashboard/search.html", context)

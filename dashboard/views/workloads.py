@@ -23,6 +23,7 @@ from dashboard.pending import free_in_quota, workload_reason
 from dashboard.queries import workloads as queries
 from dashboard.queries.teams import PENDING_STATES
 from dashboard.templatetags.formatting import duration, figure, percent
+from ledger.figures import Figures
 from quotas.access import ANOTHER_TEAMS_WORKLOAD, hide_queue_path
 from quotas.choices import FINISHED_STATES, HOLDING_STATES, WorkloadState
 from quotas.models import Allocation, Workload
@@ -110,36 +111,16 @@ def _gpus_card(workload: Workload, allocations: list[Allocation]) -> dict[str, A
     )
 
 
-@dashboard_page
-def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResponse:
-    workload = get_workload_for_user(request, pk)
-    allowed = allowed_team_ids(request)
-    now = timezone.now()
-    life = None
-    if not any(request.GET.get(name) for name in RANGE_PARAMS):
-        # No range asked for: the workload's life, not the last 24 hours (a job that finished
-        # days ago would open on empty charts).
-        life = whole_life(workload, now)
-        if life is not None:
-            time_range = life
-    life_capped = (
-        life is not None
-        and workload.observed_at is not None
-        and life.start > floor_time(workload.observed_at, 60)
-    )
-    if life is None:
-        sm_note = f"mean, {time_range.label}"
-    else:
-        sm_note = "mean over its last 30 days" if life_capped else "mean over its whole life"
-    figures = queries.workload_total(workload, time_range.covered_hours())
-    transition_rows = []
+def _transition_rows(workload: Workload, allowed: set[int] | None) -> list[dict[str, Any]]:
+    """The workload's recent transitions, a preemptor's queue path shown only to who may see it."""
+    rows = []
     for transition in queries.recent_transitions(workload):
         preemptor = transition.preemptor
         # Kueue's message names the preemptor's queue path: shown only when the preemptor is
         # known and visible (an unresolved one may be any team's).
         visible = sees_team(allowed, _team_of(preemptor) if preemptor else None)
         path = transition.preemptor_path
-        transition_rows.append(
+        rows.append(
             {
                 "transition": transition,
                 "preemptor": preemptor,
@@ -150,7 +131,12 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
                 "preemptor_path": path if visible else "",
             }
         )
-    caused = [
+    return rows
+
+
+def _caused_rows(workload: Workload, allowed: set[int] | None) -> list[dict[str, Any]]:
+    """The workloads this one preempted."""
+    return [
         {
             "transition": transition,
             "victim": transition.workload,
@@ -158,17 +144,29 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
         }
         for transition in queries.preemptions_caused(workload)
     ]
+
+
+def _waiting_reason(workload: Workload, now: datetime) -> tuple[bool, str]:
+    """Whether the workload waits for quota now, and why, said short."""
     waiting = workload.state in PENDING_STATES and workload.deleted_at is None
-    reason = ""
-    if waiting and workload.cluster_queue_id is not None:
-        # Why it waits, said short: its queue's free quota now against Kueue's shortfall.
-        samples = latest_samples(Q(cluster_queue_id=workload.cluster_queue_id), now)
-        reason = workload_reason(workload, free_in_quota(samples.get(workload.cluster_queue_id)))
-    allocations = queries.workload_allocations(workload)
+    if not waiting or workload.cluster_queue_id is None:
+        return waiting, ""
+    # Its queue's free quota now against Kueue's shortfall.
+    samples = latest_samples(Q(cluster_queue_id=workload.cluster_queue_id), now)
+    return waiting, workload_reason(workload, free_in_quota(samples.get(workload.cluster_queue_id)))
+
+
+def _workload_stats(
+    workload: Workload,
+    figures: Figures,
+    allocations: list[Allocation],
+    sm_note: str,
+    end: datetime,
+) -> list[dict[str, Any]]:
+    """The workload page's cards: state, GPUs, activity over the range, age and pods."""
     pods_running = sum(1 for a in allocations if a.ended_at is None)
     gpus = workload.admitted_gpus or workload.requested_gpus
-    end = workload.finished_at or now
-    stats = [
+    return [
         stat(
             "State",
             workload.get_state_display(),
@@ -212,6 +210,36 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
         ),
         stat("Pods", str(pods_running), "running", f"{len(allocations)} seen"),
     ]
+
+
+@dashboard_page
+def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResponse:
+    workload = get_workload_for_user(request, pk)
+    allowed = allowed_team_ids(request)
+    now = timezone.now()
+    life = None
+    if not any(request.GET.get(name) for name in RANGE_PARAMS):
+        # No range asked for: the workload's life, not the last 24 hours (a job that finished
+        # days ago would open on empty charts).
+        life = whole_life(workload, now)
+        if life is not None:
+            time_range = life
+    life_capped = (
+        life is not None
+        and workload.observed_at is not None
+        and life.start > floor_time(workload.observed_at, 60)
+    )
+    if life is None:
+        sm_note = f"mean, {time_range.label}"
+    else:
+        sm_note = "mean over its last 30 days" if life_capped else "mean over its whole life"
+    figures = queries.workload_total(workload, time_range.covered_hours())
+    transition_rows = _transition_rows(workload, allowed)
+    caused = _caused_rows(workload, allowed)
+    waiting, reason = _waiting_reason(workload, now)
+    allocations = queries.workload_allocations(workload)
+    end = workload.finished_at or now
+    stats = _workload_stats(workload, figures, allocations, sm_note, end)
     context = {
         "nav": "teams",
         "page_title": f"{workload.namespace}/{workload.name}",
@@ -237,4 +265,4 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
         "pod_sets": workload.pod_sets if isinstance(workload.pod_sets, list) else [],
         "time_range": time_range,
     }
-    return render(request, "quotas/workload_detail.html", context)
+    return render(request, "dashboard/workload_detail.html", context)

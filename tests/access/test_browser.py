@@ -23,7 +23,7 @@ def test_team_list_as_a_lead(
 ):
     browser_login(page, live_server.url, world.users["lead_a"])
     with override_settings(GPULEDGER_TEAM_VISIBILITY=visibility):
-        page.goto(live_server.url + reverse("quotas:team-list"))
+        page.goto(live_server.url + reverse("dashboard:team-list"))
         table = page.locator("[data-testid=team-table]").inner_text()
         shoot(page, tmp_path, f"teams-{visibility}")
 
@@ -43,7 +43,7 @@ def test_cohort_page_as_a_lead(
 ):
     browser_login(page, live_server.url, world.users["lead_a"])
     with override_settings(GPULEDGER_TEAM_VISIBILITY=visibility):
-        page.goto(live_server.url + reverse("quotas:cohort-detail", args=["test", "grove"]))
+        page.goto(live_server.url + reverse("dashboard:cohort-detail", args=["test", "grove"]))
         wait_for_charts(page, 2)
         usage = chart_info(page, "cohort-usage-chart")
         borrowing = chart_info(page, "cohort-borrowing-chart")
@@ -63,12 +63,14 @@ def test_cohort_page_as_a_lead(
 
 
 PAGES = {
-    "overview": lambda w: reverse("fleet:overview"),
-    "busy": lambda w: reverse("fleet:busy"),
-    "map": lambda w: reverse("fleet:map"),
-    "gpu": lambda w: reverse("fleet:gpu", args=[w.gpus[1].pk]),
-    "queues": lambda w: reverse("quotas:cluster-queue-list"),
-    "workload": lambda w: reverse("quotas:workload-detail", args=[w.workloads["aspen-victim"].pk]),
+    "overview": lambda w: reverse("dashboard:overview"),
+    "busy": lambda w: reverse("dashboard:busy"),
+    "map": lambda w: reverse("dashboard:map"),
+    "gpu": lambda w: reverse("dashboard:gpu", args=[w.gpus[1].pk]),
+    "queues": lambda w: reverse("dashboard:cluster-queue-list"),
+    "workload": lambda w: reverse(
+        "dashboard:workload-detail", args=[w.workloads["aspen-victim"].pk]
+    ),
 }
 
 

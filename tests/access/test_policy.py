@@ -165,55 +165,70 @@ POLICY: dict[str, Policy] = {
         ],
     ),
     # --- Pages.
-    "fleet:overview": aggregate(lambda w: [url("fleet:overview")], "birch team", "40.1"),
-    "fleet:map": aggregate(lambda w: [url("fleet:map")], "birch team"),
-    "fleet:node": aggregate(lambda w: [url("fleet:node", w.node.pk)], "ns-birch"),
-    "fleet:gpu": aggregate(lambda w: [url("fleet:gpu", w.gpus[1].pk)], "ns-birch"),
-    "fleet:busy": aggregate(lambda w: [url("fleet:busy")], "birch team"),
-    "quotas:team-list": aggregate(lambda w: [url("quotas:team-list")], "birch team", "40.1"),
-    "quotas:team-detail": scoped(team("quotas:team-detail")),
-    "quotas:cohort-list": aggregate(lambda w: [url("quotas:cohort-list")]),
-    "quotas:cohort-detail": aggregate(
-        lambda w: [url("quotas:cohort-detail", w.cluster.name, "grove")], "cq-birch", "40.1"
+    "dashboard:overview": aggregate(lambda w: [url("dashboard:overview")], "birch team", "40.1"),
+    "dashboard:map": aggregate(lambda w: [url("dashboard:map")], "birch team"),
+    "dashboard:node": aggregate(lambda w: [url("dashboard:node", w.node.pk)], "ns-birch"),
+    "dashboard:gpu": aggregate(lambda w: [url("dashboard:gpu", w.gpus[1].pk)], "ns-birch"),
+    "dashboard:busy": aggregate(lambda w: [url("dashboard:busy")], "birch team"),
+    "dashboard:team-list": aggregate(lambda w: [url("dashboard:team-list")], "birch team", "40.1"),
+    "dashboard:team-detail": scoped(team("dashboard:team-detail")),
+    "dashboard:cohort-list": aggregate(lambda w: [url("dashboard:cohort-list")]),
+    "dashboard:cohort-detail": aggregate(
+        lambda w: [url("dashboard:cohort-detail", w.cluster.name, "grove")], "cq-birch", "40.1"
     ),
-    "quotas:cluster-queue-list": aggregate(
-        lambda w: [url("quotas:cluster-queue-list"), url("quotas:cluster-queue-list", q="cq")],
+    "dashboard:cluster-queue-list": aggregate(
+        lambda w: [
+            url("dashboard:cluster-queue-list"),
+            url("dashboard:cluster-queue-list", q="cq"),
+        ],
         "cq-birch",
     ),
-    "quotas:cluster-queue-detail": scoped(queue("quotas:cluster-queue-detail")),
+    "dashboard:cluster-queue-detail": scoped(queue("dashboard:cluster-queue-detail")),
     # aspen-train preempted birch-victim; birch-serve preempted aspen-victim (its message and
     # preemptor path name cq-birch).
-    "quotas:workload-detail": scoped(
-        workload("quotas:workload-detail", "aspen-main", "aspen-victim"),
+    "dashboard:workload-detail": scoped(
+        workload("dashboard:workload-detail", "aspen-main", "aspen-victim"),
         shows=("ns-birch/birch-victim", "ns-birch/birch-serve", "/grove/cq-birch"),
     ),
     # --- Chart JSON.
-    "fleet:chart-capacity": aggregate(lambda w: [url("fleet:chart-capacity")]),
-    "fleet:chart-team-idle": aggregate(lambda w: [url("fleet:chart-team-idle")], "birch team"),
-    "fleet:chart-team-active": aggregate(lambda w: [url("fleet:chart-team-active")], "birch team"),
-    "fleet:chart-map": aggregate(lambda w: [url("fleet:chart-map")], "ns-birch"),
-    "fleet:chart-node": aggregate(lambda w: [url("fleet:chart-node", w.node.pk)]),
-    "fleet:chart-gpu-activity": aggregate(
-        lambda w: [url("fleet:chart-gpu-activity", w.gpus[1].pk)]
+    "dashboard:chart-capacity": aggregate(lambda w: [url("dashboard:chart-capacity")]),
+    "dashboard:chart-team-idle": aggregate(
+        lambda w: [url("dashboard:chart-team-idle")], "birch team"
     ),
-    "fleet:chart-gpu-memory": aggregate(lambda w: [url("fleet:chart-gpu-memory", w.gpus[1].pk)]),
-    "fleet:chart-busy-teams": aggregate(lambda w: [url("fleet:chart-busy-teams")], "birch team"),
-    "fleet:chart-busy-time": aggregate(lambda w: [url("fleet:chart-busy-time")]),
-    "quotas:team-chart-allocation": scoped(team("quotas:team-chart-allocation")),
-    "quotas:team-chart-queues": scoped(team("quotas:team-chart-queues")),
-    "quotas:cohort-chart-usage": aggregate(
-        lambda w: [url("quotas:cohort-chart-usage", w.cluster.name, "grove")], "cq-birch", "13.375"
+    "dashboard:chart-team-active": aggregate(
+        lambda w: [url("dashboard:chart-team-active")], "birch team"
     ),
-    "quotas:cohort-chart-borrowing": aggregate(
-        lambda w: [url("quotas:cohort-chart-borrowing", w.cluster.name, "grove")], "cq-birch"
+    "dashboard:chart-map": aggregate(lambda w: [url("dashboard:chart-map")], "ns-birch"),
+    "dashboard:chart-node": aggregate(lambda w: [url("dashboard:chart-node", w.node.pk)]),
+    "dashboard:chart-gpu-activity": aggregate(
+        lambda w: [url("dashboard:chart-gpu-activity", w.gpus[1].pk)]
     ),
-    "quotas:cluster-queue-chart-usage": scoped(queue("quotas:cluster-queue-chart-usage")),
-    "quotas:cluster-queue-chart-evictions": scoped(queue("quotas:cluster-queue-chart-evictions")),
-    "quotas:workload-chart-timeline": scoped(
-        workload("quotas:workload-chart-timeline", "aspen-victim"), shows=("/grove/cq-birch",)
+    "dashboard:chart-gpu-memory": aggregate(
+        lambda w: [url("dashboard:chart-gpu-memory", w.gpus[1].pk)]
     ),
-    "quotas:workload-chart-activity": scoped(
-        workload("quotas:workload-chart-activity", "aspen-main")
+    "dashboard:chart-busy-teams": aggregate(
+        lambda w: [url("dashboard:chart-busy-teams")], "birch team"
+    ),
+    "dashboard:chart-busy-time": aggregate(lambda w: [url("dashboard:chart-busy-time")]),
+    "dashboard:team-chart-allocation": scoped(team("dashboard:team-chart-allocation")),
+    "dashboard:team-chart-queues": scoped(team("dashboard:team-chart-queues")),
+    "dashboard:cohort-chart-usage": aggregate(
+        lambda w: [url("dashboard:cohort-chart-usage", w.cluster.name, "grove")],
+        "cq-birch",
+        "13.375",
+    ),
+    "dashboard:cohort-chart-borrowing": aggregate(
+        lambda w: [url("dashboard:cohort-chart-borrowing", w.cluster.name, "grove")], "cq-birch"
+    ),
+    "dashboard:cluster-queue-chart-usage": scoped(queue("dashboard:cluster-queue-chart-usage")),
+    "dashboard:cluster-queue-chart-evictions": scoped(
+        queue("dashboard:cluster-queue-chart-evictions")
+    ),
+    "dashboard:workload-chart-timeline": scoped(
+        workload("dashboard:workload-chart-timeline", "aspen-victim"), shows=("/grove/cq-birch",)
+    ),
+    "dashboard:workload-chart-activity": scoped(
+        workload("dashboard:workload-chart-activity", "aspen-main")
     ),
     # --- REST API: fleet inventory (no team data).
     "cluster-list": aggregate(lambda w: api("cluster-list")),
@@ -255,49 +270,49 @@ POLICY: dict[str, Policy] = {
     "api-redoc": aggregate(lambda w: [url("api-redoc")]),
     "api-redoc-bundle": Policy(VENDOR, own=lambda w: [url("api-redoc-bundle")]),
     # --- Pages added with alerts, quota changes and the lead's pages.
-    "fleet:figures": aggregate(lambda w: [url("fleet:figures")]),
-    "quotas:my-teams": aggregate(lambda w: [url("quotas:my-teams")]),
-    "quotas:search": aggregate(
-        lambda w: [url("quotas:search", q="cq"), url("quotas:search", q="ns-")], "cq-birch"
+    "dashboard:definitions": aggregate(lambda w: [url("dashboard:definitions")]),
+    "dashboard:my-teams": aggregate(lambda w: [url("dashboard:my-teams")]),
+    "dashboard:search": aggregate(
+        lambda w: [url("dashboard:search", q="cq"), url("dashboard:search", q="ns-")], "cq-birch"
     ),
-    "quotas:workload-list": aggregate(lambda w: [url("quotas:workload-list")]),
-    "quotas:chargeback": aggregate(
-        lambda w: [url("quotas:chargeback"), f"{url('quotas:chargeback')}?{window(w)}"]
+    "dashboard:workload-list": aggregate(lambda w: [url("dashboard:workload-list")]),
+    "dashboard:chargeback": aggregate(
+        lambda w: [url("dashboard:chargeback"), f"{url('dashboard:chargeback')}?{window(w)}"]
     ),
-    "quotas:quota-change-list": aggregate(lambda w: [url("quotas:quota-change-list")]),
-    "quotas:quota-change-new": action(
-        lambda w: [url("quotas:quota-change-new", w.cluster.name, "cq-aspen")]
+    "dashboard:quota-change-list": aggregate(lambda w: [url("dashboard:quota-change-list")]),
+    "dashboard:quota-change-new": action(
+        lambda w: [url("dashboard:quota-change-new", w.cluster.name, "cq-aspen")]
     ),
-    "quotas:quota-change-detail": action(
-        lambda w: [url("quotas:quota-change-detail", change_of("aspen"))]
+    "dashboard:quota-change-detail": action(
+        lambda w: [url("dashboard:quota-change-detail", change_of("aspen"))]
     ),
-    "quotas:quota-change-patch": action(
-        lambda w: [url("quotas:quota-change-patch", change_of("aspen"))]
+    "dashboard:quota-change-patch": action(
+        lambda w: [url("dashboard:quota-change-patch", change_of("aspen"))]
     ),
-    "quotas:quota-change-apply": action(
-        lambda w: [url("quotas:quota-change-apply", change_of("aspen"))], method="post"
+    "dashboard:quota-change-apply": action(
+        lambda w: [url("dashboard:quota-change-apply", change_of("aspen"))], method="post"
     ),
-    "alerts:alert-list": aggregate(lambda w: [url("alerts:alert-list")], "birch-serve"),
-    "alerts:episode-detail": scoped(
+    "dashboard:alert-list": aggregate(lambda w: [url("dashboard:alert-list")], "birch-serve"),
+    "dashboard:episode-detail": scoped(
         (
-            lambda w: [url("alerts:episode-detail", episode_of("aspen"))],
-            lambda w: [url("alerts:episode-detail", episode_of("birch"))],
+            lambda w: [url("dashboard:episode-detail", episode_of("aspen"))],
+            lambda w: [url("dashboard:episode-detail", episode_of("birch"))],
         )
     ),
-    "alerts:episode-chart-evidence": scoped(
+    "dashboard:episode-chart-evidence": scoped(
         (
-            lambda w: [url("alerts:episode-chart-evidence", episode_of("aspen"))],
-            lambda w: [url("alerts:episode-chart-evidence", episode_of("birch"))],
+            lambda w: [url("dashboard:episode-chart-evidence", episode_of("aspen"))],
+            lambda w: [url("dashboard:episode-chart-evidence", episode_of("birch"))],
         )
     ),
-    "alerts:episode-acknowledge": action(
-        lambda w: [url("alerts:episode-acknowledge", episode_of("aspen"))], method="post"
+    "dashboard:episode-acknowledge": action(
+        lambda w: [url("dashboard:episode-acknowledge", episode_of("aspen"))], method="post"
     ),
-    "alerts:episode-silence": action(
-        lambda w: [url("alerts:episode-silence", episode_of("aspen"))], method="post"
+    "dashboard:episode-silence": action(
+        lambda w: [url("dashboard:episode-silence", episode_of("aspen"))], method="post"
     ),
-    "alerts:episode-exempt": action(
-        lambda w: [url("alerts:episode-exempt", episode_of("aspen"))], method="post"
+    "dashboard:episode-exempt": action(
+        lambda w: [url("dashboard:episode-exempt", episode_of("aspen"))], method="post"
     ),
     "alert-list": aggregate(lambda w: api("alert-list"), "birch-serve"),
     "alert-detail": scoped(

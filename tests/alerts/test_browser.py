@@ -38,7 +38,7 @@ def test_the_alerts_page_lists_episodes_by_wasted_gpu_hours_and_filters(
     page, live_server, browser_login, staff_user, scene, console_errors
 ):
     browser_login(page, live_server.url, staff_user)
-    page.goto(f"{live_server.url}{reverse('alerts:alert-list')}?{RANGE}")
+    page.goto(f"{live_server.url}{reverse('dashboard:alert-list')}?{RANGE}")
     rows = page.locator("[data-testid=alert-table] tbody tr")
     assert rows.count() == 2
     # The idle notebook wasted 2 GPUs x 170 min; the ghost 4 GPUs x 80 min: idle first.
@@ -59,7 +59,7 @@ def test_the_episode_page_draws_the_evidence_and_acknowledges(
 ):
     episode = Episode.objects.get(rule="idle_workload")
     browser_login(page, live_server.url, staff_user)
-    page.goto(live_server.url + reverse("alerts:episode-detail", args=[episode.pk]))
+    page.goto(live_server.url + reverse("dashboard:episode-detail", args=[episode.pk]))
     page.wait_for_function(
         "() => document.getElementById('episode-evidence-chart')"
         ".getAttribute('data-chart-state') === 'ready'",
@@ -85,12 +85,12 @@ def test_a_ghost_workload_badge_says_how_many_pods_run(
 ):
     ghost = Episode.objects.get(rule="ghost_reservation")
     browser_login(page, live_server.url, staff_user)
-    page.goto(live_server.url + reverse("quotas:workload-detail", args=[ghost.workload_id]))
+    page.goto(live_server.url + reverse("dashboard:workload-detail", args=[ghost.workload_id]))
     badge = page.locator("[data-testid=ghost-badge]")
     assert badge.inner_text() == "ghost · 0 of 4 pods running"
     assert page.locator("[data-testid=open-alerts]").count() == 1
     shot(page, "alerts-ghost-badge")
-    page.goto(live_server.url + reverse("quotas:team-detail", args=["red"]))
+    page.goto(live_server.url + reverse("dashboard:team-detail", args=["red"]))
     assert page.locator("[data-testid=open-alerts] li").count() == 2
     shot(page, "alerts-team-badges")
     assert console_errors == []

@@ -58,7 +58,7 @@ def page_client(user) -> Client:
 
 
 def page_view(client, number: int, **params):
-    response = client.get(reverse("quotas:chargeback"), {**PAGE_RANGE, **params, "page": number})
+    response = client.get(reverse("dashboard:chargeback"), {**PAGE_RANGE, **params, "page": number})
     assert response.status_code == 200
     context = response.context
     return context["rows"], context["totals"], context["pricing"], context["page_obj"]

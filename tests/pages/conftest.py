@@ -42,6 +42,12 @@ from django.test import Client
 from django.utils import timezone
 
 from core.timewindows import floor_time
+from fleet.choices import IngestSource, IngestStatus
+from fleet.models import Gpu, IngestRun, Node
+from ledger.choices import RollupScope
+from ledger.models import GpuUsage, HourlyRollup
+from quotas.choices import WorkloadState
+from quotas.models import ClusterQueue, Team, Workload
 
 # The live server runs Django's sync ORM from Playwright's event-loop thread.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -118,8 +124,6 @@ class FleetData:
 
 
 def _usage(cluster, window_end, gpu, **fields):
-    from ledger.models import GpuUsage
-
     window_start = window_end - timedelta(seconds=settings.GPULEDGER_COLLECT_SECONDS)
     defaults = {
         "cluster": cluster,
@@ -145,16 +149,9 @@ def _usage(cluster, window_end, gpu, **fields):
     return GpuUsage(**defaults)
 
 
-@pytest.fixture
-def fleet_data(db, cluster, lead_user) -> FleetData:
-    from fleet.choices import IngestSource, IngestStatus
-    from fleet.models import Gpu, IngestRun, Node
-    from ledger.choices import RollupScope
-    from ledger.models import GpuUsage, HourlyRollup
-    from quotas.choices import WorkloadState
-    from quotas.models import ClusterQueue, Team, Workload
-
-    now = floor_time(timezone.now(), settings.GPULEDGER_COLLECT_SECONDS)
+def _fleet_queues(cluster, lead_user) -> dict[str, Any]:
+    """Teams alpha (led by ``lead_user``) and beta, a ClusterQueue each, an admitted and a
+    pending workload in each."""
     team_a = Team.objects.create(name="alpha", display_name="Alpha")
     team_a.leads.add(lead_user)
     team_b = Team.objects.create(name="beta", display_name="Beta")
@@ -196,6 +193,20 @@ def fleet_data(db, cluster, lead_user) -> FleetData:
             requested_gpus=2,
         ),
     ]
+    return {
+        "team_a": team_a,
+        "team_b": team_b,
+        "cq_a": cq_a,
+        "cq_b": cq_b,
+        "workload_a": workload_a,
+        "workload_b": workload_b,
+        "pending": pending,
+    }
+
+
+def _fleet_nodes(cluster) -> tuple[Any, Any, dict[str, Any]]:
+    """node-a1 (H100: one GPU time-sliced) and node-b1 (A100: one GPU split in two MIG
+    instances), and their GPUs by short name."""
     node_a = Node.objects.create(
         cluster=cluster,
         name="node-a1",
@@ -240,8 +251,23 @@ def fleet_data(db, cluster, lead_user) -> FleetData:
         "b3-mig1": gpu(node_b, 3, gi_id="1", slices=3, profile="3g.40gb"),
         "b3-mig2": gpu(node_b, 3, gi_id="2", slices=4, profile="4g.40gb"),
     }
-    alpha = {"team": team_a, "cluster_queue": cq_a, "workload": workload_a, "namespace": "ns-alpha"}
-    beta = {"team": team_b, "cluster_queue": cq_b, "workload": workload_b, "namespace": "ns-beta"}
+    return node_a, node_b, gpus
+
+
+def _latest_usage(cluster, now: datetime, gpus: dict[str, Any], queues: dict[str, Any]) -> list:
+    """The newest window's usage rows, one case of the pages' rules each."""
+    alpha = {
+        "team": queues["team_a"],
+        "cluster_queue": queues["cq_a"],
+        "workload": queues["workload_a"],
+        "namespace": "ns-alpha",
+    }
+    beta = {
+        "team": queues["team_b"],
+        "cluster_queue": queues["cq_b"],
+        "workload": queues["workload_b"],
+        "namespace": "ns-beta",
+    }
     latest = [
         # Busy and working.
         _usage(
@@ -339,6 +365,17 @@ def fleet_data(db, cluster, lead_user) -> FleetData:
         ),
     ]
     GpuUsage.objects.bulk_create(latest)
+    return latest
+
+
+def _history_usage(cluster, now: datetime, gpus: dict[str, Any], queues: dict[str, Any]) -> list:
+    """An hour of one-minute windows on GPU a0, its activity rising with age."""
+    alpha = {
+        "team": queues["team_a"],
+        "cluster_queue": queues["cq_a"],
+        "workload": queues["workload_a"],
+        "namespace": "ns-alpha",
+    }
     history = [
         _usage(
             cluster,
@@ -353,9 +390,16 @@ def fleet_data(db, cluster, lead_user) -> FleetData:
         for minutes in range(1, 61)
     ]
     GpuUsage.objects.bulk_create(history)
+    return history
 
-    # Hourly rollups for the last ROLLUP_HOURS complete hours; values vary by hour so a
-    # longer range sums to more.
+
+def _fleet_rollups(
+    cluster, now: datetime, queues: dict[str, Any]
+) -> tuple[list[datetime], list[Any]]:
+    """Hourly rollups for the last ROLLUP_HOURS complete hours (fleet, flavor, team and
+    workload scopes); values vary by hour so a longer range sums to more."""
+    team_a, team_b = queues["team_a"], queues["team_b"]
+    workload_a, workload_b = queues["workload_a"], queues["workload_b"]
     last_hour = floor_time(now, 3600)
     hours = [last_hour - timedelta(hours=offset) for offset in range(ROLLUP_HOURS, 0, -1)]
     rollups = []
@@ -431,6 +475,17 @@ def fleet_data(db, cluster, lead_user) -> FleetData:
                 )
             )
     HourlyRollup.objects.bulk_create(rollups)
+    return hours, rollups
+
+
+@pytest.fixture
+def fleet_data(db, cluster, lead_user) -> FleetData:
+    now = floor_time(timezone.now(), settings.GPULEDGER_COLLECT_SECONDS)
+    queues = _fleet_queues(cluster, lead_user)
+    node_a, node_b, gpus = _fleet_nodes(cluster)
+    latest = _latest_usage(cluster, now, gpus, queues)
+    history = _history_usage(cluster, now, gpus, queues)
+    hours, rollups = _fleet_rollups(cluster, now, queues)
     IngestRun.objects.create(
         cluster=cluster,
         source=IngestSource.DCGM,
@@ -444,13 +499,7 @@ def fleet_data(db, cluster, lead_user) -> FleetData:
     return FleetData(
         now=now,
         cluster=cluster,
-        team_a=team_a,
-        team_b=team_b,
-        cq_a=cq_a,
-        cq_b=cq_b,
-        workload_a=workload_a,
-        workload_b=workload_b,
-        pending=pending,
+        **queues,
         node_a=node_a,
         node_b=node_b,
         gpus=gpus,

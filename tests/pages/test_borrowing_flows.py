@@ -28,7 +28,7 @@ def test_flows_split_each_hours_borrowing_over_that_hours_lenders_per_flavor(flo
 
 def test_cohort_page_shows_the_lender_borrower_matrix(staff_client, flows_scenario):
     cohort = flows_scenario.cohort
-    url = reverse("quotas:cohort-detail", args=[cohort.cluster.name, cohort.name])
+    url = reverse("dashboard:cohort-detail", args=[cohort.cluster.name, cohort.name])
 
     response = staff_client.get(url, {"range": "24h"})
 

@@ -10,7 +10,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from tests.pages.test_quota_pages import build_world
+from tests.pages.quota_pages.world import build_world
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -105,7 +105,7 @@ def test_admin_edits_previews_and_applies_and_the_audit_trail_shows_it(
     }
     _shot(page, "quota-applied")
 
-    page.goto(live_server.url + reverse("quotas:quota-change-list") + f"?queue={queue.pk}")
+    page.goto(live_server.url + reverse("dashboard:quota-change-list") + f"?queue={queue.pk}")
     trail = page.inner_text("[data-testid=audit-trail]")
     assert "Applied, not yet observed" in trail
     assert "nominal 16→8" in trail
@@ -127,7 +127,7 @@ def test_a_lead_requests_and_an_admin_approves(
     Team.objects.get(name="team-a").leads.add(lead)
     browser_login(page, live_server.url, lead)
     page.set_viewport_size({"width": 1440, "height": 900})
-    page.goto(live_server.url + reverse("quotas:team-detail", args=["team-a"]))
+    page.goto(live_server.url + reverse("dashboard:team-detail", args=["team-a"]))
     page.click("[data-testid=request-quota-team-a]")
     page.fill("[data-cell='a100/nvidia.com/gpu/nominal']", "12")
     page.fill("textarea[name=reason]", "eval jobs need a100 this month")
@@ -142,7 +142,7 @@ def test_a_lead_requests_and_an_admin_approves(
 
     page.context.clear_cookies()
     browser_login(page, live_server.url, quota_admin)
-    page.goto(live_server.url + reverse("quotas:quota-change-list"))
+    page.goto(live_server.url + reverse("dashboard:quota-change-list"))
     page.click("[data-testid=worklist] a")
     _shot(page, "quota-request-decide")
     page.fill("#decision-comment", "ok for a month")
@@ -169,9 +169,11 @@ def test_conflicts_refusals_and_invalid_values_are_shown(
 ) -> None:
     browser_login(page, live_server.url, quota_admin)
     page.set_viewport_size({"width": 1440, "height": 900})
-    page.goto(live_server.url + reverse("quotas:cluster-queue-detail", args=["gpu-east", "team-b"]))
+    page.goto(
+        live_server.url + reverse("dashboard:cluster-queue-detail", args=["gpu-east", "team-b"])
+    )
     _shot(page, "queue-page")
-    new_url = live_server.url + reverse("quotas:quota-change-new", args=["gpu-east", "team-b"])
+    new_url = live_server.url + reverse("dashboard:quota-change-new", args=["gpu-east", "team-b"])
 
     # 1. The API server refuses a value: its causes are listed per field.
     kube.validators.append(

@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from tests.pages.test_quota_pages import build_world
+from tests.pages.quota_pages.world import build_world
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -60,7 +60,7 @@ def test_team_page_charts_render_and_follow_the_range_picker(
     page, live_server, browser_login, lead_user, world, console_errors
 ):
     browser_login(page, live_server.url, lead_user)
-    page.goto(live_server.url + reverse("quotas:team-detail", args=["alpha"]))
+    page.goto(live_server.url + reverse("dashboard:team-detail", args=["alpha"]))
     wait_for_charts(page, 2)
 
     allocation = chart_info(page, "team-allocation-chart")
@@ -91,7 +91,7 @@ def test_team_page_state_filter_submits_on_change(
     page, live_server, browser_login, lead_user, world, console_errors
 ):
     browser_login(page, live_server.url, lead_user)
-    page.goto(live_server.url + reverse("quotas:team-detail", args=["alpha"]) + "?range=7d")
+    page.goto(live_server.url + reverse("dashboard:team-detail", args=["alpha"]) + "?range=7d")
 
     page.select_option("select[name=state]", "pending")
     page.wait_for_url("**state=pending**")
@@ -112,7 +112,7 @@ def test_cohort_page_charts_render_and_show_the_reclaim_estimate(
     page, live_server, browser_login, staff_user, world, console_errors
 ):
     browser_login(page, live_server.url, staff_user)
-    page.goto(live_server.url + reverse("quotas:cohort-detail", args=["test", "research"]))
+    page.goto(live_server.url + reverse("dashboard:cohort-detail", args=["test", "research"]))
     wait_for_charts(page, 2)
 
     usage = chart_info(page, "cohort-usage-chart")
@@ -140,18 +140,18 @@ def test_queue_and_workload_pages_draw_every_chart_without_errors(
     page, live_server, browser_login, staff_user, world, console_errors
 ):
     browser_login(page, live_server.url, staff_user)
-    page.goto(live_server.url + reverse("quotas:cluster-queue-detail", args=["test", "team-a"]))
+    page.goto(live_server.url + reverse("dashboard:cluster-queue-detail", args=["test", "team-a"]))
     wait_for_charts(page, 2)
     assert chart_info(page, "queue-usage-chart")["drawn"] >= 3
     assert chart_info(page, "queue-evictions-chart")["traces"] == 2
 
-    page.goto(live_server.url + reverse("quotas:workload-detail", args=[world.wl["a5"].pk]))
+    page.goto(live_server.url + reverse("dashboard:workload-detail", args=[world.wl["a5"].pk]))
     wait_for_charts(page, 3)
     timeline = chart_info(page, "workload-timeline-chart")
     assert timeline["state"] == "ready"
     assert {"Pending", "Admitted", "Evicted"} <= set(timeline["names"])
 
-    page.goto(live_server.url + reverse("quotas:workload-detail", args=[world.wl["a1"].pk]))
+    page.goto(live_server.url + reverse("dashboard:workload-detail", args=[world.wl["a1"].pk]))
     wait_for_charts(page, 3)
     activity = chart_info(page, "workload-sm-chart")
     assert activity["state"] == "ready"
@@ -164,7 +164,7 @@ def test_queue_page_notes_where_quota_history_starts(
 ):
     browser_login(page, live_server.url, staff_user)
     page.set_viewport_size({"width": 1440, "height": 900})
-    page.goto(live_server.url + reverse("quotas:cluster-queue-detail", args=["test", "team-a"]))
+    page.goto(live_server.url + reverse("dashboard:cluster-queue-detail", args=["test", "team-a"]))
     wait_for_charts(page, 2)
 
     note = page.locator("[data-testid=quota-history-start]")

@@ -96,7 +96,7 @@ def test_staff_see_the_deactivation_and_re_activate_the_workload_in_one_click(
 ):
     browser_login(page, live_server.url, staff_user)
     page.set_viewport_size({"width": 1440, "height": 900})
-    url = live_server.url + reverse("quotas:workload-detail", args=[deactivated.workload.pk])
+    url = live_server.url + reverse("dashboard:workload-detail", args=[deactivated.workload.pk])
 
     page.goto(url)
     section = page.get_by_test_id("workload-remediation")
@@ -148,7 +148,7 @@ def test_the_episode_page_lists_its_deliveries_and_re_activates_from_there(
     )
     browser_login(page, live_server.url, staff_user)
     page.set_viewport_size({"width": 1440, "height": 900})
-    url = live_server.url + reverse("alerts:episode-detail", args=[deactivated.pk])
+    url = live_server.url + reverse("dashboard:episode-detail", args=[deactivated.pk])
 
     page.goto(url)
     panel = page.get_by_test_id("episode-notify")

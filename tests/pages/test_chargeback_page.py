@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from ledger.choices import RateKind, RollupScope
 from ledger.models import HourlyRollup, RateCard
-from tests.pages.test_quota_pages import NOW, build_world
+from tests.pages.quota_pages.world import NOW, build_world
 
 H100_PRICE = Decimal("3.00")
 
@@ -62,7 +62,7 @@ def team_hours(response, team: str) -> float:
 
 @pytest.mark.django_db
 def test_finance_sees_every_team_with_cost_and_totals(login_client, finance_user, world):
-    response = login_client(finance_user).get(reverse("quotas:chargeback"), {"range": "7d"})
+    response = login_client(finance_user).get(reverse("dashboard:chargeback"), {"range": "7d"})
 
     assert response.status_code == 200
     rows = {row["group"]: row for row in response.context["rows"]}
@@ -81,7 +81,7 @@ def test_finance_sees_every_team_with_cost_and_totals(login_client, finance_user
 
 @pytest.mark.django_db
 def test_a_lead_sees_only_their_teams(lead_client, world):
-    response = lead_client.get(reverse("quotas:chargeback"), {"range": "7d"})
+    response = lead_client.get(reverse("dashboard:chargeback"), {"range": "7d"})
 
     assert [row["group"] for row in response.context["rows"]] == ["alpha"]
 
@@ -89,7 +89,7 @@ def test_a_lead_sees_only_their_teams(lead_client, world):
 @pytest.mark.django_db
 def test_the_page_links_the_same_report_from_the_api(staff_client, world):
     response = staff_client.get(
-        reverse("quotas:chargeback"), {"range": "7d", "group_by": "namespace", "step": "day"}
+        reverse("dashboard:chargeback"), {"range": "7d", "group_by": "namespace", "step": "day"}
     )
 
     report = response.context["report"]
@@ -107,7 +107,7 @@ def test_the_page_links_the_same_report_from_the_api(staff_client, world):
 def test_without_a_rate_card_the_page_says_costs_are_zero_for_a_reason(staff_client, world):
     RateCard.objects.all().delete()
 
-    response = staff_client.get(reverse("quotas:chargeback"), {"range": "7d"})
+    response = staff_client.get(reverse("dashboard:chargeback"), {"range": "7d"})
 
     body = response.content.decode()
     assert 'data-testid="pricing-note"' in body
@@ -117,7 +117,7 @@ def test_without_a_rate_card_the_page_says_costs_are_zero_for_a_reason(staff_cli
 
 @pytest.mark.django_db
 def test_a_bad_grouping_is_a_400_naming_it(staff_client, world):
-    response = staff_client.get(reverse("quotas:chargeback"), {"group_by": "planet"})
+    response = staff_client.get(reverse("dashboard:chargeback"), {"group_by": "planet"})
 
     assert response.status_code == 400
     assert "group_by" in response.content.decode()
@@ -164,7 +164,7 @@ def test_every_page_of_a_long_report_shows_the_api_totals_and_its_slice_of_the_r
     grouping and step, and to the rollups summed by hand; the pages' rows are the API's rows,
     in its order, each once."""
     params = {"range": "7d", "group_by": "team", "step": "hour"}
-    first = staff_client.get(reverse("quotas:chargeback"), params)
+    first = staff_client.get(reverse("dashboard:chargeback"), params)
     assert first.status_code == 200
     paginator = first.context["page_obj"].paginator
     assert paginator.count == 2 * 168 and paginator.num_pages == 7
@@ -186,7 +186,7 @@ def test_every_page_of_a_long_report_shows_the_api_totals_and_its_slice_of_the_r
 
     shown = []
     for number in range(1, paginator.num_pages + 1):
-        page = staff_client.get(reverse("quotas:chargeback"), {**params, "page": number})
+        page = staff_client.get(reverse("dashboard:chargeback"), {**params, "page": number})
         totals = page.context["totals"]
         assert totals["cost_total"] == f"{api_cost:,.2f}", number
         assert totals["allocated"] == first.context["totals"]["allocated"], number

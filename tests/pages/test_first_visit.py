@@ -16,7 +16,7 @@ from django.utils import timezone
 from dashboard.views.workloads import peak_gpus
 from quotas.choices import WorkloadState
 from quotas.models import Allocation, Team
-from tests.pages.test_quota_pages import NOW, build_world
+from tests.pages.quota_pages.world import NOW, build_world
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def finance_user(db, django_user_model):
 
 
 def role_line(client) -> str:
-    body = client.get(reverse("quotas:team-list")).content.decode()
+    body = client.get(reverse("dashboard:team-list")).content.decode()
     return body.split('data-testid="user-role">', 1)[1].split("</p>", 1)[0]
 
 
@@ -134,7 +134,7 @@ def finished_with_pods(world, cluster):
 def test_a_finished_workload_shows_the_gpus_it_held_at_its_peak(lead_client, world, cluster):
     a4 = finished_with_pods(world, cluster)
 
-    response = lead_client.get(reverse("quotas:workload-detail", args=[a4.pk]))
+    response = lead_client.get(reverse("dashboard:workload-detail", args=[a4.pk]))
 
     card = {s["testid"]: s for s in response.context["stats"]}["stat-gpus"]
     assert card["label"] == "GPUs at peak"
@@ -148,7 +148,7 @@ def test_a_finished_workload_shows_the_gpus_it_held_at_its_peak(lead_client, wor
 def test_a_finished_workload_no_pod_was_seen_for_says_so(lead_client, world):
     a4 = world.wl["a4"]
 
-    response = lead_client.get(reverse("quotas:workload-detail", args=[a4.pk]))
+    response = lead_client.get(reverse("dashboard:workload-detail", args=[a4.pk]))
 
     card = {s["testid"]: s for s in response.context["stats"]}["stat-gpus"]
     assert (card["label"], card["value"]) == ("GPUs at peak", "0")
@@ -158,7 +158,7 @@ def test_a_finished_workload_no_pod_was_seen_for_says_so(lead_client, world):
 @pytest.mark.django_db
 def test_running_and_waiting_workloads_still_show_what_they_hold_now(lead_client, world):
     for key, held in (("a1", world.wl["a1"].admitted_gpus), ("a3", 0.0)):
-        response = lead_client.get(reverse("quotas:workload-detail", args=[world.wl[key].pk]))
+        response = lead_client.get(reverse("dashboard:workload-detail", args=[world.wl[key].pk]))
         card = {s["testid"]: s for s in response.context["stats"]}["stat-gpus"]
         assert (card["label"], card["value"]) == ("GPUs held", f"{held:g}")
     assert world.wl["a1"].state == WorkloadState.ADMITTED

@@ -22,14 +22,14 @@ from ledger.choices import RollupScope
 from ledger.models import GpuUsage, HourlyRollup
 from tests.pages.conftest import PrometheusStub
 
-PAGES = ["fleet:overview", "fleet:map", "fleet:busy"]
+PAGES = ["dashboard:overview", "dashboard:map", "dashboard:busy"]
 CHARTS = [
-    "fleet:chart-capacity",
-    "fleet:chart-team-idle",
-    "fleet:chart-team-active",
-    "fleet:chart-map",
-    "fleet:chart-busy-teams",
-    "fleet:chart-busy-time",
+    "dashboard:chart-capacity",
+    "dashboard:chart-team-idle",
+    "dashboard:chart-team-active",
+    "dashboard:chart-map",
+    "dashboard:chart-busy-teams",
+    "dashboard:chart-busy-time",
 ]
 
 
@@ -37,11 +37,11 @@ def all_urls(data) -> list[str]:
     node, gpu = data.node_a.pk, data.gpus["a0"].pk
     return [
         *(reverse(name) for name in PAGES + CHARTS),
-        reverse("fleet:node", args=[node]),
-        reverse("fleet:gpu", args=[gpu]),
-        reverse("fleet:chart-node", args=[node]),
-        reverse("fleet:chart-gpu-activity", args=[gpu]),
-        reverse("fleet:chart-gpu-memory", args=[gpu]),
+        reverse("dashboard:node", args=[node]),
+        reverse("dashboard:gpu", args=[gpu]),
+        reverse("dashboard:chart-node", args=[node]),
+        reverse("dashboard:chart-gpu-activity", args=[gpu]),
+        reverse("dashboard:chart-gpu-memory", args=[gpu]),
     ]
 
 
@@ -86,7 +86,7 @@ def test_every_page_and_chart_answers_a_signed_in_team_lead(lead_client, fleet_d
 
 
 def test_pages_refuse_post(staff_client, fleet_data):
-    assert staff_client.post(reverse("fleet:overview")).status_code == 405
+    assert staff_client.post(reverse("dashboard:overview")).status_code == 405
 
 
 def test_login_page_renders_the_form(client, db):
@@ -114,7 +114,7 @@ def test_overview_numbers_come_from_the_newest_window_only(staff_client, fleet_d
     )
     pending = sum(workload.requested_gpus for workload in fleet_data.pending)
 
-    response = staff_client.get(reverse("fleet:overview"))
+    response = staff_client.get(reverse("dashboard:overview"))
 
     now = response.context["now"]
     assert now.capacity == pytest.approx(capacity)
@@ -138,7 +138,7 @@ def test_overview_team_table_sums_team_rollups_over_the_range(staff_client, flee
         if r.scope == RollupScope.TEAM and time_range.hour_start <= r.hour < fleet_data.now
     ]
 
-    response = staff_client.get(reverse("fleet:overview"), {"range": "24h"})
+    response = staff_client.get(reverse("dashboard:overview"), {"range": "24h"})
 
     teams = {team.key: team for team in response.context["teams"]}
     for name in ("alpha", "beta"):
@@ -150,11 +150,11 @@ def test_overview_team_table_sums_team_rollups_over_the_range(staff_client, flee
 
 
 def test_team_lead_sees_other_teams_only_summed(lead_client, staff_client, fleet_data):
-    alpha_url = reverse("quotas:team-detail", args=["alpha"])
-    beta_url = reverse("quotas:team-detail", args=["beta"])
+    alpha_url = reverse("dashboard:team-detail", args=["alpha"])
+    beta_url = reverse("dashboard:team-detail", args=["beta"])
 
-    lead = lead_client.get(reverse("fleet:overview"))
-    staff_html = staff_client.get(reverse("fleet:overview")).content.decode()
+    lead = lead_client.get(reverse("dashboard:overview"))
+    staff_html = staff_client.get(reverse("dashboard:overview")).content.decode()
 
     lead_html = lead.content.decode()
     assert f'href="{alpha_url}"' in lead_html
@@ -173,13 +173,13 @@ def test_team_lead_sees_other_teams_only_summed(lead_client, staff_client, fleet
     )
     assert f'href="{beta_url}"' in staff_html
     with override_settings(GPULEDGER_TEAM_VISIBILITY="public"):
-        public_html = lead_client.get(reverse("fleet:overview")).content.decode()
+        public_html = lead_client.get(reverse("dashboard:overview")).content.decode()
     assert f'href="{beta_url}"' in public_html
     assert "Other teams" not in public_html
 
 
 def test_capacity_chart_plots_fleet_rollups_per_complete_hour(staff_client, fleet_data):
-    response = staff_client.get(reverse("fleet:chart-capacity"), {"range": "7d"})
+    response = staff_client.get(reverse("dashboard:chart-capacity"), {"range": "7d"})
 
     figure = response.json()
     assert_labelled(figure)
@@ -210,8 +210,8 @@ def test_capacity_chart_plots_fleet_rollups_per_complete_hour(staff_client, flee
 
 
 def test_range_picker_changes_the_chart_data(staff_client, fleet_data):
-    day = staff_client.get(reverse("fleet:chart-capacity"), {"range": "24h"}).json()
-    week = staff_client.get(reverse("fleet:chart-capacity"), {"range": "7d"}).json()
+    day = staff_client.get(reverse("dashboard:chart-capacity"), {"range": "24h"}).json()
+    week = staff_client.get(reverse("dashboard:chart-capacity"), {"range": "7d"}).json()
 
     def points(figure):
         return sum(1 for y in figure["data"][1]["y"] if y is not None)
@@ -224,15 +224,15 @@ def test_range_picker_changes_the_chart_data(staff_client, fleet_data):
 
 
 def test_range_picker_links_keep_other_parameters(staff_client, fleet_data):
-    response = staff_client.get(reverse("fleet:map"), {"flavor": "h100", "page": "1"})
+    response = staff_client.get(reverse("dashboard:map"), {"flavor": "h100", "page": "1"})
 
     links = {link["key"]: link["query"] for link in response.context["range_links"]}
     assert links["7d"] == "flavor=h100&range=7d"
 
 
 def test_team_rankings_order_teams_by_idle_and_by_active_hours(staff_client, fleet_data):
-    idle = staff_client.get(reverse("fleet:chart-team-idle"), {"range": "7d"}).json()
-    active = staff_client.get(reverse("fleet:chart-team-active"), {"range": "7d"}).json()
+    idle = staff_client.get(reverse("dashboard:chart-team-idle"), {"range": "7d"}).json()
+    active = staff_client.get(reverse("dashboard:chart-team-active"), {"range": "7d"}).json()
 
     def total(team, field):
         return sum(
@@ -251,7 +251,7 @@ def test_team_rankings_order_teams_by_idle_and_by_active_hours(staff_client, fle
 
 
 def test_overview_shows_setup_instructions_without_any_cluster(staff_client, db):
-    response = staff_client.get(reverse("fleet:overview"))
+    response = staff_client.get(reverse("dashboard:overview"))
 
     html = response.content.decode()
     assert response.status_code == 200
@@ -261,7 +261,7 @@ def test_overview_shows_setup_instructions_without_any_cluster(staff_client, db)
 
 
 def test_empty_chart_says_there_is_no_data(staff_client, db):
-    figure = staff_client.get(reverse("fleet:chart-capacity")).json()
+    figure = staff_client.get(reverse("dashboard:chart-capacity")).json()
 
     assert figure["meta"]["empty"] is True
     assert "No hourly rollups" in figure["layout"]["annotations"][0]["text"]
@@ -281,8 +281,8 @@ def test_empty_chart_says_there_is_no_data(staff_client, db):
     ],
 )
 def test_bad_ranges_answer_400_with_the_reason(staff_client, fleet_data, params, message):
-    page = staff_client.get(reverse("fleet:overview"), params)
-    chart = staff_client.get(reverse("fleet:chart-capacity"), params)
+    page = staff_client.get(reverse("dashboard:overview"), params)
+    chart = staff_client.get(reverse("dashboard:chart-capacity"), params)
 
     assert page.status_code == 400
     assert message in html.unescape(page.content.decode())
@@ -295,15 +295,15 @@ def test_bad_ranges_answer_400_with_the_reason(staff_client, fleet_data, params,
     [{"page": "two"}, {"page": "0"}, {"group": "rack"}, {"value": "max"}, {"team": "alpha"}],
 )
 def test_bad_map_filters_answer_400(staff_client, fleet_data, params):
-    assert staff_client.get(reverse("fleet:map"), params).status_code == 400
-    assert staff_client.get(reverse("fleet:chart-map"), params).status_code == 400
+    assert staff_client.get(reverse("dashboard:map"), params).status_code == 400
+    assert staff_client.get(reverse("dashboard:chart-map"), params).status_code == 400
 
 
 def test_unknown_node_and_gpu_answer_404(staff_client, fleet_data):
     missing = Gpu.objects.order_by("-pk").first().pk + 100
-    assert staff_client.get(reverse("fleet:node", args=[missing])).status_code == 404
-    assert staff_client.get(reverse("fleet:gpu", args=[missing])).status_code == 404
-    assert staff_client.get(reverse("fleet:chart-node", args=[missing])).status_code == 404
+    assert staff_client.get(reverse("dashboard:node", args=[missing])).status_code == 404
+    assert staff_client.get(reverse("dashboard:gpu", args=[missing])).status_code == 404
+    assert staff_client.get(reverse("dashboard:chart-node", args=[missing])).status_code == 404
 
 
 def test_custom_range_parses_dates_as_utc_and_includes_the_end_day():
@@ -325,7 +325,7 @@ def test_custom_range_parses_dates_as_utc_and_includes_the_end_day():
 
 def test_fleet_map_filters_nodes_by_flavor_pool_team_and_name(staff_client, fleet_data):
     def names(params):
-        response = staff_client.get(reverse("fleet:map"), params)
+        response = staff_client.get(reverse("dashboard:map"), params)
         return [row["node"].name for row in response.context["rows"]]
 
     assert names({}) == ["node-b1", "node-a1"]  # grouped by flavor: a100 before h100
@@ -345,10 +345,10 @@ def test_fleet_map_paginates_nodes_server_side(staff_client, fleet_data):
     )
     total = Node.objects.filter(gpu_capacity__gt=0).count()
 
-    first = staff_client.get(reverse("fleet:map"), {"group": "none"})
-    last = staff_client.get(reverse("fleet:map"), {"group": "none", "page": "2"})
-    beyond = staff_client.get(reverse("fleet:map"), {"group": "none", "page": "99"})
-    chart = staff_client.get(reverse("fleet:chart-map"), {"group": "none", "page": "2"}).json()
+    first = staff_client.get(reverse("dashboard:map"), {"group": "none"})
+    last = staff_client.get(reverse("dashboard:map"), {"group": "none", "page": "2"})
+    beyond = staff_client.get(reverse("dashboard:map"), {"group": "none", "page": "99"})
+    chart = staff_client.get(reverse("dashboard:chart-map"), {"group": "none", "page": "2"}).json()
 
     assert len(first.context["rows"]) == 100
     assert len(last.context["rows"]) == total - 100
@@ -361,7 +361,7 @@ def _traces(figure):
 
 
 def test_map_chart_draws_states_mig_as_fractions_and_marks_time_slicing(staff_client, fleet_data):
-    figure = staff_client.get(reverse("fleet:chart-map"), {"group": "none"}).json()
+    figure = staff_client.get(reverse("dashboard:chart-map"), {"group": "none"}).json()
 
     traces = _traces(figure)
     state, heat = traces["State"], traces["SM_ACTIVE"]
@@ -403,7 +403,7 @@ def test_map_chart_draws_states_mig_as_fractions_and_marks_time_slicing(staff_cl
 
 
 def test_map_chart_hides_pods_of_teams_the_lead_does_not_lead(lead_client, fleet_data):
-    figure = lead_client.get(reverse("fleet:chart-map"), {"group": "none"}).json()
+    figure = lead_client.get(reverse("dashboard:chart-map"), {"group": "none"}).json()
 
     heat = figure["data"][0]
     row_a = heat["y"].index("node-a1")
@@ -421,7 +421,9 @@ def test_map_mean_mode_averages_the_range_from_stored_windows(staff_client, flee
     ]
     mean = sum(r.activity for r in rows) / len(rows)
 
-    figure = staff_client.get(reverse("fleet:chart-map"), {"group": "none", "value": "mean"}).json()
+    figure = staff_client.get(
+        reverse("dashboard:chart-map"), {"group": "none", "value": "mean"}
+    ).json()
 
     heat = _traces(figure)["SM_ACTIVE"]
     assert heat["z"][heat["y"].index("node-a1")][0] == pytest.approx(mean * 100, abs=0.01)
@@ -438,7 +440,7 @@ def test_node_page_lists_gpus_now_and_holders_over_the_range(staff_client, fleet
     ]
     gpu_hours = sum(r.gpus * (r.window_end - r.window_start).total_seconds() / 3600 for r in rows)
 
-    response = staff_client.get(reverse("fleet:node", args=[fleet_data.node_a.pk]))
+    response = staff_client.get(reverse("dashboard:node", args=[fleet_data.node_a.pk]))
 
     assert response.status_code == 200
     gpu_rows = response.context["gpu_rows"]
@@ -453,7 +455,7 @@ def test_node_page_lists_gpus_now_and_holders_over_the_range(staff_client, fleet
 
 
 def test_node_chart_uses_stored_windows_without_prometheus(staff_client, fleet_data):
-    figure = staff_client.get(reverse("fleet:chart-node", args=[fleet_data.node_a.pk])).json()
+    figure = staff_client.get(reverse("dashboard:chart-node", args=[fleet_data.node_a.pk])).json()
 
     assert_labelled(figure)
     assert figure["meta"]["source"] == "stored windows"
@@ -471,7 +473,7 @@ def test_node_chart_falls_back_to_stored_windows_when_prometheus_fails(staff_cli
     fleet_data.cluster.prometheus_timeout_seconds = 2
     fleet_data.cluster.save()
 
-    figure = staff_client.get(reverse("fleet:chart-node", args=[fleet_data.node_a.pk])).json()
+    figure = staff_client.get(reverse("dashboard:chart-node", args=[fleet_data.node_a.pk])).json()
 
     assert figure["meta"]["source"] == "stored windows"
     assert "Prometheus could not be queried" in figure["meta"]["notice"]
@@ -484,7 +486,7 @@ def test_node_chart_reads_live_from_prometheus_when_configured(
     fleet_data.cluster.prometheus_url = prometheus_stub
     fleet_data.cluster.save()
 
-    figure = staff_client.get(reverse("fleet:chart-node", args=[fleet_data.node_a.pk])).json()
+    figure = staff_client.get(reverse("dashboard:chart-node", args=[fleet_data.node_a.pk])).json()
 
     assert figure["meta"]["source"] == "live from Prometheus"
     assert [trace["name"] for trace in figure["data"]] == ["GPU 1"]
@@ -497,9 +499,9 @@ def test_gpu_page_and_charts_show_every_metric_in_consistent_units(staff_client,
     gpu = fleet_data.gpus["a0"]
     latest = next(r for r in fleet_data.latest_rows if r.gpu == gpu)
 
-    page = staff_client.get(reverse("fleet:gpu", args=[gpu.pk]))
-    activity = staff_client.get(reverse("fleet:chart-gpu-activity", args=[gpu.pk])).json()
-    memory = staff_client.get(reverse("fleet:chart-gpu-memory", args=[gpu.pk])).json()
+    page = staff_client.get(reverse("dashboard:gpu", args=[gpu.pk]))
+    activity = staff_client.get(reverse("dashboard:chart-gpu-activity", args=[gpu.pk])).json()
+    memory = staff_client.get(reverse("dashboard:chart-gpu-memory", args=[gpu.pk])).json()
 
     assert page.status_code == 200
     assert page.context["row"]["fb_used_gib"] == pytest.approx(latest.fb_used_mib / 1024)
@@ -515,7 +517,7 @@ def test_gpu_page_and_charts_show_every_metric_in_consistent_units(staff_client,
 
 
 def test_gpu_page_hides_other_teams_pods_from_a_lead(lead_client, fleet_data):
-    response = lead_client.get(reverse("fleet:gpu", args=[fleet_data.gpus["b2"].pk]))
+    response = lead_client.get(reverse("dashboard:gpu", args=[fleet_data.gpus["b2"].pk]))
 
     html = response.content.decode()
     assert "train-b-3" not in html
@@ -543,7 +545,7 @@ def test_busy_page_counts_gpus_now_and_gpu_hours_from_rollups(staff_client, flee
         if r.scope == "fleet" and time_range.hour_start <= r.hour
     )
 
-    response = staff_client.get(reverse("fleet:busy"), {"range": "24h"})
+    response = staff_client.get(reverse("dashboard:busy"), {"range": "24h"})
 
     cards = {card["testid"]: card for card in response.context["cards"]}
     assert float(cards["busy-now"]["value"]) == pytest.approx(busy_now)
@@ -572,7 +574,7 @@ def test_busy_team_table_sums_only_what_its_partial_index_carries(staff_client, 
 
     [index] = [i for i in HourlyRollup._meta.indexes if i.name == "fleet_rollup_team_busy"]
     assert BUSY_TEAM_FIGURES and set(BUSY_TEAM_FIGURES) <= set(index.include)
-    response = staff_client.get(reverse("fleet:busy"), {"range": "24h"})
+    response = staff_client.get(reverse("dashboard:busy"), {"range": "24h"})
     team = next(t for t in response.context["teams"] if t.key == "beta")
     assert team.figures.busy_share is not None
     assert team.figures.mean_gpu_util is not None
@@ -580,7 +582,7 @@ def test_busy_team_table_sums_only_what_its_partial_index_carries(staff_client, 
 
 
 def test_busy_page_shows_a_lead_only_their_workloads_and_a_hidden_total(lead_client, fleet_data):
-    response = lead_client.get(reverse("fleet:busy"), {"range": "24h"})
+    response = lead_client.get(reverse("dashboard:busy"), {"range": "24h"})
 
     keys = [w.key for w in response.context["workloads"]]
     assert keys == ["ns-alpha/train-a"]
@@ -597,7 +599,7 @@ def test_busy_page_shows_a_lead_only_their_workloads_and_a_hidden_total(lead_cli
 
 
 def test_busy_charts_have_titles_axes_and_legends(staff_client, fleet_data):
-    for name in ("fleet:chart-busy-teams", "fleet:chart-busy-time"):
+    for name in ("dashboard:chart-busy-teams", "dashboard:chart-busy-time"):
         figure = staff_client.get(reverse(name), {"range": "7d"}).json()
         assert_labelled(figure)
         assert figure["meta"]["empty"] is False
@@ -607,7 +609,7 @@ def test_busy_charts_have_titles_axes_and_legends(staff_client, fleet_data):
 
 
 def test_banner_says_when_data_was_collected(staff_client, fleet_data):
-    html = staff_client.get(reverse("fleet:map")).content.decode()
+    html = staff_client.get(reverse("dashboard:map")).content.decode()
 
     assert "Data collected just now" in html
     assert "freshness-stale" not in html
@@ -618,7 +620,7 @@ def test_banner_warns_when_collection_is_stale_or_failing(staff_client, fleet_da
         started_at=fleet_data.now - timedelta(hours=2),
         finished_at=fleet_data.now - timedelta(hours=2),
     )
-    stale = staff_client.get(reverse("fleet:busy")).content.decode()
+    stale = staff_client.get(reverse("dashboard:busy")).content.decode()
     IngestRun.objects.create(
         cluster=fleet_data.cluster,
         source=IngestSource.DCGM,
@@ -626,7 +628,7 @@ def test_banner_warns_when_collection_is_stale_or_failing(staff_client, fleet_da
         started_at=fleet_data.now,
         error="HTTP 503 from Prometheus",
     )
-    failing = staff_client.get(reverse("fleet:busy")).content.decode()
+    failing = staff_client.get(reverse("dashboard:busy")).content.decode()
 
     assert "freshness-stale" in stale
     assert "Stale:" in stale

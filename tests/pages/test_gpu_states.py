@@ -16,18 +16,18 @@ NO_TELEMETRY = 3
 
 
 def _map(client, **params):
-    figure = client.get(reverse("fleet:chart-map"), {"group": "none", **params}).json()
+    figure = client.get(reverse("dashboard:chart-map"), {"group": "none", **params}).json()
     return figure, {trace["name"]: trace for trace in figure["data"]}
 
 
 def test_a_silent_node_held_by_a_pod_is_held_with_no_telemetry_on_every_page(staff_client, silent):
     node = silent["node-silent"]
 
-    page = staff_client.get(reverse("fleet:node", args=[node.pk]))
+    page = staff_client.get(reverse("dashboard:node", args=[node.pk]))
     figure, traces = _map(staff_client, q="node-silent")
-    table = staff_client.get(reverse("fleet:map"), {"q": "node-silent"})
+    table = staff_client.get(reverse("dashboard:map"), {"q": "node-silent"})
     gpu = page.context["gpu_rows"][5]["gpu"]
-    gpu_page = staff_client.get(reverse("fleet:gpu", args=[gpu.pk]))
+    gpu_page = staff_client.get(reverse("dashboard:gpu", args=[gpu.pk]))
 
     held = next(card for card in page.context["cards"] if card["testid"] == "node-held")
     assert (held["value"], held["unit"]) == ("8", "of 8")
@@ -49,7 +49,7 @@ def test_a_silent_node_held_by_a_pod_is_held_with_no_telemetry_on_every_page(sta
 def test_a_silent_gpu_nobody_holds_is_no_telemetry_never_free(staff_client, silent):
     node = silent["node-dark"]
 
-    page = staff_client.get(reverse("fleet:node", args=[node.pk]))
+    page = staff_client.get(reverse("dashboard:node", args=[node.pk]))
     figure, traces = _map(staff_client, q="node-dark")
 
     assert [row["state"] for row in page.context["gpu_rows"]] == ["no_telemetry"] * 4
@@ -64,7 +64,7 @@ def test_a_lead_sees_another_team_not_its_pod_on_a_silent_gpu(lead_client, silen
     # Under the default (private) team visibility another team's holder is named only as such.
     node = silent["node-silent"]
 
-    page = lead_client.get(reverse("fleet:node", args=[node.pk]))
+    page = lead_client.get(reverse("dashboard:node", args=[node.pk]))
     figure, traces = _map(lead_client, q="node-silent")
 
     labels = {row["holders"][0]["holder"].label for row in page.context["gpu_rows"]}
@@ -107,7 +107,9 @@ def test_an_empty_node_chart_spans_the_range_not_minus_one_to_six(staff_client, 
 
     node = Node.objects.create(cluster=fleet_data.cluster, name="node-new", gpu_capacity=8)
 
-    figure = staff_client.get(reverse("fleet:chart-node", args=[node.pk]), {"range": "24h"}).json()
+    figure = staff_client.get(
+        reverse("dashboard:chart-node", args=[node.pk]), {"range": "24h"}
+    ).json()
 
     assert figure["meta"]["empty"] is True
     xaxis = figure["layout"]["xaxis"]
@@ -118,7 +120,7 @@ def test_an_empty_node_chart_spans_the_range_not_minus_one_to_six(staff_client, 
 
 
 def test_a_mig_node_chart_draws_one_line_per_physical_gpu(staff_client, fleet_data):
-    figure = staff_client.get(reverse("fleet:chart-node", args=[fleet_data.node_b.pk])).json()
+    figure = staff_client.get(reverse("dashboard:chart-node", args=[fleet_data.node_b.pk])).json()
 
     names = [trace["name"] for trace in figure["data"]]
     assert names == ["GPU 0", "GPU 1", "GPU 2", "GPU 3 · MIG 3g.40gb, 4g.40gb"]
@@ -131,7 +133,7 @@ def test_an_empty_gpu_chart_spans_the_range_too(staff_client, silent):
 
     gpu = Gpu.objects.filter(node=silent["node-silent"]).first()
 
-    for name in ("fleet:chart-gpu-activity", "fleet:chart-gpu-memory"):
+    for name in ("dashboard:chart-gpu-activity", "dashboard:chart-gpu-memory"):
         figure = staff_client.get(reverse(name, args=[gpu.pk]), {"range": "7d"}).json()
         xaxis = figure["layout"]["xaxis"]
         start, end = (datetime.fromisoformat(value) for value in xaxis["range"])

@@ -14,7 +14,7 @@ from dashboard.templatetags.formatting import figure as fmt
 from ledger.models import GpuUsage
 from quotas.choices import HOLDING_STATES
 from quotas.models import Workload
-from tests.pages.test_quota_pages import NOW, build_world
+from tests.pages.quota_pages.world import NOW, build_world
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def held_by_pods(team) -> float:
 
 @pytest.mark.django_db
 def test_a_lead_sees_each_team_with_quota_per_flavor_and_both_allocations(lead_client, world):
-    response = lead_client.get(reverse("quotas:my-teams"))
+    response = lead_client.get(reverse("dashboard:my-teams"))
 
     assert response.status_code == 200
     (card,) = response.context["cards"]
@@ -58,17 +58,17 @@ def test_a_lead_sees_each_team_with_quota_per_flavor_and_both_allocations(lead_c
     # a2 spent 9 of every 12 GPU-hours idle (75 %); a1 0.5 of 8.
     assert [row["workload"] for row in card["idle"]] == [world.wl["a2"]]
     body = response.content.decode()
-    assert reverse("fleet:overview") in body
+    assert reverse("dashboard:overview") in body
 
 
 @pytest.mark.django_db
 def test_someone_who_leads_nothing_is_told_so_and_where_to_go(staff_client, world):
-    response = staff_client.get(reverse("quotas:my-teams"))
+    response = staff_client.get(reverse("dashboard:my-teams"))
 
     assert response.status_code == 200
     body = response.content.decode()
     assert 'data-testid="no-teams"' in body
-    assert reverse("fleet:overview") in body
+    assert reverse("dashboard:overview") in body
 
 
 def test_signing_in_lands_staff_on_the_overview(client, staff_user, world):
@@ -92,7 +92,7 @@ def test_signing_in_lands_a_lead_on_my_teams(client, lead_user, world):
     )
 
     assert response.status_code == 302
-    assert response["Location"] == reverse("quotas:my-teams")
+    assert response["Location"] == reverse("dashboard:my-teams")
 
 
 @pytest.mark.browser
@@ -121,7 +121,7 @@ def test_my_teams_renders_in_chromium(
 
 @pytest.mark.django_db
 def test_the_team_page_names_both_allocations_and_shows_quota_per_flavor(lead_client, world):
-    response = lead_client.get(reverse("quotas:team-detail", args=["alpha"]))
+    response = lead_client.get(reverse("dashboard:team-detail", args=["alpha"]))
 
     stats = {s.get("testid"): s for s in response.context["stats"]}
     holding = Workload.objects.filter(cluster_queue=world.cq_a, state__in=HOLDING_STATES)
@@ -136,7 +136,7 @@ def test_the_team_page_names_both_allocations_and_shows_quota_per_flavor(lead_cl
 
 @pytest.mark.django_db
 def test_the_team_list_shows_both_allocations_and_quota_used_per_flavor(staff_client, world):
-    response = staff_client.get(reverse("quotas:team-list"))
+    response = staff_client.get(reverse("dashboard:team-list"))
 
     rows = {row["team"].name: row for row in response.context["rows"]}
     assert rows["alpha"]["held"] == fmt(held_by_pods(world.alpha))
@@ -175,9 +175,9 @@ def test_my_teams_lists_the_open_alerts_of_the_lead_s_teams_only(lead_client, wo
     resolved = episode(world.alpha, world.cq_a, world.wl["a1"], "alpha job idled once")
     Episode.objects.filter(pk=resolved.pk).update(resolved_at=NOW - timedelta(hours=1))
 
-    body = lead_client.get(reverse("quotas:my-teams")).content.decode()
+    body = lead_client.get(reverse("dashboard:my-teams")).content.decode()
 
     assert ours.summary in body
-    assert reverse("alerts:episode-detail", args=[ours.pk]) in body
+    assert reverse("dashboard:episode-detail", args=[ours.pk]) in body
     assert theirs.summary not in body
     assert resolved.summary not in body

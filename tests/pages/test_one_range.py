@@ -197,22 +197,22 @@ def test_every_page_and_the_chargeback_give_each_team_the_same_gpu_hours(staff_c
     assert charge.status_code == 200, charge.content[:500]
     api = {row["group"]: row for row in charge.json()["rows"]}
 
-    overview = page(staff_client, reverse("fleet:overview"), RANGE).rows_by_first_cell(
+    overview = page(staff_client, reverse("dashboard:overview"), RANGE).rows_by_first_cell(
         "teams-table"
     )
-    team_list = page(staff_client, reverse("quotas:team-list"), RANGE).rows_by_first_cell(
+    team_list = page(staff_client, reverse("dashboard:team-list"), RANGE).rows_by_first_cell(
         "team-table"
     )
     members = {
         row[1]: row
         for row in page(
-            staff_client, reverse("quotas:cohort-detail", args=["test", "research"]), RANGE
+            staff_client, reverse("dashboard:cohort-detail", args=["test", "research"]), RANGE
         ).tables["member-table"][1:]
     }
 
     for name, expected in EXPECTED.items():
         label = name.capitalize()
-        team_page = page(staff_client, reverse("quotas:team-detail", args=[name]), RANGE)
+        team_page = page(staff_client, reverse("dashboard:team-detail", args=[name]), RANGE)
         # The API: hand-computed sums of the hours that ended (not the 12:00 row).
         assert api[name]["allocated_gpu_hours"] == pytest.approx(expected["allocated"])
         assert api[name]["active_gpu_hours"] == pytest.approx(expected["active"])
@@ -246,13 +246,13 @@ def test_every_page_and_the_chargeback_give_each_team_the_same_gpu_hours(staff_c
 
 
 def test_the_utilization_every_page_shows_is_the_ratio_of_those_hours(staff_client, scenario):
-    overview = page(staff_client, reverse("fleet:overview"), RANGE).rows_by_first_cell(
+    overview = page(staff_client, reverse("dashboard:overview"), RANGE).rows_by_first_cell(
         "teams-table"
     )
-    team_list = page(staff_client, reverse("quotas:team-list"), RANGE).rows_by_first_cell(
+    team_list = page(staff_client, reverse("dashboard:team-list"), RANGE).rows_by_first_cell(
         "team-table"
     )
-    alpha = page(staff_client, reverse("quotas:team-detail", args=["alpha"]), RANGE)
+    alpha = page(staff_client, reverse("dashboard:team-detail", args=["alpha"]), RANGE)
 
     # 10 active of 16 allocated-with-telemetry GPU-hours (with the 12:00 row: 10.5 / 17.5).
     assert overview["Alpha"][3] == "62.5 %"
@@ -265,9 +265,9 @@ def test_the_queue_team_and_cohort_pages_and_the_api_agree_on_borrowed_now(staff
         items = staff_client.get("/api/v1/cluster-queues/", {"name": "cq-alpha"}).json()["results"]
     api = items[0]["gpus_now"]["borrowed"]
 
-    queue = page(staff_client, reverse("quotas:cluster-queue-detail", args=["test", "cq-alpha"]))
-    team = page(staff_client, reverse("quotas:team-detail", args=["alpha"]))
-    cohort = page(staff_client, reverse("quotas:cohort-detail", args=["test", "research"]))
+    queue = page(staff_client, reverse("dashboard:cluster-queue-detail", args=["test", "cq-alpha"]))
+    team = page(staff_client, reverse("dashboard:team-detail", args=["alpha"]))
+    cohort = page(staff_client, reverse("dashboard:cohort-detail", args=["test", "research"]))
     members = cohort.rows_by_first_cell("member-table")
 
     assert api == BORROWED_NOW
@@ -286,8 +286,8 @@ def test_the_charts_plot_exactly_the_hours_the_tables_count(staff_client, scenar
         assert response.status_code == 200, response.content[:500]
         return response.json()
 
-    team = chart("quotas:team-chart-allocation", "alpha")
-    cohort = chart("quotas:cohort-chart-usage", "test", "research")
+    team = chart("dashboard:team-chart-allocation", "alpha")
+    cohort = chart("dashboard:cohort-chart-usage", "test", "research")
     allocated = next(trace for trace in team["data"] if trace["name"] == "Allocated")
     members = {trace["name"]: trace for trace in cohort["data"]}
 

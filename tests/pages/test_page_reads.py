@@ -25,10 +25,10 @@ from fleet.models import Gpu, Node
 pytestmark = pytest.mark.django_db
 
 MAP_URLS = [
-    ("fleet:map", {}),
-    ("fleet:chart-map", {}),
-    ("fleet:chart-map", {"value": "mean"}),
-    ("fleet:chart-map", {"value": "team"}),
+    ("dashboard:map", {}),
+    ("dashboard:chart-map", {}),
+    ("dashboard:chart-map", {"value": "mean"}),
+    ("dashboard:chart-map", {"value": "team"}),
 ]
 
 
@@ -69,7 +69,7 @@ def test_the_map_reads_usage_now_by_a_gpu_subquery_not_a_literal_id_list(staff_c
 
 
 def test_the_map_table_reads_states_without_joining_workloads_or_teams(staff_client, silent):
-    usage = [sql for sql in _queries(staff_client, "fleet:map", {}) if "fleet_gpuusage" in sql]
+    usage = [sql for sql in _queries(staff_client, "dashboard:map", {}) if "fleet_gpuusage" in sql]
 
     assert usage
     assert not [sql for sql in usage if "quotas_workload" in sql or "quotas_team" in sql]
@@ -97,7 +97,7 @@ def test_node_counts_are_the_same_read_with_or_without_holders(fleet_data, silen
 
 
 def test_the_overview_scans_pending_workloads_once(staff_client, fleet_data):
-    queries = _queries(staff_client, "fleet:overview", {})
+    queries = _queries(staff_client, "dashboard:overview", {})
 
     workload_scans = [sql for sql in queries if re.search(r'FROM "quotas_workload"', sql)]
     assert len(workload_scans) == 1, workload_scans

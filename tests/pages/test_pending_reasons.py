@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 
 from dashboard.pending import short_reason, shortfalls
-from tests.pages.test_quota_pages import NOW, build_world
+from tests.pages.quota_pages.world import NOW, build_world
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "kueue_pending_messages.json"
 
@@ -54,7 +54,7 @@ def test_the_queue_page_shows_the_short_reason(
     world = build_world(cluster, lead_user, beta_lead, NOW)
 
     response = staff_client.get(
-        reverse("quotas:cluster-queue-detail", args=[cluster.name, world.cq_a.name])
+        reverse("dashboard:cluster-queue-detail", args=[cluster.name, world.cq_a.name])
     )
 
     rows = {row["workload"].name: row for row in response.context["pending_rows"]}
@@ -81,7 +81,7 @@ A3_REASON = (
 def test_the_queue_page_counts_kueue_positions_from_1(staff_client, pending_world):
     # a3 and a5 have Kueue's positionInClusterQueue 1 and 2 (0 would be next in line).
     response = staff_client.get(
-        reverse("quotas:cluster-queue-detail", args=["test", pending_world.cq_a.name])
+        reverse("dashboard:cluster-queue-detail", args=["test", pending_world.cq_a.name])
     )
 
     body = response.content.decode()
@@ -93,7 +93,7 @@ def test_the_queue_page_counts_kueue_positions_from_1(staff_client, pending_worl
 def test_the_workload_page_says_where_a_pending_workload_stands_and_why(lead_client, pending_world):
     a3 = pending_world.wl["a3"]
 
-    response = lead_client.get(reverse("quotas:workload-detail", args=[a3.pk]))
+    response = lead_client.get(reverse("dashboard:workload-detail", args=[a3.pk]))
 
     assert response.context["short_reason"] == A3_REASON
     body = response.content.decode()
@@ -109,7 +109,7 @@ def test_a_pending_workload_without_a_position_says_kueue_gave_none(lead_client,
     a3.pending_position = None
     a3.save(update_fields=["pending_position"])
 
-    body = lead_client.get(reverse("quotas:workload-detail", args=[a3.pk])).content.decode()
+    body = lead_client.get(reverse("dashboard:workload-detail", args=[a3.pk])).content.decode()
 
     assert "Kueue gave no queue position" in body
     assert "Position <strong>" not in body
@@ -118,7 +118,7 @@ def test_a_pending_workload_without_a_position_says_kueue_gave_none(lead_client,
 @pytest.mark.django_db
 def test_the_team_page_lists_pending_workloads_with_position_and_reason(lead_client, pending_world):
     response = lead_client.get(
-        reverse("quotas:team-detail", args=["alpha"]) + "?state=pending&range=7d"
+        reverse("dashboard:team-detail", args=["alpha"]) + "?state=pending&range=7d"
     )
 
     rows = {row["workload"].name: row for row in response.context["workload_rows"]}
@@ -131,7 +131,7 @@ def test_the_team_page_lists_pending_workloads_with_position_and_reason(lead_cli
 
 @pytest.mark.django_db
 def test_my_teams_lists_pending_workloads_with_position_and_reason(lead_client, pending_world):
-    response = lead_client.get(reverse("quotas:my-teams"))
+    response = lead_client.get(reverse("dashboard:my-teams"))
 
     (card,) = response.context["cards"]
     reasons = {row["workload"].name: row["short_reason"] for row in card["pending_rows"]}

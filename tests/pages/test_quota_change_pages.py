@@ -97,7 +97,7 @@ def test_staff_without_the_permission_neither_edits_nor_applies(
     assert page.status_code == 200 and 'data-testid="edit-quotas"' not in page.content.decode()
     edit_url = reverse("admin:quotas_clusterqueue_edit_quotas", args=[queue.pk])
     assert client.get(edit_url).status_code == 403
-    new_url = reverse("quotas:quota-change-new", args=["gpu-east", "team-a"])
+    new_url = reverse("dashboard:quota-change-new", args=["gpu-east", "team-a"])
     assert client.post(new_url, _form(queue, h100_nvidia_com_gpu="12")).status_code == 403
     # A previewed change stays unapplied when they press Apply.
     answer = _client(quota_admin).post(
@@ -106,8 +106,8 @@ def test_staff_without_the_permission_neither_edits_nor_applies(
     )
     change = QuotaChange.objects.get()
     assert answer.status_code == 302
-    assert answer["Location"] == reverse("quotas:quota-change-detail", args=[change.pk])
-    apply_url = reverse("quotas:quota-change-apply", args=[change.pk])
+    assert answer["Location"] == reverse("dashboard:quota-change-detail", args=[change.pk])
+    apply_url = reverse("dashboard:quota-change-apply", args=[change.pk])
     assert client.post(apply_url, {"action": "apply"}).status_code == 403
     change.refresh_from_db()
     assert change.status == QuotaChangeStatus.PREVIEWED
@@ -132,23 +132,23 @@ def test_the_edit_form_shows_errors_on_the_fields_they_concern(kube, quota_admin
 
 def test_a_lead_requests_for_their_queue_only_and_cannot_apply(kube, lead) -> None:
     client = _client(lead)
-    team_page = client.get(reverse("quotas:team-detail", args=["team-a"]))
+    team_page = client.get(reverse("dashboard:team-detail", args=["team-a"]))
     assert 'data-testid="request-quota-team-a"' in team_page.content.decode()
     queue = ClusterQueue.objects.get(name="team-a")
     answer = client.post(
-        reverse("quotas:quota-change-new", args=["gpu-east", "team-a"]),
+        reverse("dashboard:quota-change-new", args=["gpu-east", "team-a"]),
         _form(queue, a100_nvidia_com_gpu="12"),
     )
     change = QuotaChange.objects.get()
     assert answer.status_code == 302
     assert change.status == QuotaChangeStatus.REQUESTED
-    detail = client.get(reverse("quotas:quota-change-detail", args=[change.pk])).content.decode()
+    detail = client.get(reverse("dashboard:quota-change-detail", args=[change.pk])).content.decode()
     assert "Waiting for a quota admin" in detail and "approve-button" not in detail
-    apply_url = reverse("quotas:quota-change-apply", args=[change.pk])
+    apply_url = reverse("dashboard:quota-change-apply", args=[change.pk])
     assert client.post(apply_url, {"action": "approve"}).status_code == 403
     other = ClusterQueue.objects.get(name="team-b")
     assert (
-        client.get(reverse("quotas:quota-change-new", args=["gpu-east", other.name])).status_code
+        client.get(reverse("dashboard:quota-change-new", args=["gpu-east", other.name])).status_code
         == 403
     )
 
@@ -161,7 +161,7 @@ def test_the_patch_downloads_as_yaml_and_the_audit_is_read_only(kube, quota_admi
         _form(queue, h100_nvidia_com_gpu="12"),
     )
     change = QuotaChange.objects.get()
-    download = client.get(reverse("quotas:quota-change-patch", args=[change.pk]))
+    download = client.get(reverse("dashboard:quota-change-patch", args=[change.pk]))
     assert download["Content-Type"].startswith("application/yaml")
     assert "attachment" in download["Content-Disposition"]
     assert b"nominalQuota: '12'" in download.content
@@ -173,7 +173,7 @@ def test_the_patch_downloads_as_yaml_and_the_audit_is_read_only(kube, quota_admi
         reverse("admin:quotas_quotachange_changelist") + "?status__exact=requested"
     )
     assert listing.status_code == 200
-    history = client.get(reverse("quotas:quota-change-list") + f"?queue={queue.pk}")
+    history = client.get(reverse("dashboard:quota-change-list") + f"?queue={queue.pk}")
     assert f"#{change.pk}" in history.content.decode()
 
 

@@ -16,7 +16,7 @@ from core.timewindows import floor_time
 from dashboard.templatetags.formatting import figure as fmt
 from ledger.choices import RateKind, RollupScope
 from ledger.models import HourlyRollup, RateCard
-from tests.pages.test_quota_pages import NOW, build_world, range_hours, rollup_sum
+from tests.pages.quota_pages.world import NOW, build_world, range_hours, rollup_sum
 
 H100_PRICE = Decimal("2.50")
 
@@ -58,7 +58,7 @@ def expected(world, key: str) -> dict:
 
 @pytest.mark.django_db
 def test_the_list_shows_gpu_hours_idle_share_and_cost_per_workload(staff_client, world):
-    response = staff_client.get(reverse("quotas:workload-list"), {"range": "24h"})
+    response = staff_client.get(reverse("dashboard:workload-list"), {"range": "24h"})
 
     assert response.status_code == 200
     by_name = {row["workload"].name: row for row in response.context["rows"]}
@@ -77,7 +77,7 @@ def test_the_list_shows_gpu_hours_idle_share_and_cost_per_workload(staff_client,
 @pytest.mark.django_db
 @pytest.mark.parametrize("sort", ["gpu_hours", "idle_share", "cost"])
 def test_the_list_sorts_by_a_figure_highest_first(staff_client, world, sort):
-    response = staff_client.get(reverse("quotas:workload-list"), {"sort": sort})
+    response = staff_client.get(reverse("dashboard:workload-list"), {"sort": sort})
 
     names = rows(response)
     ranked = sorted(("a1", "a2"), key=lambda key: expected(world, key)[sort], reverse=True)
@@ -89,7 +89,7 @@ def ranked_pages(client, params: dict) -> list[str]:
     names: list[str] = []
     page = 1
     while True:
-        response = client.get(reverse("quotas:workload-list"), {**params, "page": page})
+        response = client.get(reverse("dashboard:workload-list"), {**params, "page": page})
         names += rows(response)
         if not response.context["page_obj"].has_next():
             return names
@@ -178,14 +178,14 @@ def test_the_cost_sort_prices_each_hour_with_the_card_in_force(
     assert names[:3] == [world.wl[key].name for key in ranked]
     monkeypatch.undo()  # the page size again: one page shows all three
     costs = {row["workload"].name: row["cost"] for row in staff_client.get(
-        reverse("quotas:workload-list"), {"sort": "cost", "range": "24h"}
+        reverse("dashboard:workload-list"), {"sort": "cost", "range": "24h"}
     ).context["rows"]}  # fmt: skip
     assert costs[b1.name] == f"{cost('b1'):,.2f}"
 
 
 @pytest.mark.django_db
 def test_the_list_sorts_by_name(staff_client, world):
-    names = rows(staff_client.get(reverse("quotas:workload-list"), {"sort": "name"}))
+    names = rows(staff_client.get(reverse("dashboard:workload-list"), {"sort": "name"}))
 
     keys = sorted((w.namespace, w.name) for w in world.wl.values())
     assert names == [name for _, name in keys]
@@ -205,21 +205,21 @@ def test_the_list_sorts_by_name(staff_client, world):
     ],
 )
 def test_the_list_searches_and_filters(staff_client, world, params, keys):
-    names = set(rows(staff_client.get(reverse("quotas:workload-list"), params)))
+    names = set(rows(staff_client.get(reverse("dashboard:workload-list"), params)))
 
     assert names == {world.wl[key].name for key in keys}
 
 
 @pytest.mark.django_db
 def test_a_lead_lists_only_their_teams_workloads(lead_client, world):
-    names = set(rows(lead_client.get(reverse("quotas:workload-list"))))
+    names = set(rows(lead_client.get(reverse("dashboard:workload-list"))))
 
     assert names == {w.name for w in world.wl.values() if w.cluster_queue == world.cq_a}
 
 
 @pytest.mark.django_db
 def test_bad_list_parameters_are_a_400_naming_them(staff_client, world):
-    response = staff_client.get(reverse("quotas:workload-list"), {"sort": "gpu"})
+    response = staff_client.get(reverse("dashboard:workload-list"), {"sort": "gpu"})
 
     assert response.status_code == 400
     assert "sort" in response.content.decode()
@@ -230,7 +230,7 @@ def test_sorting_by_a_figure_reads_a_bounded_number_of_queries(
     staff_client, world, django_assert_max_num_queries
 ):
     with django_assert_max_num_queries(20):
-        staff_client.get(reverse("quotas:workload-list"), {"sort": "cost"})
+        staff_client.get(reverse("dashboard:workload-list"), {"sort": "cost"})
 
 
 @pytest.mark.django_db
@@ -243,7 +243,7 @@ def test_the_navigation_search_finds_every_kind(staff_client, world):
         (gpu.node.name, "Nodes", gpu.node.name),
         (gpu.uuid[-8:], "GPUs", gpu.uuid),
     ]:
-        response = staff_client.get(reverse("quotas:search"), {"q": term})
+        response = staff_client.get(reverse("dashboard:search"), {"q": term})
         groups = {
             group["kind"]: [item[0] for item in group["items"]]
             for group in response.context["groups"]
@@ -253,7 +253,7 @@ def test_the_navigation_search_finds_every_kind(staff_client, world):
 
 @pytest.mark.django_db
 def test_the_navigation_search_hides_other_teams_workloads(lead_client, world):
-    response = lead_client.get(reverse("quotas:search"), {"q": "job-"})
+    response = lead_client.get(reverse("dashboard:search"), {"q": "job-"})
 
     groups = {g["kind"]: [item[0] for item in g["items"]] for g in response.context["groups"]}
     assert groups["Workloads"]
@@ -310,7 +310,7 @@ def test_the_list_and_search_render_in_chromium(
 
 @pytest.mark.django_db
 def test_the_team_workload_table_shows_gpu_hours_and_cost(staff_client, world):
-    response = staff_client.get(reverse("quotas:team-detail", args=["alpha"]), {"range": "24h"})
+    response = staff_client.get(reverse("dashboard:team-detail", args=["alpha"]), {"range": "24h"})
 
     by_name = {row["workload"].name: row for row in response.context["workload_rows"]}
     for key in ("a1", "a2"):

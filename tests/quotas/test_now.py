@@ -127,7 +127,7 @@ def test_the_queue_page_and_the_api_agree_on_borrowed_now(queues, staff, cluster
     client.force_login(staff)
 
     for name, expected in (("cq-a", "4"), ("cq-b", "—")):
-        url = reverse("quotas:cluster-queue-detail", args=[cluster.name, name])
+        url = reverse("dashboard:cluster-queue-detail", args=[cluster.name, name])
         with time_machine.travel(NOW, tick=False):
             response = client.get(url)
         stats = {s["testid"]: s for s in response.context["stats"] if s.get("testid")}

@@ -305,7 +305,9 @@ def test_the_episode_fragment_shows_deliveries_actions_and_the_reactivate_button
     request = RequestFactory().get(f"/alerts/{episode.pk}/")
     request.user = staff
 
-    html = render_to_string("alerts/_episode_notify.html", {"episode": episode}, request=request)
+    html = render_to_string(
+        "dashboard/partials/episode_notify.html", {"episode": episode}, request=request
+    )
 
     assert "oncall-mail" in html
     assert "Deactivate (spec.active=false)" in html
@@ -313,7 +315,9 @@ def test_the_episode_fragment_shows_deliveries_actions_and_the_reactivate_button
     assert "Re-activate ml/train" in html
 
     reactivate(world.workload.pk, staff, episode=episode)
-    html = render_to_string("alerts/_episode_notify.html", {"episode": episode}, request=request)
+    html = render_to_string(
+        "dashboard/partials/episode_notify.html", {"episode": episode}, request=request
+    )
     assert 'data-testid="reactivate"' not in html
     assert "Re-activate (spec.active=true)" in html
 
