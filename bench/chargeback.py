@@ -34,8 +34,10 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -110,17 +112,28 @@ def ensure_tables() -> None:
 
 
 def load(reload: bool) -> None:
-    from django.db import connection, transaction
+    from ledger.models import HourlyRollup
+
+    if not reload and HourlyRollup.objects.filter(scope="workload").exists():
+        print("data present (use --reload to rebuild)")
+        return
+    started = time.perf_counter()
+    cluster, teams, queues, workloads, lifetimes = _objects()
+    print(f"objects in {time.perf_counter() - started:.1f}s")
+    lines = _rollup_lines(cluster.pk, teams, queues, workloads, lifetimes)
+    _copy_rollups(lines)
+    print(f"loaded in {time.perf_counter() - started:.1f}s")
+
+
+def _objects() -> tuple[Any, list[Any], list[Any], list[Any], list[tuple[int, int, int, int]]]:
+    """The cluster, teams, cohorts, queues, workloads (with their lifetimes) and rate cards."""
+    from django.db import connection
 
     from fleet.models import Cluster
     from ledger.choices import RateKind
     from ledger.models import HourlyRollup, RateCard
     from quotas.models import ClusterQueue, Cohort, LocalQueue, Team, Workload
 
-    if not reload and HourlyRollup.objects.filter(scope="workload").exists():
-        print("data present (use --reload to rebuild)")
-        return
-    started = time.perf_counter()
     with connection.cursor() as cursor:
         for model in (HourlyRollup, Workload, LocalQueue, ClusterQueue, Cohort, Team, RateCard):
             cursor.execute(f'TRUNCATE "{model._meta.db_table}" CASCADE')
@@ -182,9 +195,17 @@ def load(reload: bool) -> None:
                      effective_from=END - timedelta(days=DAYS)),
         ]
     )  # fmt: skip
-    print(f"objects in {time.perf_counter() - started:.1f}s")
+    return cluster, teams, queues, workloads, lifetimes
 
-    table = HourlyRollup._meta.db_table
+
+def _rollup_lines(
+    cluster_id: int,
+    teams: list[Any],
+    queues: list[Any],
+    workloads: list[Any],
+    lifetimes: list[tuple[int, int, int, int]],
+) -> Iterator[str]:
+    """COPY lines of the rollups: teams and queues every hour, workloads over their lifetimes."""
     start = END - timedelta(hours=HOURS)
     hour_text = [(start + timedelta(hours=h)).isoformat() for h in range(HOURS)]
     now = datetime.now(UTC).isoformat()
@@ -202,7 +223,7 @@ def load(reload: bool) -> None:
 
     def group_lines(scope: str, key: str, index: int, team_id, queue_id, size: float):
         flavor, model = flavors[index % 2]
-        prefix = f"{cluster.pk}\t{scope}\t{key}\t"
+        prefix = f"{cluster_id}\t{scope}\t{key}\t"
         middle = f"\t{flavor}\t{model}\t{team_id}\t{queue_id}\t\\N\t"
         busy = figures(size * 1.5, size, size * 0.5)
         quiet = figures(size * 0.5, size, 0.0)
@@ -227,8 +248,18 @@ def load(reload: bool) -> None:
                 f"{figures(gpus, 0, 0)}\t60\t{now}\n"
             )
             for h in range(first, first + hours):
-                yield f"{cluster.pk}\tworkload\t{key}\t{hour_text[h]}{tail}"
+                yield f"{cluster_id}\tworkload\t{key}\t{hour_text[h]}{tail}"
 
+    return rows()
+
+
+def _copy_rollups(lines: Iterator[str]) -> None:
+    """COPY the lines into the rollup table with its indexes and constraints dropped meanwhile."""
+    from django.db import connection, transaction
+
+    from ledger.models import HourlyRollup
+
+    table = HourlyRollup._meta.db_table
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
@@ -252,7 +283,7 @@ def load(reload: bool) -> None:
         columns = ", ".join(f'"{c}"' for c in ROLLUP_COLUMNS)
         with cursor.cursor.copy(f'COPY "{table}" ({columns}) FROM STDIN') as copy:
             batch: list[str] = []
-            for line in rows():
+            for line in lines:
                 batch.append(line)
                 if len(batch) >= 50_000:
                     copy.write("".join(batch))
@@ -269,7 +300,6 @@ def load(reload: bool) -> None:
         print(f"indexes and constraints rebuilt in {time.perf_counter() - rebuild:.1f}s")
     with connection.cursor() as cursor:
         cursor.execute(f'VACUUM ANALYZE "{table}"')
-    print(f"loaded in {time.perf_counter() - started:.1f}s")
 
 
 def measure(runs: int) -> dict[str, dict[str, float]]:

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -107,129 +108,28 @@ def generate(api: Any, scale: float, seed: int) -> dict[str, int]:
     rng = random.Random(seed)
     queues = max(COHORTS, int(QUEUES * scale))
     nodes = max(10, int(NODES * scale))
-    flavors = fixture_items("ResourceFlavor")
-    api.load("ResourceFlavor", flavors)
+    api.load("ResourceFlavor", fixture_items("ResourceFlavor"))
     api.load("WorkloadPriorityClass", fixture_items("WorkloadPriorityClass"))
-    cohort_template = fixture_items("Cohort")[1]
-    api.load(
-        "Cohort",
-        [
-            {
-                **copy.deepcopy(cohort_template),
-                "metadata": {
-                    "name": f"cohort-{c:02d}",
-                    "uid": uid("cohort", c),
-                    "creationTimestamp": "2026-06-02T09:10:00Z",
-                },
-            }
-            for c in range(COHORTS)
-        ],
-    )
-    cq_template = fixture_items("ClusterQueue")[0]
-    lq_template = fixture_items("LocalQueue")[0]
+    api.load("Cohort", _cohorts(fixture_items("Cohort")[1]))
     workloads = {w["metadata"]["name"]: w for w in fixture_items("Workload")}
-    admitted_t = workloads["job-llama-pretrain-8b-fbe70"]
-    pending_t = workloads["job-llama-eval-70b-755d0"]
-    finished_t = workloads["job-tokenizer-bench-22ed4"]
-    pod_t = fixture_items("Pod")[0]
+    templates = _Templates(
+        cluster_queue=fixture_items("ClusterQueue")[0],
+        local_queue=fixture_items("LocalQueue")[0],
+        admitted=workloads["job-llama-pretrain-8b-fbe70"],
+        pending=workloads["job-llama-eval-70b-755d0"],
+        finished=workloads["job-tokenizer-bench-22ed4"],
+        pod=fixture_items("Pod")[0],
+    )
     cq_objs, lq_objs, wl_objs, pod_objs = [], [], [], []
-    gpu_nominal = ADMITTED * PODS_PER_WORKLOAD * GPUS_PER_POD
     for q in range(queues):
-        cq_name, namespace = f"cq-{q:04d}", f"team-{q:04d}"
-        borrowing = q % 5 == 0  # every fifth queue runs one workload above nominal
-        cq = copy.deepcopy(cq_template)
-        cq["metadata"].update(
-            name=cq_name,
-            uid=uid("cq", q),
-            labels={"gpuledger.io/team": f"team-{q % 200:03d}"},
-        )
-        cq["spec"]["cohortName"] = f"cohort-{q % COHORTS:02d}"
-        cq["spec"]["namespaceSelector"] = {
-            "matchLabels": {"kubernetes.io/metadata.name": namespace}
-        }
-        h100 = cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]
-        h100["nominalQuota"] = str(gpu_nominal - (4 if borrowing else 0))
-        used = gpu_nominal
-        for usage_key in ("flavorsUsage", "flavorsReservation"):
-            cq["status"][usage_key][0]["resources"][2].update(
-                total=str(used), borrowed="4" if borrowing else "0"
-            )
-        cq["status"].update(
-            pendingWorkloads=PENDING, reservingWorkloads=ADMITTED, admittedWorkloads=ADMITTED
-        )
-        cq["metadata"]["managedFields"] = managed_fields("kueue")
+        cq, lq = _queues(templates, q)
         cq_objs.append(cq)
-        lq = copy.deepcopy(lq_template)
-        lq["metadata"].update(name="queue", namespace=namespace, uid=uid("lq", q))
-        lq["spec"]["clusterQueue"] = cq_name
         lq_objs.append(lq)
         for w in range(ADMITTED + PENDING + FINISHED):
-            index = q * 100 + w
-            if w < ADMITTED:
-                template, state = admitted_t, "admitted"
-            elif w < ADMITTED + PENDING:
-                template, state = pending_t, "pending"
-            else:
-                template, state = finished_t, "finished"
-            wl = copy.deepcopy(template)
-            job, job_uid = f"job-{index:07d}", uid("job", index)
-            wl["metadata"].update(
-                name=f"job-{job}-{index % 99991:05x}",
-                namespace=namespace,
-                uid=uid("wl", index),
-                creationTimestamp=f"2026-08-2{rng.randint(0, 1)}T{rng.randint(0, 23):02d}:00:00Z",
-                labels={"kueue.x-k8s.io/job-uid": job_uid},
-                managedFields=managed_fields("kueue"),
-            )
-            wl["metadata"].pop("resourceVersion", None)
-            wl["metadata"]["ownerReferences"][0].update(name=job, uid=job_uid)
-            wl["spec"]["queueName"] = "queue"
-            pod_set = wl["spec"]["podSets"][0]
-            pod_set["count"] = PODS_PER_WORKLOAD
-            container = pod_set["template"]["spec"]["containers"][0]
-            for section in ("requests", "limits"):
-                container["resources"][section]["nvidia.com/gpu"] = str(GPUS_PER_POD)
-            if state != "pending":
-                assignment = wl["status"]["admission"]["podSetAssignments"][0]
-                assignment["count"] = PODS_PER_WORKLOAD
-                assignment["resourceUsage"]["nvidia.com/gpu"] = str(
-                    PODS_PER_WORKLOAD * GPUS_PER_POD
-                )
-                wl["status"]["admission"]["clusterQueue"] = cq_name
-                minute = f"{w:02d}"
-                for cond in wl["status"]["conditions"]:
-                    if cond["type"] in ("QuotaReserved", "Admitted"):
-                        cond["lastTransitionTime"] = f"2026-08-22T08:{minute}:00Z"
+            wl, state = _workload(templates, q, w, rng)
             wl_objs.append(wl)
             if state == "admitted":
-                for p in range(PODS_PER_WORKLOAD):
-                    pod = copy.deepcopy(pod_t)
-                    pod_index = index * PODS_PER_WORKLOAD + p
-                    pod["metadata"].update(
-                        name=f"{job}-{p}-{pod_index % 99991:05x}",
-                        namespace=namespace,
-                        uid=uid("pod", pod_index),
-                        annotations={
-                            "kueue.x-k8s.io/workload": wl["metadata"]["name"],
-                            "batch.kubernetes.io/job-completion-index": str(p),
-                        },
-                        managedFields=managed_fields("kubelet"),
-                    )
-                    pod["metadata"].pop("resourceVersion", None)
-                    pod["metadata"]["labels"].update(
-                        {
-                            "kueue.x-k8s.io/cluster-queue-name": cq_name,
-                            "kueue.x-k8s.io/local-queue-name": "queue",
-                            "job-name": job,
-                        }
-                    )
-                    pod["metadata"]["ownerReferences"][0].update(name=job, uid=job_uid)
-                    pod["spec"]["nodeName"] = f"gpu-node-{(pod_index // 4) % nodes:05d}"
-                    for section in ("requests", "limits"):
-                        pod["spec"]["containers"][0]["resources"][section]["nvidia.com/gpu"] = str(
-                            GPUS_PER_POD
-                        )
-                    pod_objs.append(pod)
+                pod_objs.extend(_pods(templates.pod, wl, q * 100 + w, nodes))
     api.load("ClusterQueue", cq_objs)
     api.load("LocalQueue", lq_objs)
     api.load("Workload", wl_objs)
@@ -244,72 +144,199 @@ def generate(api: Any, scale: float, seed: int) -> dict[str, int]:
         }
         for i in range(12)
     ]
-    node_objs = []
-    for n in range(nodes):
-        pool = "a100" if n % 5 == 4 else "h100"
-        product = "NVIDIA-A100-SXM4-80GB" if pool == "a100" else "NVIDIA-H100-80GB-HBM3"
-        name = f"gpu-node-{n:05d}"
-        node_objs.append(
-            {
-                "metadata": {
-                    "name": name,
-                    "uid": uid("node", n),
-                    "creationTimestamp": "2026-06-01T08:00:00Z",
-                    "labels": {
-                        "kubernetes.io/hostname": name,
-                        "kubernetes.io/arch": "amd64",
-                        "node.kubernetes.io/instance-type": f"{pool}-8x",
-                        "cloud.example.com/gpu-pool": pool,
-                        "nvidia.com/gpu.product": product,
-                        "nvidia.com/gpu.count": "8",
-                        "karpenter.sh/nodepool": f"{pool}-pool",
-                    },
-                    "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
-                    "managedFields": managed_fields("kubelet"),
-                },
-                "spec": {
-                    "providerID": f"aws:///us-east-1a/i-{n:017x}",
-                    "taints": [
-                        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-                    ],
-                },
-                "status": {
-                    "capacity": {"cpu": "192", "memory": "2063731Mi", "nvidia.com/gpu": "8"},
-                    "allocatable": {"cpu": "190", "memory": "2061683Mi", "nvidia.com/gpu": "8"},
-                    "conditions": [
-                        {
-                            "type": kind,
-                            "status": "False" if kind != "Ready" else "True",
-                            "reason": f"Kubelet{kind}",
-                            "message": f"kubelet reports {kind}",
-                            "lastHeartbeatTime": NOW,
-                            "lastTransitionTime": "2026-06-01T08:05:00Z",
-                        }
-                        for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
-                    ],
-                    "addresses": [
-                        {
-                            "type": "InternalIP",
-                            "address": f"10.{n // 65536}.{n // 256 % 256}.{n % 256}",
-                        },
-                        {"type": "Hostname", "address": name},
-                    ],
-                    "nodeInfo": {
-                        "kubeletVersion": "v1.34.0",
-                        "containerRuntimeVersion": "containerd://2.1.0",
-                        "kernelVersion": "6.8.0-1021-aws",
-                        "osImage": "Ubuntu 24.04.2 LTS",
-                    },
-                    "images": images,
-                },
-            }
-        )
+    node_objs = [_node(n, images) for n in range(nodes)]
     api.load("Node", node_objs)
     return {
         "ClusterQueue": len(cq_objs),
         "Workload": len(wl_objs),
         "Pod": len(pod_objs),
         "Node": len(node_objs),
+    }
+
+
+@dataclass(frozen=True)
+class _Templates:
+    """The fixture objects every generated object is copied from."""
+
+    cluster_queue: dict[str, Any]
+    local_queue: dict[str, Any]
+    admitted: dict[str, Any]
+    pending: dict[str, Any]
+    finished: dict[str, Any]
+    pod: dict[str, Any]
+
+
+def _cohorts(template: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            **copy.deepcopy(template),
+            "metadata": {
+                "name": f"cohort-{c:02d}",
+                "uid": uid("cohort", c),
+                "creationTimestamp": "2026-06-02T09:10:00Z",
+            },
+        }
+        for c in range(COHORTS)
+    ]
+
+
+def _queues(templates: _Templates, q: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Queue ``q``'s ClusterQueue (every fifth borrows above nominal) and its LocalQueue."""
+    cq_name, namespace = f"cq-{q:04d}", f"team-{q:04d}"
+    gpu_nominal = ADMITTED * PODS_PER_WORKLOAD * GPUS_PER_POD
+    borrowing = q % 5 == 0  # every fifth queue runs one workload above nominal
+    cq = copy.deepcopy(templates.cluster_queue)
+    cq["metadata"].update(
+        name=cq_name,
+        uid=uid("cq", q),
+        labels={"gpuledger.io/team": f"team-{q % 200:03d}"},
+    )
+    cq["spec"]["cohortName"] = f"cohort-{q % COHORTS:02d}"
+    cq["spec"]["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    h100 = cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]
+    h100["nominalQuota"] = str(gpu_nominal - (4 if borrowing else 0))
+    for usage_key in ("flavorsUsage", "flavorsReservation"):
+        cq["status"][usage_key][0]["resources"][2].update(
+            total=str(gpu_nominal), borrowed="4" if borrowing else "0"
+        )
+    cq["status"].update(
+        pendingWorkloads=PENDING, reservingWorkloads=ADMITTED, admittedWorkloads=ADMITTED
+    )
+    cq["metadata"]["managedFields"] = managed_fields("kueue")
+    lq = copy.deepcopy(templates.local_queue)
+    lq["metadata"].update(name="queue", namespace=namespace, uid=uid("lq", q))
+    lq["spec"]["clusterQueue"] = cq_name
+    return cq, lq
+
+
+def _workload(
+    templates: _Templates, q: int, w: int, rng: random.Random
+) -> tuple[dict[str, Any], str]:
+    """Workload ``w`` of queue ``q``: admitted, pending or finished by its place in the queue."""
+    index = q * 100 + w
+    if w < ADMITTED:
+        template, state = templates.admitted, "admitted"
+    elif w < ADMITTED + PENDING:
+        template, state = templates.pending, "pending"
+    else:
+        template, state = templates.finished, "finished"
+    wl = copy.deepcopy(template)
+    job, job_uid = f"job-{index:07d}", uid("job", index)
+    wl["metadata"].update(
+        name=f"job-{job}-{index % 99991:05x}",
+        namespace=f"team-{q:04d}",
+        uid=uid("wl", index),
+        creationTimestamp=f"2026-08-2{rng.randint(0, 1)}T{rng.randint(0, 23):02d}:00:00Z",
+        labels={"kueue.x-k8s.io/job-uid": job_uid},
+        managedFields=managed_fields("kueue"),
+    )
+    wl["metadata"].pop("resourceVersion", None)
+    wl["metadata"]["ownerReferences"][0].update(name=job, uid=job_uid)
+    wl["spec"]["queueName"] = "queue"
+    pod_set = wl["spec"]["podSets"][0]
+    pod_set["count"] = PODS_PER_WORKLOAD
+    container = pod_set["template"]["spec"]["containers"][0]
+    for section in ("requests", "limits"):
+        container["resources"][section]["nvidia.com/gpu"] = str(GPUS_PER_POD)
+    if state != "pending":
+        assignment = wl["status"]["admission"]["podSetAssignments"][0]
+        assignment["count"] = PODS_PER_WORKLOAD
+        assignment["resourceUsage"]["nvidia.com/gpu"] = str(PODS_PER_WORKLOAD * GPUS_PER_POD)
+        wl["status"]["admission"]["clusterQueue"] = f"cq-{q:04d}"
+        for cond in wl["status"]["conditions"]:
+            if cond["type"] in ("QuotaReserved", "Admitted"):
+                cond["lastTransitionTime"] = f"2026-08-22T08:{w:02d}:00Z"
+    return wl, state
+
+
+def _pods(
+    template: dict[str, Any], wl: dict[str, Any], index: int, nodes: int
+) -> list[dict[str, Any]]:
+    """The running pods of admitted workload ``wl`` (number ``index``), four to a node."""
+    job, job_uid = f"job-{index:07d}", uid("job", index)
+    cq_name = wl["status"]["admission"]["clusterQueue"]
+    pods = []
+    for p in range(PODS_PER_WORKLOAD):
+        pod = copy.deepcopy(template)
+        pod_index = index * PODS_PER_WORKLOAD + p
+        pod["metadata"].update(
+            name=f"{job}-{p}-{pod_index % 99991:05x}",
+            namespace=wl["metadata"]["namespace"],
+            uid=uid("pod", pod_index),
+            annotations={
+                "kueue.x-k8s.io/workload": wl["metadata"]["name"],
+                "batch.kubernetes.io/job-completion-index": str(p),
+            },
+            managedFields=managed_fields("kubelet"),
+        )
+        pod["metadata"].pop("resourceVersion", None)
+        pod["metadata"]["labels"].update(
+            {
+                "kueue.x-k8s.io/cluster-queue-name": cq_name,
+                "kueue.x-k8s.io/local-queue-name": "queue",
+                "job-name": job,
+            }
+        )
+        pod["metadata"]["ownerReferences"][0].update(name=job, uid=job_uid)
+        pod["spec"]["nodeName"] = f"gpu-node-{(pod_index // 4) % nodes:05d}"
+        for section in ("requests", "limits"):
+            pod["spec"]["containers"][0]["resources"][section]["nvidia.com/gpu"] = str(GPUS_PER_POD)
+        pods.append(pod)
+    return pods
+
+
+def _node(n: int, images: list[dict[str, Any]]) -> dict[str, Any]:
+    """GPU node ``n``: every fifth in the A100 pool, the rest H100, eight GPUs each."""
+    pool = "a100" if n % 5 == 4 else "h100"
+    product = "NVIDIA-A100-SXM4-80GB" if pool == "a100" else "NVIDIA-H100-80GB-HBM3"
+    name = f"gpu-node-{n:05d}"
+    return {
+        "metadata": {
+            "name": name,
+            "uid": uid("node", n),
+            "creationTimestamp": "2026-06-01T08:00:00Z",
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/arch": "amd64",
+                "node.kubernetes.io/instance-type": f"{pool}-8x",
+                "cloud.example.com/gpu-pool": pool,
+                "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.count": "8",
+                "karpenter.sh/nodepool": f"{pool}-pool",
+            },
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+            "managedFields": managed_fields("kubelet"),
+        },
+        "spec": {
+            "providerID": f"aws:///us-east-1a/i-{n:017x}",
+            "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        },
+        "status": {
+            "capacity": {"cpu": "192", "memory": "2063731Mi", "nvidia.com/gpu": "8"},
+            "allocatable": {"cpu": "190", "memory": "2061683Mi", "nvidia.com/gpu": "8"},
+            "conditions": [
+                {
+                    "type": kind,
+                    "status": "False" if kind != "Ready" else "True",
+                    "reason": f"Kubelet{kind}",
+                    "message": f"kubelet reports {kind}",
+                    "lastHeartbeatTime": NOW,
+                    "lastTransitionTime": "2026-06-01T08:05:00Z",
+                }
+                for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": f"10.{n // 65536}.{n // 256 % 256}.{n % 256}"},
+                {"type": "Hostname", "address": name},
+            ],
+            "nodeInfo": {
+                "kubeletVersion": "v1.34.0",
+                "containerRuntimeVersion": "containerd://2.1.0",
+                "kernelVersion": "6.8.0-1021-aws",
+                "osImage": "Ubuntu 24.04.2 LTS",
+            },
+            "images": images,
+        },
     }
 
 
