@@ -6,13 +6,15 @@ Users and clients
   ``login_client(user)``              a Client logged in as any user.
 
 Data
-  ``fleet_data``  a small fleet built with the ORM (a namespace; see ``FleetData``): cluster
-                  "test", teams alpha (led by ``lead_user``) and beta, one ClusterQueue each,
+  ``fleet_data``  a small fleet built with the ORM (``build_fleet``) for each test (a namespace;
+                  see ``FleetData``): cluster "test", teams alpha (led by ``lead_user``)
+                  and beta, one ClusterQueue each,
                   two nodes × 4 GPUs (a time-sliced GPU on node-a1, a MIG-split GPU on node-b1),
                   usage rows for the newest window (``latest_rows``) and an hour of history on
                   one GPU, hourly rollups (fleet, flavor, team, workload scopes) for the last
                   ``ROLLUP_HOURS`` complete hours (``rollups``), pending workloads, and a
                   successful DCGM ``IngestRun``. Tests compute expected numbers from these objects.
+                  The modules in ``fleet_pages/`` build it once per module instead.
 
 Browser (Playwright + the system Chromium)
   ``browser_type_launch_args``  points pytest-playwright at /usr/bin/chromium with the flags
@@ -121,6 +123,7 @@ class FleetData:
     history_rows: list[Any]
     rollups: list[Any] = field(default_factory=list)
     complete_hours: list[datetime] = field(default_factory=list)
+    lead: Any = None
 
 
 def _usage(cluster, window_end, gpu, **fields):
@@ -478,8 +481,8 @@ def _fleet_rollups(
     return hours, rollups
 
 
-@pytest.fixture
-def fleet_data(db, cluster, lead_user) -> FleetData:
+def build_fleet(cluster, lead_user) -> FleetData:
+    """The fleet described above, its newest window the one the clock is in now."""
     now = floor_time(timezone.now(), settings.GPULEDGER_COLLECT_SECONDS)
     queues = _fleet_queues(cluster, lead_user)
     node_a, node_b, gpus = _fleet_nodes(cluster)
@@ -507,7 +510,13 @@ def fleet_data(db, cluster, lead_user) -> FleetData:
         history_rows=history,
         rollups=rollups,
         complete_hours=hours,
+        lead=lead_user,
     )
+
+
+@pytest.fixture
+def fleet_data(db, cluster, lead_user) -> FleetData:
+    return build_fleet(cluster, lead_user)
 
 
 # --- Browser ------------------------------------------------------------------------------------

@@ -3,22 +3,18 @@ note, and who sees which teams; figures checked against the ``build_world`` roll
 
 from __future__ import annotations
 
+import copy
 from decimal import Decimal
 
 import pytest
 from django.urls import reverse
-from django.utils import timezone
 
 from ledger.choices import RateKind, RollupScope
 from ledger.models import HourlyRollup, RateCard
-from tests.pages.quota_pages.world import NOW, build_world
+from tests.pages.built_once import build_once
+from tests.pages.quota_pages.world import NOW, new_world
 
 H100_PRICE = Decimal("3.00")
-
-
-@pytest.fixture
-def beta_lead(django_user_model):
-    return django_user_model.objects.create_user(username="beta-lead", password="beta-password")
 
 
 @pytest.fixture
@@ -31,21 +27,31 @@ def finance_user(django_user_model):
     return user
 
 
-def priced_world(cluster, lead_user, beta_lead, now):
-    world = build_world(cluster, lead_user, beta_lead, now)
+def priced_world():
+    world = new_world(NOW)
     RateCard.objects.create(
         kind=RateKind.ALLOCATED,
         flavor="h100",
         price_per_gpu_hour=H100_PRICE,
-        effective_from=now.replace(year=2020),
+        effective_from=NOW.replace(year=2020),
     )
     return world
 
 
+@pytest.fixture(scope="module")
+def module_world(django_db_setup, django_db_blocker):
+    yield from build_once(django_db_blocker, priced_world, NOW)
+
+
 @pytest.fixture
-def world(cluster, lead_user, beta_lead, time_machine):
+def world(module_world, db, time_machine):
     time_machine.move_to(NOW, tick=False)
-    return priced_world(cluster, lead_user, beta_lead, NOW)
+    return copy.deepcopy(module_world)
+
+
+@pytest.fixture
+def lead_user(world):
+    return world.lead
 
 
 def team_hours(response, team: str) -> float:
@@ -121,38 +127,6 @@ def test_a_bad_grouping_is_a_400_naming_it(staff_client, world):
 
     assert response.status_code == 400
     assert "group_by" in response.content.decode()
-
-
-@pytest.mark.browser
-@pytest.mark.django_db(transaction=True)
-def test_the_chargeback_page_in_chromium(
-    page, live_server, browser_login, finance_user, cluster, lead_user, beta_lead,
-    console_errors, outside_requests,
-):  # fmt: skip
-    priced_world(cluster, lead_user, beta_lead, timezone.now())
-    browser_login(page, live_server.url, finance_user)
-
-    page.goto(f"{live_server.url}/chargeback/?range=7d")
-
-    table = page.get_by_test_id("chargeback-table")
-    groups = table.locator("tbody tr").evaluate_all("rows => rows.map(r => r.dataset.group)")
-    assert groups == ["alpha", "beta"]
-    costs = table.locator("tbody tr").evaluate_all("rows => rows.map(r => r.dataset.cost)")
-    total = page.get_by_test_id("chargeback-totals").get_attribute("data-cost")
-    assert sum(Decimal(c.replace(",", "")) for c in costs) == Decimal(total.replace(",", ""))
-    api_url = page.get_by_test_id("chargeback-api-url").input_value()
-    assert api_url.startswith(live_server.url + "/api/v1/chargeback/?start=")
-    page.get_by_test_id("chargeback-copy").click()
-    # The clipboard answers asynchronously: wait for the button to say so.
-    page.wait_for_function(
-        "() => document.querySelector('[data-testid=chargeback-copy]').textContent === 'Copied'",
-        timeout=10000,
-    )
-    with page.expect_download() as download:
-        page.get_by_test_id("chargeback-csv").click()
-    assert download.value.suggested_filename.startswith("chargeback_team_")
-    assert console_errors == []
-    assert outside_requests == []
 
 
 @pytest.mark.django_db

@@ -3,29 +3,35 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import timedelta
 
 import pytest
 from django.db.models import Max
 from django.urls import reverse
-from django.utils import timezone
 
 from dashboard.templatetags.formatting import figure as fmt
 from ledger.models import GpuUsage
 from quotas.choices import HOLDING_STATES
 from quotas.models import Workload
-from tests.pages.quota_pages.world import NOW, build_world
+from tests.pages.built_once import build_once
+from tests.pages.quota_pages.world import NOW, new_world
+
+
+@pytest.fixture(scope="module")
+def module_world(django_db_setup, django_db_blocker):
+    yield from build_once(django_db_blocker, lambda: new_world(NOW), NOW)
 
 
 @pytest.fixture
-def beta_lead(django_user_model):
-    return django_user_model.objects.create_user(username="beta-lead", password="beta-password")
-
-
-@pytest.fixture
-def world(cluster, lead_user, beta_lead, time_machine):
+def world(module_world, db, time_machine):
     time_machine.move_to(NOW, tick=False)
-    return build_world(cluster, lead_user, beta_lead, NOW)
+    return copy.deepcopy(module_world)
+
+
+@pytest.fixture
+def lead_user(world):
+    return world.lead
 
 
 def held_by_pods(team) -> float:
@@ -93,30 +99,6 @@ def test_signing_in_lands_a_lead_on_my_teams(client, lead_user, world):
 
     assert response.status_code == 302
     assert response["Location"] == reverse("dashboard:my-teams")
-
-
-@pytest.mark.browser
-@pytest.mark.django_db(transaction=True)
-def test_my_teams_renders_in_chromium(
-    page, live_server, browser_login, cluster, lead_user, beta_lead, console_errors,
-    outside_requests,
-):  # fmt: skip
-    world = build_world(cluster, lead_user, beta_lead, timezone.now())
-    browser_login(page, live_server.url, lead_user)
-
-    page.goto(f"{live_server.url}/my-teams/")
-
-    cards = page.get_by_test_id("team-card")
-    assert cards.count() == 1
-    assert cards.first.get_attribute("data-team") == world.alpha.name
-    row = page.locator('[data-testid="flavor-table"] tr[data-flavor="h100"]')
-    assert row.get_attribute("data-share") == "125.0"
-    assert page.get_by_test_id("idle-workloads").get_by_text(world.wl["a2"].name).count() == 1
-    page.get_by_test_id("to-overview").click()
-    page.wait_for_load_state()
-    assert page.url.rstrip("/") == live_server.url
-    assert console_errors == []
-    assert outside_requests == []
 
 
 @pytest.mark.django_db

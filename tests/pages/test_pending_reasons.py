@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -9,7 +10,8 @@ import pytest
 from django.urls import reverse
 
 from dashboard.pending import short_reason, shortfalls
-from tests.pages.quota_pages.world import NOW, build_world
+from tests.pages.built_once import build_once
+from tests.pages.quota_pages.world import NOW, new_world
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "kueue_pending_messages.json"
 
@@ -41,35 +43,20 @@ def test_it_splits_what_is_available_into_free_quota_and_cohort_lending():
     assert short_reason("", 16, {}) == ""
 
 
-@pytest.fixture
-def beta_lead(django_user_model):
-    return django_user_model.objects.create_user(username="beta-lead", password="beta-password")
-
-
-@pytest.mark.django_db
-def test_the_queue_page_shows_the_short_reason(
-    staff_client, cluster, lead_user, beta_lead, time_machine
-):
-    time_machine.move_to(NOW, tick=False)
-    world = build_world(cluster, lead_user, beta_lead, NOW)
-
-    response = staff_client.get(
-        reverse("dashboard:cluster-queue-detail", args=[cluster.name, world.cq_a.name])
-    )
-
-    rows = {row["workload"].name: row for row in response.context["pending_rows"]}
-    a3 = world.wl["a3"]  # needs 8 h100, Kueue says 8 more needed; team-a uses 20 of 16 nominal
-    assert rows[a3.name]["short_reason"] == (
-        "needs 8 nvidia.com/gpu on h100: 0 available (0 free in quota, the cohort can lend 0), "
-        "8 short"
-    )
-    assert 'data-testid="short-reason"' in response.content.decode()
+@pytest.fixture(scope="module")
+def module_world(django_db_setup, django_db_blocker):
+    yield from build_once(django_db_blocker, lambda: new_world(NOW), NOW)
 
 
 @pytest.fixture
-def pending_world(cluster, lead_user, beta_lead, time_machine):
+def pending_world(module_world, db, time_machine):
     time_machine.move_to(NOW, tick=False)
-    return build_world(cluster, lead_user, beta_lead, NOW)
+    return copy.deepcopy(module_world)
+
+
+@pytest.fixture
+def lead_user(pending_world):
+    return pending_world.lead
 
 
 A3_REASON = (

@@ -1,11 +1,5 @@
-"""Fixtures of the quota page tests: one Kueue scenario (``world.build_world``) per test module.
-
-The scenario is written once per module, inside a transaction rolled back when the module ends.
-Each test runs in its own savepoint (pytest-django's ``db``), rolled back after it, and gets its
-own copy of the ``World`` objects: what a test changes, in the database or on those objects, no
-other test sees. Live-server tests need committed rows, so they cannot run inside that
-transaction: they live in the browser modules, with their own data.
-"""
+"""Fixtures of the quota page tests: one Kueue scenario (``world.build_world``) per test module,
+built once and copied for each test (``tests/pages/built_once.py``)."""
 
 from __future__ import annotations
 
@@ -15,28 +9,14 @@ from typing import Any
 
 import pytest
 import time_machine
-from django.contrib.auth import get_user_model
-from django.db import transaction
 
-from fleet.models import Cluster
-from tests.pages.quota_pages.world import NOW, World, build_world
+from tests.pages.built_once import build_once
+from tests.pages.quota_pages.world import NOW, World, new_world
 
 
 @pytest.fixture(scope="module")
 def module_world(django_db_setup: Any, django_db_blocker: Any) -> Iterator[World]:
-    with django_db_blocker.unblock(), transaction.atomic():
-        with time_machine.travel(NOW, tick=True):
-            users = get_user_model().objects
-            built = build_world(
-                Cluster.objects.create(name="test", display_name="Test cluster"),
-                users.create_user(username="lead", password="lead-password"),
-                users.create_user(username="beta-lead", password="beta-password"),
-                NOW,
-            )
-        try:
-            yield built
-        finally:
-            transaction.set_rollback(True)
+    yield from build_once(django_db_blocker, lambda: new_world(NOW), NOW, tick=True)
 
 
 @pytest.fixture

@@ -15,11 +15,12 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.urls import reverse
 
 from core.timewindows import floor_time
 from fleet.choices import IngestSource, IngestStatus
-from fleet.models import Gpu, IngestRun, Node
+from fleet.models import Cluster, Gpu, IngestRun, Node
 from ledger.choices import RollupScope
 from ledger.models import GpuUsage, HourlyRollup
 from quotas.choices import TransitionKind, WorkloadState
@@ -587,6 +588,18 @@ def build_world(cluster, lead_user, beta_lead, now: datetime) -> World:
     return world
 
 
+def new_world(now: datetime) -> World:
+    """``build_world`` on a new cluster "test", with its two leads: "lead" (team alpha) and
+    "beta-lead" (team beta)."""
+    users = get_user_model().objects
+    return build_world(
+        Cluster.objects.create(name="test", display_name="Test cluster"),
+        users.create_user(username="lead", password="lead-password"),
+        users.create_user(username="beta-lead", password="beta-password"),
+        now,
+    )
+
+
 def grow(world: World, count: int) -> None:
     """More of everything the pages list or sum: teams, queues, workloads, samples, rollups."""
     minute = floor_time(world.now, 60)
@@ -721,3 +734,23 @@ def range_hours(world: World, days: float) -> list[datetime]:
 def rollup_sum(field_name: str, hours: list[datetime], **filters: Any) -> float:
     rows = HourlyRollup.objects.filter(hour__in=hours, **filters).values_list(field_name, flat=True)
     return sum(rows)
+
+
+def finished_with_pods(world, cluster):
+    """a4 finished 30 hours ago; its pods: 2 x 4 GPUs, one re-created when the first ended."""
+    a4 = world.wl["a4"]
+    a4.admitted_gpus = 0.0  # as the sync stores a finished workload: it holds nothing now
+    a4.flavors = {"nvidia.com/gpu": "h100"}
+    a4.save(update_fields=["admitted_gpus", "flavors"])
+    for name, start, end in (("a", 40, 35), ("b", 39, 30), ("c", 35, 30)):
+        Allocation.objects.create(
+            cluster=cluster,
+            namespace="team-a",
+            pod=f"tokenizer-bench-{name}",
+            node_name="gpu-node-1",
+            gpus=4,
+            workload=a4,
+            started_at=world.now - timedelta(hours=start),
+            ended_at=world.now - timedelta(hours=end),
+        )
+    return a4

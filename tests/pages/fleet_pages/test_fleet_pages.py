@@ -250,23 +250,6 @@ def test_team_rankings_order_teams_by_idle_and_by_active_hours(staff_client, fle
     assert active_bar["x"][-1] == pytest.approx(total("alpha", "active_gpu_hours"))
 
 
-def test_overview_shows_setup_instructions_without_any_cluster(staff_client, db):
-    response = staff_client.get(reverse("dashboard:overview"))
-
-    html = response.content.decode()
-    assert response.status_code == 200
-    assert 'data-testid="empty-state"' in html
-    assert "make demo" in html
-    assert "PROMETHEUS_URL" in html
-
-
-def test_empty_chart_says_there_is_no_data(staff_client, db):
-    figure = staff_client.get(reverse("dashboard:chart-capacity")).json()
-
-    assert figure["meta"]["empty"] is True
-    assert "No hourly rollups" in figure["layout"]["annotations"][0]["text"]
-
-
 # --- Bad parameters -----------------------------------------------------------------------------
 
 
