@@ -134,10 +134,6 @@ class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
     def for_scope(self, scope: str) -> HourlyRollupQuerySet:
         return self.filter(scope=scope)
 
-    def between(self, start: datetime, end: datetime) -> HourlyRollupQuerySet:
-        """Rows whose hour starts in ``[start, end)``, as given; ranges use ``covering``."""
-        return self.filter(hour__gte=start, hour__lt=end)
-
     def covering(
         self,
         range_or_start: TimeRange | HourSpan | datetime,

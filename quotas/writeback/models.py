@@ -152,10 +152,6 @@ class QuotaChange(models.Model):
     def __str__(self) -> str:
         return f"{self.target_kind} {self.target_name} ({self.get_status_display()})"
 
-    @property
-    def is_final(self) -> bool:
-        return self.status in FINAL_STATUSES
-
     def cells(self) -> list[dict[str, Any]]:
         """Before and after side by side, one row per flavor x resource."""
         before = {(c["flavor"], c["resource"]): c for c in self.before}

@@ -28,7 +28,6 @@ from quotas.kueue import KubeError, KueueClient
 from quotas.models import ClusterQueue, Cohort, QuotaChange
 from quotas.writeback.edits import (
     Cell,
-    Edit,
     EditError,
     changed_cells,
     live_cells,
@@ -430,7 +429,3 @@ def notify_requester(change: QuotaChange) -> None:
         send_mail(subject, "\n".join(lines), None, [lead.email])
     except OSError:
         logger.warning("quota change %s: could not email %s", change.pk, lead.email)
-
-
-def edit_from_change(change: QuotaChange) -> Edit:
-    return Edit(_after_cells(change), change.stop_policy_after or None)
