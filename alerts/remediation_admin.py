@@ -21,6 +21,7 @@ from django.views.decorators.http import require_POST
 from alerts.notify_choices import RemediationOutcome
 from alerts.notify_models import RemediationAction, RemediationPolicy
 from alerts.remediation import REACTIVATE_PERMISSION, reactivate
+from core.admin import ReadOnlyAdmin
 from quotas.admin import WorkloadAdmin
 from quotas.models import Workload
 
@@ -63,8 +64,10 @@ ACTION_FIELDS = (
 
 
 @admin.register(RemediationAction)
-class RemediationActionAdmin(admin.ModelAdmin):
+class RemediationActionAdmin(ReadOnlyAdmin):
     """The audit log: read-only."""
+
+    superuser_may_delete = False
 
     list_display = [
         "created_at",
@@ -83,15 +86,6 @@ class RemediationActionAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     fields = ACTION_FIELDS
     readonly_fields = ACTION_FIELDS
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="Workload")
     def workload_ref(self, obj: RemediationAction) -> str:

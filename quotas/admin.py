@@ -8,7 +8,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from core.admin import CollectorOwnedAdmin
+from core.admin import ReadOnlyAdmin
 from core.quantity import display_quantity
 from quotas.models import (
     Allocation,
@@ -42,12 +42,12 @@ class TeamAdmin(admin.ModelAdmin):
 
 
 @admin.register(ResourceFlavor)
-class ResourceFlavorAdmin(CollectorOwnedAdmin):
+class ResourceFlavorAdmin(ReadOnlyAdmin):
     list_display = ["name", "cluster", "gpu_model", "deleted_at"]
     list_filter = ["cluster"]
 
 
-class SyncedObjectAdmin(CollectorOwnedAdmin):
+class SyncedObjectAdmin(ReadOnlyAdmin):
     """A Kueue object the sync owns: it comes back on the next sync, so nobody deletes it here."""
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -230,8 +230,10 @@ class ClusterQueueAdmin(SyncedObjectAdmin):
 
 
 @admin.register(QuotaChange)
-class QuotaChangeAdmin(admin.ModelAdmin):
+class QuotaChangeAdmin(ReadOnlyAdmin):
     """The audit trail: read-only. Pending team-lead requests: filter on status "Requested"."""
+
+    superuser_may_delete = False
 
     list_display = [
         "created_at",
@@ -249,15 +251,6 @@ class QuotaChangeAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     list_select_related = ["cluster", "requested_by", "decided_by"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
     @admin.display(description="page")
     def preview_link(self, obj: QuotaChange) -> str:
         url = reverse("quotas:quota-change-detail", args=[obj.pk])
@@ -266,14 +259,14 @@ class QuotaChangeAdmin(admin.ModelAdmin):
 
 
 @admin.register(LocalQueue)
-class LocalQueueAdmin(CollectorOwnedAdmin):
+class LocalQueueAdmin(ReadOnlyAdmin):
     list_display = ["namespace", "name", "cluster_queue_name", "pending_workloads", "deleted_at"]
     list_filter = ["cluster", "namespace"]
     search_fields = ["name", "namespace"]
 
 
 @admin.register(WorkloadPriorityClass)
-class WorkloadPriorityClassAdmin(CollectorOwnedAdmin):
+class WorkloadPriorityClassAdmin(ReadOnlyAdmin):
     list_display = ["name", "value", "cluster"]
 
 
@@ -295,7 +288,7 @@ class WorkloadTransitionInline(admin.TabularInline):
 
 
 @admin.register(Workload)
-class WorkloadAdmin(CollectorOwnedAdmin):
+class WorkloadAdmin(ReadOnlyAdmin):
     list_display = [
         "name",
         "namespace",
@@ -313,7 +306,7 @@ class WorkloadAdmin(CollectorOwnedAdmin):
 
 
 @admin.register(WorkloadTransition)
-class WorkloadTransitionAdmin(CollectorOwnedAdmin):
+class WorkloadTransitionAdmin(ReadOnlyAdmin):
     list_display = ["at", "workload", "kind", "reason"]
     list_filter = ["kind"]
     date_hierarchy = "at"
@@ -322,7 +315,7 @@ class WorkloadTransitionAdmin(CollectorOwnedAdmin):
 
 
 @admin.register(ClusterQueueSample)
-class ClusterQueueSampleAdmin(CollectorOwnedAdmin):
+class ClusterQueueSampleAdmin(ReadOnlyAdmin):
     list_display = ["sampled_at", "cluster_queue", "flavor_name", "total", "borrowed", "lent"]
     list_filter = ["flavor_name"]
     date_hierarchy = "sampled_at"
@@ -330,7 +323,7 @@ class ClusterQueueSampleAdmin(CollectorOwnedAdmin):
 
 
 @admin.register(Allocation)
-class AllocationAdmin(CollectorOwnedAdmin):
+class AllocationAdmin(ReadOnlyAdmin):
     list_display = ["namespace", "pod", "node_name", "gpus", "workload", "started_at", "ended_at"]
     list_filter = ["cluster", "namespace"]
     search_fields = ["pod", "namespace"]
