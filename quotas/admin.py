@@ -85,29 +85,17 @@ class CohortAdmin(SyncedObjectAdmin):
         return super().change_view(request, object_id, form_url, extra)
 
     def edit_quotas_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
-        from quotas.writeback import service
-        from quotas.writeback.edits import EditError
-        from quotas.writeback.forms import QuotaEditForm, cohort_cells
+        from quotas.writeback.forms import submit_edit
+        from quotas.writeback.service import can_apply
 
-        if not service.can_apply(request.user):
+        if not can_apply(request.user):
             raise PermissionDenied("Editing quotas needs the apply_quota_change permission.")
         cohort = get_object_or_404(
             Cohort.objects.select_related("cluster"), pk=object_id, implicit=False
         )
-        form = QuotaEditForm(request.POST or None, cells=cohort_cells(cohort), stop_policy=None)
-        if request.method == "POST" and form.is_valid():
-            try:
-                change = service.preview(
-                    cohort=cohort,
-                    changes=form.changes(),
-                    stop_policy=None,
-                    reason=form.cleaned_data["reason"],
-                    user=request.user,
-                )
-            except EditError as exc:
-                form.add_edit_errors(exc)
-            else:
-                return HttpResponseRedirect(reverse("quotas:quota-change-detail", args=[change.pk]))
+        form, change = submit_edit(request, cohort)
+        if change is not None:
+            return HttpResponseRedirect(reverse("quotas:quota-change-detail", args=[change.pk]))
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -194,29 +182,15 @@ class ClusterQueueAdmin(SyncedObjectAdmin):
         return super().change_view(request, object_id, form_url, extra)
 
     def edit_quotas_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
-        from quotas.writeback import service
-        from quotas.writeback.edits import EditError
-        from quotas.writeback.forms import QuotaEditForm, synced_cells
+        from quotas.writeback.forms import submit_edit
+        from quotas.writeback.service import can_apply
 
-        if not service.can_apply(request.user):
+        if not can_apply(request.user):
             raise PermissionDenied("Editing quotas needs the apply_quota_change permission.")
         queue = get_object_or_404(ClusterQueue.objects.select_related("cluster"), pk=object_id)
-        form = QuotaEditForm(
-            request.POST or None, cells=synced_cells(queue), stop_policy=queue.stop_policy
-        )
-        if request.method == "POST" and form.is_valid():
-            try:
-                change = service.preview(
-                    cluster_queue=queue,
-                    changes=form.changes(),
-                    stop_policy=form.stop_policy_change(),
-                    reason=form.cleaned_data["reason"],
-                    user=request.user,
-                )
-            except EditError as exc:
-                form.add_edit_errors(exc)
-            else:
-                return HttpResponseRedirect(reverse("quotas:quota-change-detail", args=[change.pk]))
+        form, change = submit_edit(request, queue)
+        if change is not None:
+            return HttpResponseRedirect(reverse("quotas:quota-change-detail", args=[change.pk]))
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,

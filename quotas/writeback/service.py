@@ -41,7 +41,7 @@ from quotas.writeback.gitops import (
     kubectl_command,
     patch_yaml,
 )
-from quotas.writeback.state import whatif_inputs
+from quotas.writeback.state import synced_cells, whatif_inputs
 from quotas.writeback.whatif import NO_EVICTION_NOTE, what_if
 
 logger = logging.getLogger(__name__)
@@ -116,21 +116,6 @@ def _target(change: QuotaChange) -> tuple[str, str]:
     return str(change.target_kind), change.target_name
 
 
-def _synced_cells(queue: ClusterQueue) -> list[Cell]:
-    from core.quantity import display_quantity
-
-    return [
-        Cell(
-            q.flavor_name,
-            q.resource,
-            display_quantity(q.nominal, q.resource) or "0",
-            display_quantity(q.borrowing_limit, q.resource) or None,
-            display_quantity(q.lending_limit, q.resource) or None,
-        )
-        for q in queue.quotas.order_by("resource", "position", "flavor_name")
-    ]
-
-
 def preview(
     *,
     cluster_queue: ClusterQueue | None = None,
@@ -173,7 +158,7 @@ def preview(
         version = str((live.get("metadata") or {}).get("resourceVersion") or "")
         api_version = str(live.get("apiVersion") or "")
     elif cluster_queue is not None:
-        before_all = _synced_cells(cluster_queue)
+        before_all = synced_cells(cluster_queue)
         stop_before = cluster_queue.stop_policy or "None"
         version = cluster_queue.resource_version
         api_version = ""
