@@ -14,7 +14,7 @@ from dashboard.decorators import chart_view
 from dashboard.live import (
     SOURCE_LIVE,
     SOURCE_STORED,
-    Series,
+    LiveSeries,
     live_series,
     promql_string,
     read_live,
@@ -49,7 +49,7 @@ def gpu_metric_figure(gpu: Gpu, time_range: TimeRange, *, memory: bool) -> dict[
     metrics = (FB_METRIC,) if memory else GPU_METRICS
     source = SOURCE_STORED
     notice = ""
-    lines: list[tuple[tuple, Series]] = []
+    lines: list[tuple[tuple, LiveSeries]] = []
     cluster = gpu.cluster
     if cluster.prometheus_url:
         names = "|".join(metric[1] for metric in metrics)
