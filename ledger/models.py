@@ -17,7 +17,7 @@ from django.db.models import Q
 from fleet.choices import ActivitySource
 from fleet.models import Cluster, Gpu
 from ledger.choices import RateKind, RollupScope
-from ledger.figures import FIGURES, Figures
+from ledger.range_figures import FIGURES, Figures
 from ledger.read import HourlyRollupQuerySet
 from quotas.models import ClusterQueue, LocalQueue, Team, Workload, default_currency
 
@@ -239,7 +239,7 @@ class HourlyRollup(models.Model):
 
     objects = HourlyRollupQuerySet.as_manager()
 
-    # The figure columns, summed by the read layer (ledger.figures.Figures has one field each).
+    # The figure columns, summed by the read layer (ledger.range_figures.Figures: one field each).
     FIGURES = FIGURES
 
     class Meta:

@@ -25,7 +25,7 @@ from dashboard.charts.parts import (
 )
 from dashboard.decorators import chart_view
 from dashboard.queries.cohorts import member_hours, member_teams
-from ledger.figures import Figures
+from ledger.range_figures import Figures
 from quotas.access import other_members_label
 
 

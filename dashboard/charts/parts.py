@@ -16,8 +16,8 @@ from typing import Any
 from core import plotting
 from core.ranges import TimeRange
 from ledger.choices import RollupScope
-from ledger.figures import Figures
 from ledger.models import HourlyRollup
+from ledger.range_figures import Figures
 
 Hourly = Sequence[Figures | None]
 
