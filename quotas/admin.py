@@ -1,4 +1,4 @@
-from typing import Any
+from typing import Any, ClassVar, cast
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
@@ -54,21 +54,54 @@ class SyncedObjectAdmin(ReadOnlyAdmin):
         return False
 
 
+class QuotaEditedAdmin(SyncedObjectAdmin):
+    """A synced object whose quotas users with ``quotas.apply_quota_change`` edit on its "Edit
+    quotas" page (``<pk>/quotas/``), whose Save goes to the change's preview page."""
+
+    # Which objects have an edit page (beyond the pk), and its title.
+    edit_filter: ClassVar[dict[str, Any]] = {}
+    edit_title = "Edit quotas of {name}"
+
+    def get_urls(self) -> list[Any]:
+        edit = self.admin_site.admin_view(self.edit_quotas_view)
+        name = f"{self.opts.app_label}_{self.opts.model_name}_edit_quotas"
+        return [path("<int:object_id>/quotas/", edit, name=name), *super().get_urls()]
+
+    def edit_quotas_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        from quotas.writeback.forms import submit_edit
+        from quotas.writeback.service import can_apply
+
+        if not can_apply(request.user):
+            raise PermissionDenied("Editing quotas needs the apply_quota_change permission.")
+        found = self.model._default_manager.select_related("cluster")
+        target = cast(
+            ClusterQueue | Cohort, get_object_or_404(found, pk=object_id, **self.edit_filter)
+        )
+        form, change = submit_edit(request, target)
+        if change is not None:
+            return HttpResponseRedirect(reverse("quotas:quota-change-detail", args=[change.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": target,
+            "title": self.edit_title.format(name=target.name),
+            "queue": target if isinstance(target, ClusterQueue) else None,
+            "target": target,
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/quotas/clusterqueue/edit_quotas.html", context)
+
+
 @admin.register(Cohort)
-class CohortAdmin(SyncedObjectAdmin):
+class CohortAdmin(QuotaEditedAdmin):
     """Explicit Cohorts with their own quota (v1beta2 ``spec.resourceGroups``, e.g. a shared
     pool) are edited like ClusterQueues: "Edit quotas" -> preview -> apply."""
 
     list_display = ["name", "cluster", "parent_name", "implicit", "weighted_share", "deleted_at"]
     list_filter = ["cluster", "implicit"]
     change_form_template = "admin/quotas/cohort/change_form.html"
-
-    def get_urls(self) -> list[Any]:
-        edit = self.admin_site.admin_view(self.edit_quotas_view)
-        return [
-            path("<int:object_id>/quotas/", edit, name="quotas_cohort_edit_quotas"),
-            *super().get_urls(),
-        ]
+    edit_filter = {"implicit": False}
+    edit_title = "Edit the own quota of cohort {name}"
 
     def change_view(
         self,
@@ -83,28 +116,6 @@ class CohortAdmin(SyncedObjectAdmin):
         editable = bool(cohort and not cohort.implicit and cohort.resource_groups)
         extra = {**(extra_context or {}), "can_edit_quotas": editable and can_apply(request.user)}
         return super().change_view(request, object_id, form_url, extra)
-
-    def edit_quotas_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
-        from quotas.writeback.forms import submit_edit
-        from quotas.writeback.service import can_apply
-
-        if not can_apply(request.user):
-            raise PermissionDenied("Editing quotas needs the apply_quota_change permission.")
-        cohort = get_object_or_404(
-            Cohort.objects.select_related("cluster"), pk=object_id, implicit=False
-        )
-        form, change = submit_edit(request, cohort)
-        if change is not None:
-            return HttpResponseRedirect(reverse("quotas:quota-change-detail", args=[change.pk]))
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "original": cohort,
-            "title": f"Edit the own quota of cohort {cohort.name}",
-            "target": cohort,
-            "form": form,
-        }
-        return TemplateResponse(request, "admin/quotas/clusterqueue/edit_quotas.html", context)
 
 
 QUOTA_INLINE_FIELDS = ("flavor_name", "resource", "nominal_quota", "borrowing", "lending")
@@ -138,7 +149,7 @@ class ClusterQueueQuotaInline(admin.TabularInline):
 
 
 @admin.register(ClusterQueue)
-class ClusterQueueAdmin(SyncedObjectAdmin):
+class ClusterQueueAdmin(QuotaEditedAdmin):
     """Synced fields are read-only; users with ``quotas.apply_quota_change`` edit the quotas on
     the "Edit quotas" page, whose Save goes to the preview (``quotas.writeback``)."""
 
@@ -158,13 +169,6 @@ class ClusterQueueAdmin(SyncedObjectAdmin):
     list_select_related = ["cluster", "team"]
     inlines = [ClusterQueueQuotaInline]
 
-    def get_urls(self) -> list[Any]:
-        edit = self.admin_site.admin_view(self.edit_quotas_view)
-        return [
-            path("<int:object_id>/quotas/", edit, name="quotas_clusterqueue_edit_quotas"),
-            *super().get_urls(),
-        ]
-
     def change_view(
         self,
         request: HttpRequest,
@@ -180,27 +184,6 @@ class ClusterQueueAdmin(SyncedObjectAdmin):
             "quota_history_url": f"{reverse('quotas:quota-change-list')}?queue={object_id}",
         }
         return super().change_view(request, object_id, form_url, extra)
-
-    def edit_quotas_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
-        from quotas.writeback.forms import submit_edit
-        from quotas.writeback.service import can_apply
-
-        if not can_apply(request.user):
-            raise PermissionDenied("Editing quotas needs the apply_quota_change permission.")
-        queue = get_object_or_404(ClusterQueue.objects.select_related("cluster"), pk=object_id)
-        form, change = submit_edit(request, queue)
-        if change is not None:
-            return HttpResponseRedirect(reverse("quotas:quota-change-detail", args=[change.pk]))
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "original": queue,
-            "title": f"Edit quotas of {queue.name}",
-            "queue": queue,
-            "target": queue,
-            "form": form,
-        }
-        return TemplateResponse(request, "admin/quotas/clusterqueue/edit_quotas.html", context)
 
 
 @admin.register(QuotaChange)
