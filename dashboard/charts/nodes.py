@@ -12,6 +12,7 @@ from django.shortcuts import get_object_or_404
 
 from core import plotting
 from core.ranges import TimeRange
+from dashboard.charts.parts import range_layout, series_line
 from dashboard.decorators import chart_view
 from dashboard.live import (
     SOURCE_LIVE,
@@ -63,24 +64,16 @@ def node_activity_figure(node: Node, time_range: TimeRange) -> dict[str, Any]:
         else [(gpu_label(gpu), series) for gpu, series in lines]
     )
     traces = [
-        plotting.line(
-            plotting.plain(name),
-            [plotting.iso(moment) for moment in series.x],
-            series.y,
-            color=plotting.SERIES[index % len(plotting.SERIES)],
-            unit="%",
+        series_line(
+            plotting.plain(name), series, plotting.SERIES[index % len(plotting.SERIES)], "%"
         )
         for index, (name, series) in enumerate(named)
     ]
-    layout = plotting.layout(
+    # The range's own time axis, also when no GPU has a point (not Plotly's -1…6).
+    layout = range_layout(
+        time_range,
         f"SM_ACTIVE per GPU on {node.name} ({source})",
-        x_title="Time (UTC)",
-        y_title="SM_ACTIVE (%)",
-        # The range's own time axis, also when no GPU has a point (not Plotly's -1…6).
-        xaxis={
-            "type": "date",
-            "range": [plotting.iso(time_range.start), plotting.iso(time_range.end)],
-        },
+        "SM_ACTIVE (%)",
         yaxis={"range": [0, 100]},
     )
     return plotting.figure(

@@ -15,6 +15,7 @@ from typing import Any
 
 from core import plotting
 from core.ranges import TimeRange
+from dashboard.live import LiveSeries
 from ledger.choices import RollupScope
 from ledger.models import HourlyRollup
 from ledger.range_figures import Figures
@@ -338,4 +339,11 @@ def top_teams_figure(
         empty_message=empty_message,
         links=None if link_of is None else [link_of(team) for team in ranked],
         total=len(every),
+    )
+
+
+def series_line(name: str, series: LiveSeries, color: str, unit: str) -> dict[str, Any]:
+    """A detail chart's line from a ``LiveSeries`` (Prometheus or the stored windows)."""
+    return plotting.line(
+        name, [plotting.iso(moment) for moment in series.x], series.y, color=color, unit=unit
     )
