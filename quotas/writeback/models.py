@@ -11,16 +11,6 @@ from django.db import models
 from fleet.models import Cluster
 from quotas.choices import QuotaChangeSource, QuotaChangeStatus, QuotaTargetKind
 
-# Statuses of a change that is over: nothing more will happen to it.
-FINAL_STATUSES = (
-    QuotaChangeStatus.DECLINED,
-    QuotaChangeStatus.REFUSED,
-    QuotaChangeStatus.APPLIED_OBSERVED,
-    QuotaChangeStatus.CONFLICT,
-    QuotaChangeStatus.FAILED,
-    QuotaChangeStatus.OBSERVED,
-)
-
 
 class QuotaChangeQuerySet(models.QuerySet["QuotaChange"]):
     def pending_requests(self) -> QuotaChangeQuerySet:
