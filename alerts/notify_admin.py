@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
@@ -20,7 +18,7 @@ from alerts.notify.send import deliver, retry_now
 from alerts.notify.transports import call_deadline
 from alerts.notify_choices import DeliveryOutcome
 from alerts.notify_models import AlertContact, Delivery, DeliveryAttempt, Receiver, Route
-from core.admin import ReadOnlyAdmin
+from core.admin import ReadOnlyAdmin, ReadOnlyInline
 
 
 class RouteForm(forms.ModelForm):
@@ -160,15 +158,9 @@ class AlertContactAdmin(admin.ModelAdmin):
 ATTEMPT_FIELDS = ("number", "started_at", "duration_ms", "outcome", "status_code", "error")
 
 
-class DeliveryAttemptInline(admin.TabularInline):
+class DeliveryAttemptInline(ReadOnlyInline):
     model = DeliveryAttempt
-    extra = 0
     fields = ATTEMPT_FIELDS
-    readonly_fields = ATTEMPT_FIELDS
-    can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Delivery)

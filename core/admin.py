@@ -24,3 +24,19 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return self.superuser_may_delete and bool(request.user.is_superuser)
+
+
+class ReadOnlyInline(admin.TabularInline):
+    """Rows shown under their parent as they are: every field read-only, none added or deleted."""
+
+    extra = 0
+    can_delete = False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.get_fields(request, obj)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

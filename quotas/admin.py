@@ -8,7 +8,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from core.admin import ReadOnlyAdmin
+from core.admin import ReadOnlyAdmin, ReadOnlyInline
 from core.quantity import display_quantity
 from quotas.models import (
     Allocation,
@@ -121,13 +121,11 @@ class CohortAdmin(QuotaEditedAdmin):
 QUOTA_INLINE_FIELDS = ("flavor_name", "resource", "nominal_quota", "borrowing", "lending")
 
 
-class ClusterQueueQuotaInline(admin.TabularInline):
+class ClusterQueueQuotaInline(ReadOnlyInline):
     """Quotas as Kubernetes quantities (``16``, ``64Gi``), not stored decimals."""
 
     model = ClusterQueueQuota
-    extra = 0
     fields = QUOTA_INLINE_FIELDS
-    readonly_fields = QUOTA_INLINE_FIELDS
 
     @admin.display(description="nominal quota")
     def nominal_quota(self, obj: ClusterQueueQuota) -> str:
@@ -140,12 +138,6 @@ class ClusterQueueQuotaInline(admin.TabularInline):
     @admin.display(description="lending limit")
     def lending(self, obj: ClusterQueueQuota) -> str:
         return display_quantity(obj.lending_limit, obj.resource) or "unset"
-
-    def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
 
 
 @admin.register(ClusterQueue)
@@ -230,18 +222,10 @@ class WorkloadPriorityClassAdmin(ReadOnlyAdmin):
 TRANSITION_INLINE_FIELDS = ("at", "kind", "reason", "message", "preemptor", "requeue_at")
 
 
-class WorkloadTransitionInline(admin.TabularInline):
+class WorkloadTransitionInline(ReadOnlyInline):
     model = WorkloadTransition
     fk_name = "workload"
-    extra = 0
     fields = TRANSITION_INLINE_FIELDS
-    readonly_fields = TRANSITION_INLINE_FIELDS
-
-    def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
 
 
 @admin.register(Workload)

@@ -44,3 +44,16 @@ def test_nobody_deletes_from_the_quota_change_audit_trail():
     assert not changes.has_add_permission(request)
     assert not changes.has_change_permission(request)
     assert not changes.has_delete_permission(request)
+
+
+def test_rows_under_a_parent_are_shown_read_only_and_never_added_or_deleted():
+    from quotas.models import ClusterQueue
+
+    request = request_by(superuser=True)
+    inlines = admin.site._registry[ClusterQueue].get_inline_instances(request)
+
+    assert inlines
+    for inline in inlines:
+        assert list(inline.get_readonly_fields(request)) == list(inline.fields)
+        assert not inline.has_add_permission(request, None)
+        assert not inline.has_delete_permission(request, None)
