@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from core.mig import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from fleet import constants as c
@@ -56,19 +58,54 @@ def _build_window(inp: WindowInput) -> WindowBatch:
     for entry in series.values():
         by_gpu[entry.gpu].append(entry)
 
-    requests_by_pod: dict[tuple[str, str], list[PodRequest]] = defaultdict(list)
-    for request in requests.values():
-        requests_by_pod[(request.namespace, request.pod)].append(request)
+    pods = _Pods(requests.values(), labels)
+    expected = max(int(inp.expected_samples or 0), 0)
+    seen = _series_usage(gpus, by_gpu, pods, expected)
+    allocations, unseen = _requested(pods, seen, expected)
+    allocations += _unrequested(gpus, pods, seen)
 
-    # What the rows of a pod share, worked out once per pod (a pod holds several GPUs):
-    # uid, node (None: no request names one), cluster queue, local queue.
-    pod_facts: dict[tuple[str, str], tuple[str, str | None, str, str]] = {}
+    if stats.skipped or stats.nonfinite_skipped:
+        logger.warning(
+            "window %s: read %d records, skipped %d malformed %s and %d non-finite",
+            inp.window.end.isoformat(),
+            stats.records_read,
+            stats.skipped,
+            dict(stats.skip_reasons),
+            stats.nonfinite_skipped,
+        )
 
-    def facts_of(ident: tuple[str, str]) -> tuple[str, str | None, str, str]:
-        facts = pod_facts.get(ident)
+    return WindowBatch(
+        window=inp.window,
+        gpus=sorted((gpus[key] for key in by_gpu), key=_gpu_order),
+        usage=sorted(seen.usage + unseen, key=lambda r: (r.gpu_key, r.namespace, r.pod)),
+        allocations=sorted(allocations, key=lambda a: (a.namespace, a.pod, a.pod_uid)),
+        stats=stats,
+        label_style_used=style,
+        owners=owners,
+    )
+
+
+class _Pods:
+    """The window's pods: their GPU requests, and what the rows of a pod share, worked out once
+    per pod (a pod holds several GPUs): uid, node (None: no request names one), cluster queue,
+    local queue."""
+
+    def __init__(
+        self,
+        requests: Iterable[PodRequest],
+        labels: Mapping[tuple[str, str], tuple[str, str, str]],
+    ) -> None:
+        self.requests: dict[tuple[str, str], list[PodRequest]] = defaultdict(list)
+        for request in requests:
+            self.requests[(request.namespace, request.pod)].append(request)
+        self._labels = labels
+        self._facts: dict[tuple[str, str], tuple[str, str | None, str, str]] = {}
+
+    def facts(self, ident: tuple[str, str]) -> tuple[str, str | None, str, str]:
+        facts = self._facts.get(ident)
         if facts is None:
-            label = labels.get(ident)
-            pod_requests = requests_by_pod.get(ident)
+            label = self._labels.get(ident)
+            pod_requests = self.requests.get(ident)
             if pod_requests:
                 # A recreated pod with the same name: the uid with the most GPUs, then the highest.
                 uid = max(pod_requests, key=lambda r: (r.gpus, r.uid)).uid
@@ -80,28 +117,40 @@ def _build_window(inp: WindowInput) -> WindowBatch:
                 facts = (uid, node, label[1], label[2])
             else:
                 facts = (uid, node, "", "")
-            pod_facts[ident] = facts
+            self._facts[ident] = facts
         return facts
 
-    def pod_uid(namespace: str, pod: str) -> str:
-        return facts_of((namespace, pod))[0]
-
-    def queues(namespace: str, pod: str) -> tuple[str, str]:
-        facts = facts_of((namespace, pod))
+    def queues(self, ident: tuple[str, str]) -> tuple[str, str]:
+        facts = self.facts(ident)
         return facts[2], facts[3]
 
-    usage: list[UsageRow] = []
-    # (namespace, pod) -> GPU keys it was seen on, and the GPUs those stand for.
-    seen_gpus: dict[tuple[str, str], list[str]] = defaultdict(list)
-    seen_fraction: dict[tuple[str, str], float] = defaultdict(float)
-    hosts_with_series: set[str] = set()
-    expected = max(int(inp.expected_samples or 0), 0)
-    sources = {metric_key: ActivitySource(metric_key) for metric_key in c.ACTIVITY_METRICS}
 
+@dataclass
+class _Seen:
+    """The usage rows of the DCGM series, and what they tell about pods and hosts."""
+
+    usage: list[UsageRow] = field(default_factory=list)
+    # (namespace, pod) -> GPU keys it was seen on, and the GPUs those stand for.
+    gpus: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
+    fraction: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    hosts: set[str] = field(default_factory=set)
+
+
+def _series_usage(
+    gpus: Mapping[str, GpuRow],
+    by_gpu: Mapping[str, list[DcgmSeries]],
+    pods: _Pods,
+    expected: int,
+) -> _Seen:
+    """One usage row per GPU and pod seen on it; a time-sliced GPU is split among its pods."""
+    seen = _Seen()
+    # Locals in the loop: it runs once per GPU and pod (50,000 a window at the largest).
+    usage, seen_gpus, seen_fraction, facts_of = seen.usage, seen.gpus, seen.fraction, pods.facts
+    sources = {metric_key: ActivitySource(metric_key) for metric_key in c.ACTIVITY_METRICS}
     for key, entries in by_gpu.items():
         gpu = gpus[key]
         host = gpu.host
-        hosts_with_series.add(host)
+        seen.hosts.add(host)
         if len(entries) > 1:
             held = [e for e in entries if e.pod]
             if held:
@@ -170,11 +219,19 @@ def _build_window(inp: WindowInput) -> WindowBatch:
                     local_queue_name=local_queue,
                 )
             )
+    return seen
 
+
+def _requested(
+    pods: _Pods, seen: _Seen, expected: int
+) -> tuple[list[PodAllocationRow], list[UsageRow]]:
+    """An allocation per GPU request, and a usage row without telemetry for the GPUs a pod
+    requested beyond those it was seen on."""
     allocations: list[PodAllocationRow] = []
-    for (namespace, pod), pod_requests in requests_by_pod.items():
-        cluster_queue, local_queue = queues(namespace, pod)
-        keys = sorted(seen_gpus.get((namespace, pod), []))
+    usage: list[UsageRow] = []
+    for (namespace, pod), pod_requests in pods.requests.items():
+        cluster_queue, local_queue = pods.queues((namespace, pod))
+        keys = sorted(seen.gpus.get((namespace, pod), []))
         for request in pod_requests:
             resource = max(request.resources.items(), key=lambda kv: (kv[1], kv[0]))[0]
             allocations.append(
@@ -193,7 +250,7 @@ def _build_window(inp: WindowInput) -> WindowBatch:
         # Requested but not (all) on DCGM series: allocated without telemetry. A recreated pod
         # name counts once, with its largest request.
         requested = max(r.gpus for r in pod_requests)
-        missing = requested - seen_fraction.get((namespace, pod), 0.0)
+        missing = requested - seen.fraction.get((namespace, pod), 0.0)
         if missing > _EPSILON:
             request = max(pod_requests, key=lambda r: (r.gpus, r.uid))
             usage.append(
@@ -211,28 +268,32 @@ def _build_window(inp: WindowInput) -> WindowBatch:
                     gpus=missing,
                     # A node with no DCGM series at all (exporter down) has its GPUs counted
                     # nowhere else; on a node with series they are already counted there.
-                    capacity_gpus=0.0 if request.node in hosts_with_series else missing,
+                    capacity_gpus=0.0 if request.node in seen.hosts else missing,
                     expected_samples=expected,
                     cluster_queue_name=cluster_queue,
                     local_queue_name=local_queue,
                 )
             )
+    return allocations, usage
 
-    for (namespace, pod), keys in seen_gpus.items():
-        if (namespace, pod) in requests_by_pod:
+
+def _unrequested(gpus: Mapping[str, GpuRow], pods: _Pods, seen: _Seen) -> list[PodAllocationRow]:
+    """Pods on DCGM series but not in the requests: still held (see the module docstring)."""
+    allocations = []
+    for (namespace, pod), keys in seen.gpus.items():
+        if (namespace, pod) in pods.requests:
             continue
-        # On DCGM series but not in the requests: still held (see the module docstring).
         held_keys = sorted(keys)
         profiles = sorted(gpus[k].mig_profile for k in held_keys if gpus[k].gi_id)
         resource = (
             MIG_RESOURCE_PREFIX + profiles[0] if len(profiles) == len(held_keys) else GPU_RESOURCE
         )
-        cluster_queue, local_queue = queues(namespace, pod)
+        cluster_queue, local_queue = pods.queues((namespace, pod))
         allocations.append(
             PodAllocationRow(
                 namespace=namespace,
                 pod=pod,
-                pod_uid=pod_uid(namespace, pod),
+                pod_uid=pods.facts((namespace, pod))[0],
                 node_name=gpus[held_keys[0]].host,
                 resource=resource,
                 gpus=sum(gpus[k].fraction for k in held_keys),
@@ -241,26 +302,7 @@ def _build_window(inp: WindowInput) -> WindowBatch:
                 local_queue_name=local_queue,
             )
         )
-
-    if stats.skipped or stats.nonfinite_skipped:
-        logger.warning(
-            "window %s: read %d records, skipped %d malformed %s and %d non-finite",
-            inp.window.end.isoformat(),
-            stats.records_read,
-            stats.skipped,
-            dict(stats.skip_reasons),
-            stats.nonfinite_skipped,
-        )
-
-    return WindowBatch(
-        window=inp.window,
-        gpus=sorted((gpus[key] for key in by_gpu), key=_gpu_order),
-        usage=sorted(usage, key=lambda r: (r.gpu_key, r.namespace, r.pod)),
-        allocations=sorted(allocations, key=lambda a: (a.namespace, a.pod, a.pod_uid)),
-        stats=stats,
-        label_style_used=style,
-        owners=owners,
-    )
+    return allocations
 
 
 def _gpu_order(gpu: GpuRow) -> tuple:
