@@ -201,23 +201,12 @@ def preview(
             "write_enabled": cluster.quota_write_enabled,
         }
     )
-    dry_run: dict[str, Any]
     if not cluster.quota_write_enabled:
         dry_run = {"skipped": "Write-back is disabled for this cluster (read-only)."}
     elif live is None:
         dry_run = {"skipped": "The live object could not be read.", **live_error}
     else:
-        try:
-            with _client(cluster, client_factory) as client:
-                _with_retries(
-                    lambda: client.patch_object(
-                        kind, target.name, body, field_manager=OUR_FIELD_MANAGER, dry_run=True
-                    ),
-                    f"dry-run PATCH {kind} {target.name}",
-                )
-            dry_run = {"ok": True}
-        except KubeError as exc:
-            dry_run = error_answer(exc)
+        dry_run = _dry_run(cluster, kind, target.name, body, client_factory)
     return QuotaChange.objects.create(
         cluster=cluster,
         target_kind=kind,
@@ -238,6 +227,23 @@ def preview(
         gitops_owner=owner.detail if owner else "",
         requested_by=user if getattr(user, "is_authenticated", False) else None,
     )
+
+
+def _dry_run(
+    cluster: Any, kind: str, name: str, body: dict[str, Any], client_factory: ClientFactory | None
+) -> dict[str, Any]:
+    """The API server's answer to the patch sent with ``dryRun=All``: ok, or its error."""
+    try:
+        with _client(cluster, client_factory) as client:
+            _with_retries(
+                lambda: client.patch_object(
+                    kind, name, body, field_manager=OUR_FIELD_MANAGER, dry_run=True
+                ),
+                f"dry-run PATCH {kind} {name}",
+            )
+    except KubeError as exc:
+        return error_answer(exc)
+    return {"ok": True}
 
 
 def _after_cells(change: QuotaChange) -> list[Cell]:
