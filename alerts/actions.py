@@ -41,30 +41,20 @@ def silence(episode: Episode, user: Any, until: datetime, comment: str) -> Silen
 def exempt_workload(episode: Episode, user: Any, reason: str) -> Exemption | None:
     """Exempt the episode's workload (or its ClusterQueue for a queue episode) from now on;
     the open episodes of that subject are marked at once, the next evaluation keeps them."""
+    subject: dict[str, int]
     if episode.workload_id is not None:
-        exemption = Exemption.objects.create(
-            kind=ExemptionKind.WORKLOAD,
-            cluster=episode.cluster,
-            workload_id=episode.workload_id,
-            reason=reason,
-            created_by=user,
-        )
-        subject = Episode.objects.filter(workload_id=episode.workload_id)
+        kind, subject = ExemptionKind.WORKLOAD, {"workload_id": episode.workload_id}
     elif episode.cluster_queue_id is not None:
-        exemption = Exemption.objects.create(
-            kind=ExemptionKind.CLUSTER_QUEUE,
-            cluster=episode.cluster,
-            cluster_queue_id=episode.cluster_queue_id,
-            reason=reason,
-            created_by=user,
-        )
-        subject = Episode.objects.filter(cluster_queue_id=episode.cluster_queue_id)
+        kind, subject = ExemptionKind.CLUSTER_QUEUE, {"cluster_queue_id": episode.cluster_queue_id}
     else:
         return None
+    exemption = Exemption.objects.create(
+        kind=kind, cluster=episode.cluster, reason=reason, created_by=user, **subject
+    )
     why = f"{exemption.get_kind_display()} exemption: {exemption.describe()}"
     if reason:
         why = f"{why} ({reason})"
-    subject.filter(resolved_at__isnull=True).update(
+    Episode.objects.filter(resolved_at__isnull=True, **subject).update(
         exempt=True, exempt_reason=why[:300], updated_at=timezone.now()
     )
     episode.refresh_from_db()

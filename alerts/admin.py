@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from alerts.actions import acknowledge, silence
 from alerts.models import AlertThreshold, Episode, Exemption, Silence
+from alerts.thresholds import FIELDS as THRESHOLD_FIELDS
 
 EPISODE_EDITABLE = ("ack_comment", "silenced_until")
 
@@ -63,16 +64,7 @@ class EpisodeAdmin(admin.ModelAdmin):
 class AlertThresholdAdmin(admin.ModelAdmin):
     """Empty fields inherit: LocalQueue → namespace → ClusterQueue → global → settings."""
 
-    list_display = [
-        "__str__",
-        "idle_threshold",
-        "idle_gpu_fraction",
-        "idle_warning_minutes",
-        "idle_critical_minutes",
-        "ghost_minutes",
-        "borrowing_minutes",
-        "telemetry_minutes",
-    ]
+    list_display = ["__str__", *THRESHOLD_FIELDS]
     list_filter = ["scope"]
     raw_id_fields = ["cluster_queue", "local_queue"]
 

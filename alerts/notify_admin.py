@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
@@ -20,6 +18,7 @@ from alerts.notify.send import deliver, retry_now
 from alerts.notify.transports import call_deadline
 from alerts.notify_choices import DeliveryOutcome
 from alerts.notify_models import AlertContact, Delivery, DeliveryAttempt, Receiver, Route
+from core.admin import ReadOnlyAdmin, ReadOnlyInline
 
 
 class RouteForm(forms.ModelForm):
@@ -159,19 +158,13 @@ class AlertContactAdmin(admin.ModelAdmin):
 ATTEMPT_FIELDS = ("number", "started_at", "duration_ms", "outcome", "status_code", "error")
 
 
-class DeliveryAttemptInline(admin.TabularInline):
+class DeliveryAttemptInline(ReadOnlyInline):
     model = DeliveryAttempt
-    extra = 0
     fields = ATTEMPT_FIELDS
-    readonly_fields = ATTEMPT_FIELDS
-    can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(admin.ModelAdmin):
+class DeliveryAdmin(ReadOnlyAdmin):
     """The delivery log: read-only; "Retry now" puts failed or waiting deliveries back."""
 
     list_display = [
@@ -207,16 +200,6 @@ class DeliveryAdmin(admin.ModelAdmin):
         "created_at",
         "updated_at",
     ]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # Viewing is allowed through the view permission; nothing here is edited by hand.
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return bool(request.user.is_superuser)
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("alerts.change_delivery"))

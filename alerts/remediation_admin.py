@@ -7,8 +7,6 @@ from the episode page, or the "Re-activate" action on workloads; it needs the
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -21,6 +19,7 @@ from django.views.decorators.http import require_POST
 from alerts.notify_choices import RemediationOutcome
 from alerts.notify_models import RemediationAction, RemediationPolicy
 from alerts.remediation import REACTIVATE_PERMISSION, reactivate
+from core.admin import ReadOnlyAdmin, ReadOnlyInline
 from quotas.admin import WorkloadAdmin
 from quotas.models import Workload
 
@@ -63,8 +62,10 @@ ACTION_FIELDS = (
 
 
 @admin.register(RemediationAction)
-class RemediationActionAdmin(admin.ModelAdmin):
+class RemediationActionAdmin(ReadOnlyAdmin):
     """The audit log: read-only."""
+
+    superuser_may_delete = False
 
     list_display = [
         "created_at",
@@ -83,15 +84,6 @@ class RemediationActionAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     fields = ACTION_FIELDS
     readonly_fields = ACTION_FIELDS
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="Workload")
     def workload_ref(self, obj: RemediationAction) -> str:
@@ -128,17 +120,11 @@ class RemediationActionAdmin(admin.ModelAdmin):
         return HttpResponseRedirect(target)
 
 
-class RemediationActionInline(admin.TabularInline):
+class RemediationActionInline(ReadOnlyInline):
     model = RemediationAction
     fk_name = "workload"
-    extra = 0
     fields = ("created_at", "kind", "outcome", "dry_run", "mode", "requested_by", "error")
-    readonly_fields = fields
-    can_delete = False
     verbose_name_plural = "remediation (deactivations, dry runs, re-activations)"
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 # The workload admin, with its remediation history and the re-activate action.

@@ -231,7 +231,7 @@ def main() -> None:
     from core.timewindows import Window
     from fleet.models import Cluster
     from ledger.models import GpuUsage
-    from ledger.store import _USAGE_COLUMNS, copy_rows, write_window
+    from ledger.store import USAGE_COLUMNS, copy_rows, write_window
 
     migrate(call_command)
     cluster, _ = Cluster.objects.get_or_create(name="bench")
@@ -283,7 +283,7 @@ def main() -> None:
     # The floor: COPY the same usage rows into a scratch copy of the usage table.
     rows = list(
         GpuUsage.objects.filter(cluster=cluster, window_end=windows[-1].end).values_list(
-            *_USAGE_COLUMNS
+            *USAGE_COLUMNS
         )
     )
     now = timezone.now()
@@ -296,7 +296,7 @@ def main() -> None:
     with transaction.atomic():
         pg1 = backend_cpu(connection)
         started, cpu0 = time.perf_counter(), time.process_time()
-        copy_rows("usage_scratch", _USAGE_COLUMNS, rows)
+        copy_rows("usage_scratch", USAGE_COLUMNS, rows)
         copied, copy_cpu = time.perf_counter() - started, time.process_time() - cpu0
         pg2 = backend_cpu(connection)
     with connection.cursor() as cursor:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from core import figures
+from core import ratios
 
 # One colour per figure of docs/architecture.md "Figures", the same on every page.
 COLORS = {
@@ -241,4 +241,4 @@ def percent(value: float | None) -> float | None:
     return None if value is None else round(value * 100.0, 2)
 
 
-ratio = figures.ratio
+ratio = ratios.ratio

@@ -285,104 +285,109 @@ def _tooltip(node: Node, state: GpuState, value_name: str) -> str:
     )
 
 
-def map_figure(
-    page_nodes: list[Node],
+@dataclass
+class _Grid:
+    """The heatmap's cells (row = node, bottom-up; column = a GPU slot or a seventh of one) and
+    the points of the marks drawn over them."""
+
+    rows: list[str]
+    width: int
+    value: list[list[float | None]] = field(default_factory=list)
+    category: list[list[int | None]] = field(default_factory=list)
+    text: list[list[str]] = field(default_factory=list)
+    ids: list[list[int | None]] = field(default_factory=list)
+    sliced: tuple[list[float], list[str]] = field(default_factory=lambda: ([], []))
+    free: tuple[list[float], list[str]] = field(default_factory=lambda: ([], []))
+    silent: tuple[list[float], list[str]] = field(default_factory=lambda: ([], []))
+
+    def __post_init__(self) -> None:
+        self.value = [[None] * self.width for _ in self.rows]
+        self.category = [[None] * self.width for _ in self.rows]
+        self.text = [[""] * self.width for _ in self.rows]
+        self.ids = [[None] * self.width for _ in self.rows]
+
+
+def _colouring(
+    state: GpuState, query: MapQuery, means: dict[int, float] | None, label: str
+) -> tuple[float | None, str | None, str]:
+    """What colours a GPU's cells: an SM_ACTIVE value or a category, and its tooltip."""
+    if query.value == "mean":
+        mean = (means or {}).get(state.gpu.pk)
+        if mean is None:
+            return None, NO_TELEMETRY if state.state != FREE else FREE, label
+        return mean, None, label + f"<br>{mean * 100:.1f} % mean SM_ACTIVE over the range"
+    if query.value == "team" and state.holders:
+        team = _team_of(state)
+        return None, team, label + f"<br>colour: team {plotting.plain(team)}"
+    if state.state == "active":
+        return state.activity, None, label
+    return None, state.state, label
+
+
+def _fill_grid(
+    grid: _Grid,
+    ordered: list[Node],
     cells: dict[int, list[GpuState]],
     query: MapQuery,
-    gpu_url: str,
-    means: dict[int, float] | None = None,
-) -> dict[str, Any]:
-    """Nodes × GPUs heatmap. MIG instances fill their share of the GPU's 7 compute slices.
-
-    Colours: by state now (free hatched white, idle red, held without telemetry slate, silent
-    light grey; held and active by SM_ACTIVE), by the holder's team (``colour=team``), or by the
-    mean SM_ACTIVE over the range (``value=mean``; GPUs free now still hatched).
-    """
-    any_mig = any(state.gpu.gi_id for states in cells.values() for state in states)
-    sub = MIG_COMPUTE_SLICES if any_mig else 1
-    slots = max([node_slots(node, cells.get(node.pk, [])) for node in page_nodes] + [1])
-    width = slots * sub
-    # Rows bottom-up in Plotly: reverse so the first node is at the top.
-    ordered = list(reversed(page_nodes))
-    y = [node_label(node, query) for node in ordered]
-    teams = _team_colors(cells) if query.value == "team" else {}
-    categories = [FREE, IDLE, HELD_NO_TELEMETRY, NO_TELEMETRY, *teams]
-    category_index = {name: i for i, name in enumerate(categories)}
-    z: list[list[float | None]] = [[None] * width for _ in ordered]
-    kind: list[list[int | None]] = [[None] * width for _ in ordered]
-    text: list[list[str]] = [[""] * width for _ in ordered]
-    ids: list[list[int | None]] = [[None] * width for _ in ordered]
-    sliced_x: list[float] = []
-    sliced_y: list[str] = []
-    free_x: list[float] = []
-    free_y: list[str] = []
-    silent_x: list[float] = []
-    silent_y: list[str] = []
-    value_name = "mean SM_ACTIVE over the range" if query.value == "mean" else "SM_ACTIVE now"
+    means: dict[int, float] | None,
+    sub: int,
+    category_index: dict[str, int],
+) -> None:
+    """Each GPU's cells (a MIG instance its share of the GPU's ``sub`` slices) and marks."""
     for row_index, node in enumerate(ordered):
+        row = grid.rows[row_index]
         offsets: dict[int, int] = defaultdict(int)
         for state in cells.get(node.pk, []):
             gpu = state.gpu
             span = max(1, round(gpu.slices)) if (gpu.gi_id and sub > 1) else sub
             start = gpu.index * sub + (offsets[gpu.index] if gpu.gi_id else 0)
             offsets[gpu.index] += span
-            label = _tooltip(node, state, "SM_ACTIVE now")
-            value: float | None = None
-            category: str | None = None
-            if query.value == "mean":
-                mean = (means or {}).get(gpu.pk)
-                if mean is None:
-                    category = NO_TELEMETRY if state.state != FREE else FREE
-                else:
-                    value = mean
-                    label += f"<br>{mean * 100:.1f} % {value_name}"
-            elif query.value == "team" and state.holders:
-                category = _team_of(state)
-                label += f"<br>colour: team {plotting.plain(category)}"
-            elif state.state == "active":
-                value = state.activity
-            else:
-                category = state.state
-            for column in range(start, min(start + span, width)):
-                text[row_index][column] = label
-                ids[row_index][column] = gpu.pk
+            value, category, label = _colouring(
+                state, query, means, _tooltip(node, state, "SM_ACTIVE now")
+            )
+            for column in range(start, min(start + span, grid.width)):
+                grid.text[row_index][column] = label
+                grid.ids[row_index][column] = gpu.pk
                 if value is not None:
-                    z[row_index][column] = round(value * 100.0, 2)
+                    grid.value[row_index][column] = round(value * 100.0, 2)
                 if category is not None:
-                    kind[row_index][column] = category_index[category]
+                    grid.category[row_index][column] = category_index[category]
+            middle = start + span / 2 - 0.5
+            marks = []
             if gpu.time_sliced:
-                sliced_x.append(start + span / 2 - 0.5)
-                sliced_y.append(y[row_index])
+                marks.append(grid.sliced)
             if state.state == FREE:
-                free_x.append(start + span / 2 - 0.5)
-                free_y.append(y[row_index])
+                marks.append(grid.free)
             elif state.state == HELD_NO_TELEMETRY and query.value == "latest":
-                silent_x.append(start + span / 2 - 0.5)
-                silent_y.append(y[row_index])
-    colors = [STATE_COLORS[name] if name in STATE_COLORS else teams[name] for name in categories]
-    n = len(categories)
+                marks.append(grid.silent)
+            for xs, ys in marks:
+                xs.append(middle)
+                ys.append(row)
+
+
+def _heatmaps(grid: _Grid, colors: list[str], query: MapQuery) -> list[dict[str, Any]]:
+    """The category heatmap (discrete colours) under the SM_ACTIVE heatmap (the scale)."""
+    n = len(colors)
     discrete: list[list[Any]] = []
     for i, color in enumerate(colors):
         discrete += [[i / n, color], [(i + 1) / n, color]]
-    x = list(range(width))
-    tickvals = [slot * sub + (sub - 1) / 2 for slot in range(slots)]
     common = {
         "type": "heatmap",
-        "x": x,
-        "y": y,
-        "text": text,
-        "customdata": ids,
+        "x": list(range(grid.width)),
+        "y": grid.rows,
+        "text": grid.text,
+        "customdata": grid.ids,
         "hoverongaps": False,
         "hovertemplate": "%{text}<extra></extra>",
         "xgap": 1,
         "ygap": 1,
         "showlegend": False,
     }
-    data: list[dict[str, Any]] = [
+    return [
         {
             **common,
             "name": "State",
-            "z": kind,
+            "z": grid.category,
             "colorscale": discrete,
             "zmin": -0.5,
             "zmax": n - 0.5,
@@ -391,7 +396,7 @@ def map_figure(
         {
             **common,
             "name": "SM_ACTIVE",
-            "z": z,
+            "z": grid.value,
             "colorscale": plotting.ACTIVITY_COLORSCALE,
             "zmin": 0,
             "zmax": 100,
@@ -399,76 +404,87 @@ def map_figure(
             "showscale": query.value != "team",
         },
     ]
-    shown = [FREE, NO_TELEMETRY] if query.value == "mean" else categories
-    for name in shown:
-        data.append(
-            {
-                # Legend entries (heatmaps carry none of their own).
-                "type": "scatter",
-                "mode": "markers",
-                "name": STATE_LEGEND.get(name) or f"team {plotting.plain(name)}",
-                "legendgroup": "teams" if name in teams else "states",
-                "x": [None],
-                "y": [None],
-                "marker": {
-                    "symbol": "square",
-                    "size": 12,
-                    "color": colors[category_index[name]],
-                    "line": {"width": 1, "color": "#9ca3af"},
-                },
-                "hoverinfo": "skip",
-                "showlegend": True,
-            }
-        )
-    data += [
+
+
+def _legend(
+    shown: list[str], teams: dict[str, str], colors: list[str], category_index: dict[str, int]
+) -> list[dict[str, Any]]:
+    """Legend entries for the categories shown (heatmaps carry none of their own)."""
+    return [
         {
-            # Hatching of free cells: free must look free, whatever the colour mode.
             "type": "scatter",
             "mode": "markers",
-            "name": "free (hatched)",
-            "x": free_x,
-            "y": free_y,
+            "name": STATE_LEGEND.get(name) or f"team {plotting.plain(name)}",
+            "legendgroup": "teams" if name in teams else "states",
+            "x": [None],
+            "y": [None],
             "marker": {
+                "symbol": "square",
+                "size": 12,
+                "color": colors[category_index[name]],
+                "line": {"width": 1, "color": "#9ca3af"},
+            },
+            "hoverinfo": "skip",
+            "showlegend": True,
+        }
+        for name in shown
+    ]
+
+
+def _mark(
+    name: str, points: tuple[list[float], list[str]], marker: dict[str, Any], *, legend: bool
+) -> dict[str, Any]:
+    xs, ys = points
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "name": name,
+        "x": xs,
+        "y": ys,
+        "marker": marker,
+        "hoverinfo": "skip",
+        "showlegend": legend,
+    }
+
+
+def _marks(grid: _Grid) -> list[dict[str, Any]]:
+    """The marks drawn over the cells: free hatched, held-silent crossed, time-sliced diamond."""
+    return [
+        # Free must look free, whatever the colour mode.
+        _mark(
+            "free (hatched)",
+            grid.free,
+            {
                 "symbol": "line-ne-open",
                 "size": 12,
                 "color": "#9ca3af",
                 "line": {"width": 1, "color": "#9ca3af"},
             },
-            "hoverinfo": "skip",
-            "showlegend": False,
-        },
-        {
-            # A cross on held cells without telemetry: slate alone is close to the scale's blues.
-            "type": "scatter",
-            "mode": "markers",
-            "name": "held · no telemetry (crossed)",
-            "x": silent_x,
-            "y": silent_y,
-            "marker": {
+            legend=False,
+        ),
+        # Slate alone is close to the scale's blues.
+        _mark(
+            "held · no telemetry (crossed)",
+            grid.silent,
+            {
                 "symbol": "x-thin-open",
                 "size": 9,
                 "color": "#ffffff",
                 "line": {"width": 1.5, "color": "#ffffff"},
             },
-            "hoverinfo": "skip",
-            "showlegend": False,
-        },
-        {
-            "type": "scatter",
-            "mode": "markers",
-            "name": "Time-sliced GPU",
-            "x": sliced_x,
-            "y": sliced_y,
-            "marker": {
-                "symbol": "diamond-open",
-                "size": 9,
-                "color": "#111827",
-                "line": {"width": 2},
-            },
-            "hoverinfo": "skip",
-            "showlegend": True,
-        },
+            legend=False,
+        ),
+        _mark(
+            "Time-sliced GPU",
+            grid.sliced,
+            {"symbol": "diamond-open", "size": 9, "color": "#111827", "line": {"width": 2}},
+            legend=True,
+        ),
     ]
+
+
+def _map_layout(query: MapQuery, sub: int, slots: int, width: int, nodes: int) -> dict[str, Any]:
+    """Title by colour mode, one tick per GPU slot on top, a line between GPUs split in MIG."""
     title = {
         "mean": "Mean SM_ACTIVE per GPU over the selected range",
         "team": "GPUs by the team holding them now",
@@ -477,10 +493,10 @@ def map_figure(
         title,
         x_title="GPU (MIG instances drawn as sevenths of a GPU)" if sub > 1 else "GPU",
         y_title="Node",
-        height=max(320, 26 * len(page_nodes) + 160),
+        height=max(320, 26 * nodes + 160),
         hovermode="closest",
         xaxis={
-            "tickvals": tickvals,
+            "tickvals": [slot * sub + (sub - 1) / 2 for slot in range(slots)],
             "ticktext": [f"GPU {slot}" for slot in range(slots)],
             "range": [-0.5, width - 0.5],
             "showgrid": False,
@@ -506,9 +522,42 @@ def map_figure(
             }
             for slot in range(1, slots)
         ]
+    return layout
+
+
+def map_figure(
+    page_nodes: list[Node],
+    cells: dict[int, list[GpuState]],
+    query: MapQuery,
+    gpu_url: str,
+    means: dict[int, float] | None = None,
+) -> dict[str, Any]:
+    """Nodes × GPUs heatmap. MIG instances fill their share of the GPU's 7 compute slices.
+
+    Colours: by state now (free hatched white, idle red, held without telemetry slate, silent
+    light grey; held and active by SM_ACTIVE), by the holder's team (``colour=team``), or by the
+    mean SM_ACTIVE over the range (``value=mean``; GPUs free now still hatched).
+    """
+    any_mig = any(state.gpu.gi_id for states in cells.values() for state in states)
+    sub = MIG_COMPUTE_SLICES if any_mig else 1
+    slots = max([node_slots(node, cells.get(node.pk, [])) for node in page_nodes] + [1])
+    # Rows bottom-up in Plotly: reverse so the first node is at the top.
+    ordered = list(reversed(page_nodes))
+    grid = _Grid([node_label(node, query) for node in ordered], slots * sub)
+    teams = _team_colors(cells) if query.value == "team" else {}
+    categories = [FREE, IDLE, HELD_NO_TELEMETRY, NO_TELEMETRY, *teams]
+    category_index = {name: i for i, name in enumerate(categories)}
+    _fill_grid(grid, ordered, cells, query, means, sub, category_index)
+    colors = [STATE_COLORS[name] if name in STATE_COLORS else teams[name] for name in categories]
+    shown = [FREE, NO_TELEMETRY] if query.value == "mean" else categories
+    data = [
+        *_heatmaps(grid, colors, query),
+        *_legend(shown, teams, colors, category_index),
+        *_marks(grid),
+    ]
     return plotting.figure(
         data,
-        layout,
+        _map_layout(query, sub, slots, grid.width, len(page_nodes)),
         empty_message="No GPU nodes match these filters.",
         meta={"gpu_url": gpu_url, "nodes": len(page_nodes), "slots": slots},
     )

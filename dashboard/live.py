@@ -4,7 +4,7 @@
 Raw series stay in Prometheus: the node, GPU and workload charts ask it for the range they show
 (``live_series``, at most ``LIVE_MAX_POINTS`` points per series) and fall back to the stored
 collection windows when it cannot answer (``read_live`` logs why, the chart says so). A
-``Series`` breaks its line where samples are missing: no telemetry is a gap, never 0.
+``LiveSeries`` breaks its line where samples are missing: no telemetry is a gap, never 0.
 """
 
 from __future__ import annotations
@@ -40,13 +40,15 @@ T = TypeVar("T")
 
 
 @dataclass
-class Series:
+class LiveSeries:
+    """One line of a detail chart: times and values, None where samples are missing."""
+
     name: str
     x: list[datetime] = field(default_factory=list)
     y: list[float | None] = field(default_factory=list)
 
 
-def with_gaps(points: list[tuple[datetime, float | None]], step: timedelta | None) -> Series:
+def with_gaps(points: list[tuple[datetime, float | None]], step: timedelta | None) -> LiveSeries:
     """Points in time order; a gap wider than 1.5 steps becomes a null (a visible break).
 
     Without a known step (stored windows, whose length is a collector setting that may have
@@ -55,7 +57,7 @@ def with_gaps(points: list[tuple[datetime, float | None]], step: timedelta | Non
     if step is None:
         spacings = [b[0] - a[0] for a, b in zip(points, points[1:], strict=False) if b[0] > a[0]]
         step = min(spacings) if spacings else timedelta(hours=1)
-    series = Series("")
+    series = LiveSeries("")
     previous: datetime | None = None
     for moment, value in points:
         if previous is not None and moment - previous > step * 1.5:
@@ -92,14 +94,14 @@ def live_step(time_range: TimeRange) -> int:
 
 def live_series(
     cluster: Cluster, promql: str, time_range: TimeRange, key_labels: tuple[str, ...], scale: float
-) -> dict[tuple[str, ...], Series]:
+) -> dict[tuple[str, ...], LiveSeries]:
     """Range query against the cluster's Prometheus; raises fleet.prometheus.PrometheusError."""
     from fleet.prometheus import PrometheusClient
 
     step = live_step(time_range)
     with PrometheusClient.for_cluster(cluster) as client:
         result = client.query_range(promql, time_range.start, time_range.end, step)
-    series: dict[tuple[str, ...], Series] = {}
+    series: dict[tuple[str, ...], LiveSeries] = {}
     for item in result:
         labels = item.get("metric", {})
         key = tuple(str(labels.get(name, "")) for name in key_labels)

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from core.admin import CollectorOwnedAdmin
+from core.admin import ReadOnlyAdmin
 from fleet.models import Cluster, CollectionCursor, Gpu, IngestRun, Node
 
 
@@ -35,14 +35,14 @@ class ClusterAdmin(admin.ModelAdmin):
 
 
 @admin.register(Node)
-class NodeAdmin(CollectorOwnedAdmin):
+class NodeAdmin(ReadOnlyAdmin):
     list_display = ["name", "cluster", "gpu_product", "flavor", "gpu_capacity", "deleted_at"]
     list_filter = ["cluster", "flavor", "gpu_product"]
     search_fields = ["name"]
 
 
 @admin.register(Gpu)
-class GpuAdmin(CollectorOwnedAdmin):
+class GpuAdmin(ReadOnlyAdmin):
     list_display = ["host", "index", "gi_id", "mig_profile", "model_name", "uuid", "time_sliced"]
     list_filter = ["cluster", "model_name", "time_sliced"]
     search_fields = ["host", "uuid"]
@@ -50,7 +50,7 @@ class GpuAdmin(CollectorOwnedAdmin):
 
 
 @admin.register(IngestRun)
-class IngestRunAdmin(CollectorOwnedAdmin):
+class IngestRunAdmin(ReadOnlyAdmin):
     list_display = [
         "started_at",
         "cluster",
@@ -66,5 +66,5 @@ class IngestRunAdmin(CollectorOwnedAdmin):
 
 
 @admin.register(CollectionCursor)
-class CollectionCursorAdmin(CollectorOwnedAdmin):
+class CollectionCursorAdmin(ReadOnlyAdmin):
     list_display = ["cluster", "source", "last_window_end", "claimed_by", "claimed_until"]

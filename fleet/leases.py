@@ -31,10 +31,6 @@ def holder_identity(role: str) -> str:
     return f"{role}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class LeaseBusy(Exception):
-    """Another live worker holds the lease."""
-
-
 class Lease:
     """One holder's lease on one (cluster, source) cursor; see the module docstring."""
 

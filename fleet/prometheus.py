@@ -24,11 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import requests
 from prometheus_api_client import PrometheusConnect
-from requests.adapters import HTTPAdapter
-from urllib3 import PoolManager
-from urllib3.util.retry import Retry
 
-from core.deadlines import Deadline, cut_at, guard_pool_manager
+from core.deadlines import Deadline, cut_at
+from core.http import CutAdapter, no_retries
 from core.timewindows import ensure_aware
 from fleet import secrets
 from fleet.choices import PrometheusAuth
@@ -63,17 +61,6 @@ def read_secret(env_name: str) -> str:
         return secrets.read_secret(env_name)
     except secrets.SecretError as exc:
         raise PrometheusError(str(exc), permanent=True) from exc
-
-
-class _CutAdapter(HTTPAdapter):
-    """An adapter whose connections can be cut at a call's deadline (``core.deadlines``)."""
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        guard_pool_manager(self.poolmanager)
-
-    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> PoolManager:
-        return guard_pool_manager(super().proxy_manager_for(proxy, **proxy_kwargs))
 
 
 class PrometheusClient:
@@ -113,13 +100,12 @@ class PrometheusClient:
             auth=basic_auth,
             session=session,
             timeout=timeout,
-            retry=Retry(total=0, raise_on_status=False),
+            retry=no_retries(),
             method="POST",
         )
         # In place of the adapter PrometheusConnect mounts for the URL (same: no retries).
-        no_retries = Retry(total=0, raise_on_status=False)
         for prefix in ("http://", "https://", self.url):
-            session.mount(prefix, _CutAdapter(max_retries=no_retries))
+            session.mount(prefix, CutAdapter())
         self._session = session
         self._headers = all_headers
         self._auth = basic_auth

@@ -1,11 +1,11 @@
 from django.contrib import admin
 
-from core.admin import CollectorOwnedAdmin
+from core.admin import ReadOnlyAdmin
 from ledger.models import GpuUsage, HourlyRollup, RateCard
 
 
 @admin.register(GpuUsage)
-class GpuUsageAdmin(CollectorOwnedAdmin):
+class GpuUsageAdmin(ReadOnlyAdmin):
     list_display = [
         "window_end",
         "gpu_key",
@@ -24,7 +24,7 @@ class GpuUsageAdmin(CollectorOwnedAdmin):
 
 
 @admin.register(HourlyRollup)
-class HourlyRollupAdmin(CollectorOwnedAdmin):
+class HourlyRollupAdmin(ReadOnlyAdmin):
     list_display = [
         "hour",
         "scope",

@@ -17,7 +17,7 @@ from django.db.models import Q
 from fleet.choices import ActivitySource
 from fleet.models import Cluster, Gpu
 from ledger.choices import RateKind, RollupScope
-from ledger.figures import FIGURES, Figures
+from ledger.range_figures import FIGURES, Figures
 from ledger.read import HourlyRollupQuerySet
 from quotas.models import ClusterQueue, LocalQueue, Team, Workload, default_currency
 
@@ -30,9 +30,6 @@ class GpuUsageQuerySet(models.QuerySet["GpuUsage"]):
         """Allocated GPU-windows with telemetry whose activity is below the idle threshold."""
         limit = settings.GPULEDGER_IDLE_THRESHOLD if threshold is None else threshold
         return self.allocated().filter(activity__lt=limit)
-
-    def in_window(self, start: datetime, end: datetime) -> GpuUsageQuerySet:
-        return self.filter(window_end__gt=start, window_end__lte=end)
 
 
 class GpuUsage(models.Model):
@@ -243,7 +240,7 @@ class HourlyRollup(models.Model):
 
     objects = HourlyRollupQuerySet.as_manager()
 
-    # The figure columns, summed by the read layer (ledger.figures.Figures has one field each).
+    # The figure columns, summed by the read layer (ledger.range_figures.Figures: one field each).
     FIGURES = FIGURES
 
     class Meta:
@@ -478,12 +475,8 @@ class RollupHourQuerySet(models.QuerySet["RollupHour"]):
         """Hours with a window written since (or while) their last successful rollup read them."""
         return self.filter(_dirty())
 
-    def unsettled(self, now: datetime) -> RollupHourQuerySet:
-        """Hours past their settle time whose last rollup ran before it, or that never ran."""
-        return self.filter(_unsettled(now))
-
     def due(self, now: datetime) -> RollupHourQuerySet:
-        """Hours to roll up now: kept, and dirty or unsettled (``RollupHour.is_due``)."""
+        """Hours to roll up now: kept, and dirty, or past their settle time with no rollup since."""
         return self.kept().filter(_dirty() | _unsettled(now))
 
 
@@ -557,13 +550,3 @@ class RollupHour(models.Model):
     @property
     def is_dirty(self) -> bool:
         return self.changes > self.rolled_changes
-
-    def is_unsettled(self, now: datetime) -> bool:
-        settled_at = self.hour + self.settle_delay()
-        if now < settled_at:
-            return False
-        return self.rolled_up_at is None or self.rolled_up_at < settled_at
-
-    def is_due(self, now: datetime) -> bool:
-        """Whether the hour wants a rollup now; the Python twin of ``RollupHourQuerySet.due``."""
-        return not self.usage_pruned and (self.is_dirty or self.is_unsettled(now))

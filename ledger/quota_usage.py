@@ -13,8 +13,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from core.figures import allocation_rate
 from core.ranges import covered_hours
+from core.ratios import allocation_rate
 from ledger.choices import RollupScope
 from ledger.models import HourlyRollup
 from quotas.models import ClusterQueue

@@ -3,7 +3,7 @@
 
 ``covering`` keeps the hours a range counts (``core.ranges.covered_hours``); ``figures`` sums
 the figures per group, ``total`` over everything, ``ranking`` orders groups by a summed figure
-or ratio, ``hourly`` / ``series`` per hour for charts; each returns ``ledger.figures.Figures``
+or ratio, ``hourly`` / ``series`` per hour for charts; each returns ``ledger.range_figures.Figures``
 (or a subclass) with the ratios. Pages, charts, the chargeback and OpenCost read figures
 through it; a test fails if any other module sums a rollup column.
 """
@@ -24,7 +24,7 @@ from django.db.models.functions import Cast, Round
 from core.bulk import column, fetch_rows, fetch_sql
 from core.pgsettings import local_settings
 from core.ranges import HourSpan, TimeRange, covered_hours
-from ledger.figures import FIGURES, PEAK_FIGURES, F, Figures
+from ledger.range_figures import FIGURES, PEAK_FIGURES, F, Figures
 
 if TYPE_CHECKING:
     from ledger.models import HourlyRollup  # noqa: F401 - named in the base class, a string
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 SUM_PREFIX = "sum_"
 CENTS = models.DecimalField(max_digits=30, decimal_places=2)
 # The ratios ``HourlyRollupQuerySet.ranking`` ranks by: (numerator, denominator) figures, as
-# the ``Figures`` properties of the same names compute them (core.figures).
+# the ``Figures`` properties of the same names compute them (core.ratios).
 RANKED_RATIOS: dict[str, tuple[str, str]] = {
     "idle_share": ("idle_gpu_hours", "allocated_gpu_hours"),
     "utilization": ("active_gpu_hours", "telemetry_gpu_hours"),
@@ -129,15 +129,11 @@ class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
 
     ``covering`` keeps the hours a range counts (``core.ranges.covered_hours``); ``figures``
     sums ``FIGURES`` per group, ``total`` over everything, ``hourly`` / ``series`` per hour for
-    charts; each returns ``ledger.figures.Figures`` with the ratios.
+    charts; each returns ``ledger.range_figures.Figures`` with the ratios.
     """
 
     def for_scope(self, scope: str) -> HourlyRollupQuerySet:
         return self.filter(scope=scope)
-
-    def between(self, start: datetime, end: datetime) -> HourlyRollupQuerySet:
-        """Rows whose hour starts in ``[start, end)``, as given; ranges use ``covering``."""
-        return self.filter(hour__gte=start, hour__lt=end)
 
     def covering(
         self,

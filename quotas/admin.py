@@ -1,4 +1,4 @@
-from typing import Any
+from typing import Any, ClassVar, cast
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
@@ -8,7 +8,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from core.admin import CollectorOwnedAdmin
+from core.admin import ReadOnlyAdmin, ReadOnlyInline
 from core.quantity import display_quantity
 from quotas.models import (
     Allocation,
@@ -42,33 +42,66 @@ class TeamAdmin(admin.ModelAdmin):
 
 
 @admin.register(ResourceFlavor)
-class ResourceFlavorAdmin(CollectorOwnedAdmin):
+class ResourceFlavorAdmin(ReadOnlyAdmin):
     list_display = ["name", "cluster", "gpu_model", "deleted_at"]
     list_filter = ["cluster"]
 
 
-class SyncedObjectAdmin(CollectorOwnedAdmin):
+class SyncedObjectAdmin(ReadOnlyAdmin):
     """A Kueue object the sync owns: it comes back on the next sync, so nobody deletes it here."""
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
+class QuotaEditedAdmin(SyncedObjectAdmin):
+    """A synced object whose quotas users with ``quotas.apply_quota_change`` edit on its "Edit
+    quotas" page (``<pk>/quotas/``), whose Save goes to the change's preview page."""
+
+    # Which objects have an edit page (beyond the pk), and its title.
+    edit_filter: ClassVar[dict[str, Any]] = {}
+    edit_title = "Edit quotas of {name}"
+
+    def get_urls(self) -> list[Any]:
+        edit = self.admin_site.admin_view(self.edit_quotas_view)
+        name = f"{self.opts.app_label}_{self.opts.model_name}_edit_quotas"
+        return [path("<int:object_id>/quotas/", edit, name=name), *super().get_urls()]
+
+    def edit_quotas_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
+        from quotas.writeback.forms import submit_edit
+        from quotas.writeback.service import can_apply
+
+        if not can_apply(request.user):
+            raise PermissionDenied("Editing quotas needs the apply_quota_change permission.")
+        found = self.model._default_manager.select_related("cluster")
+        target = cast(
+            ClusterQueue | Cohort, get_object_or_404(found, pk=object_id, **self.edit_filter)
+        )
+        form, change = submit_edit(request, target)
+        if change is not None:
+            return HttpResponseRedirect(reverse("dashboard:quota-change-detail", args=[change.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": target,
+            "title": self.edit_title.format(name=target.name),
+            "queue": target if isinstance(target, ClusterQueue) else None,
+            "target": target,
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/quotas/clusterqueue/edit_quotas.html", context)
+
+
 @admin.register(Cohort)
-class CohortAdmin(SyncedObjectAdmin):
+class CohortAdmin(QuotaEditedAdmin):
     """Explicit Cohorts with their own quota (v1beta2 ``spec.resourceGroups``, e.g. a shared
     pool) are edited like ClusterQueues: "Edit quotas" -> preview -> apply."""
 
     list_display = ["name", "cluster", "parent_name", "implicit", "weighted_share", "deleted_at"]
     list_filter = ["cluster", "implicit"]
     change_form_template = "admin/quotas/cohort/change_form.html"
-
-    def get_urls(self) -> list[Any]:
-        edit = self.admin_site.admin_view(self.edit_quotas_view)
-        return [
-            path("<int:object_id>/quotas/", edit, name="quotas_cohort_edit_quotas"),
-            *super().get_urls(),
-        ]
+    edit_filter = {"implicit": False}
+    edit_title = "Edit the own quota of cohort {name}"
 
     def change_view(
         self,
@@ -84,53 +117,15 @@ class CohortAdmin(SyncedObjectAdmin):
         extra = {**(extra_context or {}), "can_edit_quotas": editable and can_apply(request.user)}
         return super().change_view(request, object_id, form_url, extra)
 
-    def edit_quotas_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
-        from quotas.writeback import service
-        from quotas.writeback.edits import EditError
-        from quotas.writeback.forms import QuotaEditForm, cohort_cells
-
-        if not service.can_apply(request.user):
-            raise PermissionDenied("Editing quotas needs the apply_quota_change permission.")
-        cohort = get_object_or_404(
-            Cohort.objects.select_related("cluster"), pk=object_id, implicit=False
-        )
-        form = QuotaEditForm(request.POST or None, cells=cohort_cells(cohort), stop_policy=None)
-        if request.method == "POST" and form.is_valid():
-            try:
-                change = service.preview(
-                    cohort=cohort,
-                    changes=form.changes(),
-                    stop_policy=None,
-                    reason=form.cleaned_data["reason"],
-                    user=request.user,
-                )
-            except EditError as exc:
-                form.add_edit_errors(exc)
-            else:
-                return HttpResponseRedirect(
-                    reverse("dashboard:quota-change-detail", args=[change.pk])
-                )
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "original": cohort,
-            "title": f"Edit the own quota of cohort {cohort.name}",
-            "target": cohort,
-            "form": form,
-        }
-        return TemplateResponse(request, "admin/quotas/clusterqueue/edit_quotas.html", context)
-
 
 QUOTA_INLINE_FIELDS = ("flavor_name", "resource", "nominal_quota", "borrowing", "lending")
 
 
-class ClusterQueueQuotaInline(admin.TabularInline):
+class ClusterQueueQuotaInline(ReadOnlyInline):
     """Quotas as Kubernetes quantities (``16``, ``64Gi``), not stored decimals."""
 
     model = ClusterQueueQuota
-    extra = 0
     fields = QUOTA_INLINE_FIELDS
-    readonly_fields = QUOTA_INLINE_FIELDS
 
     @admin.display(description="nominal quota")
     def nominal_quota(self, obj: ClusterQueueQuota) -> str:
@@ -144,15 +139,9 @@ class ClusterQueueQuotaInline(admin.TabularInline):
     def lending(self, obj: ClusterQueueQuota) -> str:
         return display_quantity(obj.lending_limit, obj.resource) or "unset"
 
-    def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
-
 
 @admin.register(ClusterQueue)
-class ClusterQueueAdmin(SyncedObjectAdmin):
+class ClusterQueueAdmin(QuotaEditedAdmin):
     """Synced fields are read-only; users with ``quotas.apply_quota_change`` edit the quotas on
     the "Edit quotas" page, whose Save goes to the preview (``quotas.writeback``)."""
 
@@ -172,13 +161,6 @@ class ClusterQueueAdmin(SyncedObjectAdmin):
     list_select_related = ["cluster", "team"]
     inlines = [ClusterQueueQuotaInline]
 
-    def get_urls(self) -> list[Any]:
-        edit = self.admin_site.admin_view(self.edit_quotas_view)
-        return [
-            path("<int:object_id>/quotas/", edit, name="quotas_clusterqueue_edit_quotas"),
-            *super().get_urls(),
-        ]
-
     def change_view(
         self,
         request: HttpRequest,
@@ -195,47 +177,12 @@ class ClusterQueueAdmin(SyncedObjectAdmin):
         }
         return super().change_view(request, object_id, form_url, extra)
 
-    def edit_quotas_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
-        from quotas.writeback import service
-        from quotas.writeback.edits import EditError
-        from quotas.writeback.forms import QuotaEditForm, synced_cells
-
-        if not service.can_apply(request.user):
-            raise PermissionDenied("Editing quotas needs the apply_quota_change permission.")
-        queue = get_object_or_404(ClusterQueue.objects.select_related("cluster"), pk=object_id)
-        form = QuotaEditForm(
-            request.POST or None, cells=synced_cells(queue), stop_policy=queue.stop_policy
-        )
-        if request.method == "POST" and form.is_valid():
-            try:
-                change = service.preview(
-                    cluster_queue=queue,
-                    changes=form.changes(),
-                    stop_policy=form.stop_policy_change(),
-                    reason=form.cleaned_data["reason"],
-                    user=request.user,
-                )
-            except EditError as exc:
-                form.add_edit_errors(exc)
-            else:
-                return HttpResponseRedirect(
-                    reverse("dashboard:quota-change-detail", args=[change.pk])
-                )
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "original": queue,
-            "title": f"Edit quotas of {queue.name}",
-            "queue": queue,
-            "target": queue,
-            "form": form,
-        }
-        return TemplateResponse(request, "admin/quotas/clusterqueue/edit_quotas.html", context)
-
 
 @admin.register(QuotaChange)
-class QuotaChangeAdmin(admin.ModelAdmin):
+class QuotaChangeAdmin(ReadOnlyAdmin):
     """The audit trail: read-only. Pending team-lead requests: filter on status "Requested"."""
+
+    superuser_may_delete = False
 
     list_display = [
         "created_at",
@@ -253,15 +200,6 @@ class QuotaChangeAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     list_select_related = ["cluster", "requested_by", "decided_by"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
     @admin.display(description="page")
     def preview_link(self, obj: QuotaChange) -> str:
         url = reverse("dashboard:quota-change-detail", args=[obj.pk])
@@ -270,36 +208,28 @@ class QuotaChangeAdmin(admin.ModelAdmin):
 
 
 @admin.register(LocalQueue)
-class LocalQueueAdmin(CollectorOwnedAdmin):
+class LocalQueueAdmin(ReadOnlyAdmin):
     list_display = ["namespace", "name", "cluster_queue_name", "pending_workloads", "deleted_at"]
     list_filter = ["cluster", "namespace"]
     search_fields = ["name", "namespace"]
 
 
 @admin.register(WorkloadPriorityClass)
-class WorkloadPriorityClassAdmin(CollectorOwnedAdmin):
+class WorkloadPriorityClassAdmin(ReadOnlyAdmin):
     list_display = ["name", "value", "cluster"]
 
 
 TRANSITION_INLINE_FIELDS = ("at", "kind", "reason", "message", "preemptor", "requeue_at")
 
 
-class WorkloadTransitionInline(admin.TabularInline):
+class WorkloadTransitionInline(ReadOnlyInline):
     model = WorkloadTransition
     fk_name = "workload"
-    extra = 0
     fields = TRANSITION_INLINE_FIELDS
-    readonly_fields = TRANSITION_INLINE_FIELDS
-
-    def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
 
 
 @admin.register(Workload)
-class WorkloadAdmin(CollectorOwnedAdmin):
+class WorkloadAdmin(ReadOnlyAdmin):
     list_display = [
         "name",
         "namespace",
@@ -317,7 +247,7 @@ class WorkloadAdmin(CollectorOwnedAdmin):
 
 
 @admin.register(WorkloadTransition)
-class WorkloadTransitionAdmin(CollectorOwnedAdmin):
+class WorkloadTransitionAdmin(ReadOnlyAdmin):
     list_display = ["at", "workload", "kind", "reason"]
     list_filter = ["kind"]
     date_hierarchy = "at"
@@ -326,7 +256,7 @@ class WorkloadTransitionAdmin(CollectorOwnedAdmin):
 
 
 @admin.register(ClusterQueueSample)
-class ClusterQueueSampleAdmin(CollectorOwnedAdmin):
+class ClusterQueueSampleAdmin(ReadOnlyAdmin):
     list_display = ["sampled_at", "cluster_queue", "flavor_name", "total", "borrowed", "lent"]
     list_filter = ["flavor_name"]
     date_hierarchy = "sampled_at"
@@ -334,7 +264,7 @@ class ClusterQueueSampleAdmin(CollectorOwnedAdmin):
 
 
 @admin.register(Allocation)
-class AllocationAdmin(CollectorOwnedAdmin):
+class AllocationAdmin(ReadOnlyAdmin):
     list_display = ["namespace", "pod", "node_name", "gpus", "workload", "started_at", "ended_at"]
     list_filter = ["cluster", "namespace"]
     search_fields = ["pod", "namespace"]

@@ -18,11 +18,9 @@ from typing import Any
 import requests
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
-from requests.adapters import HTTPAdapter
-from urllib3 import PoolManager
-from urllib3.util.retry import Retry
 
-from core.deadlines import Deadline, cut_at, guard_pool_manager
+from core.deadlines import Deadline, cut_at
+from core.http import CutAdapter
 
 logger = logging.getLogger(__name__)
 
@@ -50,20 +48,9 @@ class Sent:
     detail: str = ""
 
 
-class _CutAdapter(HTTPAdapter):
-    """An adapter whose connections can be cut at a call's deadline, with no retries of its own."""
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        guard_pool_manager(self.poolmanager)
-
-    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> PoolManager:
-        return guard_pool_manager(super().proxy_manager_for(proxy, **proxy_kwargs))
-
-
 def _session() -> requests.Session:
     session = requests.Session()
-    adapter = _CutAdapter(max_retries=Retry(total=0, raise_on_status=False))
+    adapter = CutAdapter()
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session

@@ -12,16 +12,15 @@ from core import plotting
 from core.ranges import TimeRange
 from dashboard.access import get_cluster_queue_for_user
 from dashboard.charts.parts import (
-    GPUS_AXIS,
     added_up,
-    borrowing_shapes,
+    borrowing_figure,
+    gpu_line,
     legend_room,
-    legend_swatch,
     per_hour,
     range_layout,
     real_use,
-    rounded,
     stacked,
+    stacked_lines,
     x_axis,
 )
 from dashboard.decorators import chart_view
@@ -54,59 +53,25 @@ def cluster_queue_usage_chart(
         ),
     )
     x = x_axis(hours)
-    data = [
-        plotting.line(
-            f"Allocated {series}",
-            x,
-            [rounded(v) for v in allocated[series]],
-            color=plotting.SERIES[i % len(plotting.SERIES)],
-            unit="GPUs",
-            stackgroup="allocated",
-        )
-        for i, series in enumerate(names)
-    ]
+    labelled = {f"Allocated {series}": allocated[series] for series in names}
+    data = stacked_lines(x, list(labelled), labelled, "allocated")
     borrowed = per_hour(totals, "borrowed_gpu_hours")
     data += [
-        plotting.line(
-            "Nominal quota",
-            x,
-            per_hour(totals, "nominal_gpu_hours"),
-            color=plotting.COLORS["nominal"],
-            unit="GPUs",
-            dash="dash",
-        ),
-        plotting.line("Borrowed", x, borrowed, color=plotting.COLORS["borrowed"], unit="GPUs"),
-        plotting.line(
-            "Lent",
-            x,
-            per_hour(totals, "lent_gpu_hours"),
-            color=plotting.COLORS["lent"],
-            unit="GPUs",
-        ),
-        plotting.line(
-            "Real use (SM_ACTIVE-weighted)",
-            x,
-            real_use(totals),
-            color=plotting.COLORS["active"],
-            unit="GPUs",
-        ),
-        plotting.line(
-            "Pending demand",
-            x,
-            per_hour(totals, "pending_gpu_hours"),
-            color=plotting.COLORS["pending"],
-            unit="GPUs",
-            dash="dot",
-        ),
+        gpu_line("Nominal quota", x, per_hour(totals, "nominal_gpu_hours"), "nominal", dash="dash"),
+        gpu_line("Borrowed", x, borrowed, "borrowed"),
+        gpu_line("Lent", x, per_hour(totals, "lent_gpu_hours"), "lent"),
+        gpu_line("Real use (SM_ACTIVE-weighted)", x, real_use(totals), "active"),
+        gpu_line("Pending demand", x, per_hour(totals, "pending_gpu_hours"), "pending", dash="dot"),
     ]
-    shapes = borrowing_shapes(hours, borrowed)
-    if shapes:
-        data.append(legend_swatch("Borrowing period", plotting.COLORS["borrowed"]))
-    layout = range_layout(
-        time_range, f"ClusterQueue {queue.name}: usage and borrowing", GPUS_AXIS, shapes=shapes
+    return borrowing_figure(
+        time_range,
+        f"ClusterQueue {queue.name}: usage and borrowing",
+        data,
+        hours,
+        borrowed,
+        legend_per_row=8,
+        empty_message="No rollups for this queue in this range.",
     )
-    legend_room(layout, len(data), per_row=8)
-    return plotting.figure(data, layout, empty_message="No rollups for this queue in this range.")
 
 
 @chart_view

@@ -14,16 +14,18 @@ from dashboard.access import allowed_team_ids, get_cohort_for_user, sees_team
 from dashboard.charts.parts import (
     GPUS_AXIS,
     added_up,
+    gpu_line,
     legend_room,
     per_hour,
     range_layout,
     rounded,
     stacked,
+    stacked_lines,
     x_axis,
 )
 from dashboard.decorators import chart_view
 from dashboard.queries.cohorts import member_hours, member_teams
-from ledger.figures import Figures
+from ledger.range_figures import Figures
 from quotas.access import other_members_label
 
 
@@ -54,24 +56,14 @@ def cohort_usage_chart(
         members, member_label(request, cohort.pk, members), "allocated_gpu_hours"
     )
     x = x_axis(hours)
-    data = [
-        plotting.line(
-            series,
-            x,
-            [rounded(v) for v in allocated[series]],
-            color=plotting.SERIES[i % len(plotting.SERIES)],
-            unit="GPUs",
-            stackgroup="usage",
-        )
-        for i, series in enumerate(names)
-    ]
+    nominal = added_up(members, len(hours), ("nominal_gpu_hours",))
+    data = stacked_lines(x, names, allocated, "usage")
     data.append(
-        plotting.line(
+        gpu_line(
             "Nominal quota (members)",
             x,
-            per_hour(added_up(members, len(hours), ("nominal_gpu_hours",)), "nominal_gpu_hours"),
-            color=plotting.COLORS["nominal"],
-            unit="GPUs",
+            per_hour(nominal, "nominal_gpu_hours"),
+            "nominal",
             dash="dash",
         )
     )

@@ -10,11 +10,12 @@ from django.shortcuts import get_object_or_404
 
 from core import plotting
 from core.ranges import TimeRange
+from dashboard.charts.parts import range_layout, series_line
 from dashboard.decorators import chart_view
 from dashboard.live import (
     SOURCE_LIVE,
     SOURCE_STORED,
-    Series,
+    LiveSeries,
     live_series,
     promql_string,
     read_live,
@@ -49,7 +50,7 @@ def gpu_metric_figure(gpu: Gpu, time_range: TimeRange, *, memory: bool) -> dict[
     metrics = (FB_METRIC,) if memory else GPU_METRICS
     source = SOURCE_STORED
     notice = ""
-    lines: list[tuple[tuple, Series]] = []
+    lines: list[tuple[tuple, LiveSeries]] = []
     cluster = gpu.cluster
     if cluster.prometheus_url:
         names = "|".join(metric[1] for metric in metrics)
@@ -77,35 +78,16 @@ def gpu_metric_figure(gpu: Gpu, time_range: TimeRange, *, memory: bool) -> dict[
             stored = stored_gpu_series([gpu.pk], time_range, metric[0], metric[3])
             if gpu.pk in stored:
                 lines.append((metric, stored[gpu.pk]))
-    traces = [
-        plotting.line(
-            metric[2],
-            [plotting.iso(moment) for moment in series.x],
-            series.y,
-            color=metric[4],
-            unit="GiB" if memory else "%",
-        )
-        for metric, series in lines
-    ]
+    unit = "GiB" if memory else "%"
+    traces = [series_line(metric[2], series, metric[4], unit) for metric, series in lines]
     # The range's own time axis, also when the GPU has no point (not Plotly's -1…6).
-    time_axis = {
-        "type": "date",
-        "range": [plotting.iso(time_range.start), plotting.iso(time_range.end)],
-    }
     if memory:
-        layout = plotting.layout(
-            f"Framebuffer memory used on {gpu} ({source})",
-            x_title="Time (UTC)",
-            y_title="Memory used (GiB)",
-            xaxis=time_axis,
+        layout = range_layout(
+            time_range, f"Framebuffer memory used on {gpu} ({source})", "Memory used (GiB)"
         )
     else:
-        layout = plotting.layout(
-            f"Activity of {gpu} ({source})",
-            x_title="Time (UTC)",
-            y_title="Activity (%)",
-            xaxis=time_axis,
-            yaxis={"range": [0, 100]},
+        layout = range_layout(
+            time_range, f"Activity of {gpu} ({source})", "Activity (%)", yaxis={"range": [0, 100]}
         )
     return plotting.figure(
         traces,

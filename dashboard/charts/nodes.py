@@ -12,11 +12,12 @@ from django.shortcuts import get_object_or_404
 
 from core import plotting
 from core.ranges import TimeRange
+from dashboard.charts.parts import range_layout, series_line
 from dashboard.decorators import chart_view
 from dashboard.live import (
     SOURCE_LIVE,
     SOURCE_STORED,
-    Series,
+    LiveSeries,
     host_selector,
     live_series,
     read_live,
@@ -31,7 +32,7 @@ def node_activity_figure(node: Node, time_range: TimeRange) -> dict[str, Any]:
     gpus = list(Gpu.objects.physical().filter(node=node).order_by("index", "gi_id"))
     source = SOURCE_STORED
     notice = ""
-    lines: list[tuple[Gpu, Series]] = []
+    lines: list[tuple[Gpu, LiveSeries]] = []
     if node.cluster.prometheus_url:
         old, new = host_selector(node.name)
         metric = "DCGM_FI_PROF_SM_ACTIVE"
@@ -63,24 +64,16 @@ def node_activity_figure(node: Node, time_range: TimeRange) -> dict[str, Any]:
         else [(gpu_label(gpu), series) for gpu, series in lines]
     )
     traces = [
-        plotting.line(
-            plotting.plain(name),
-            [plotting.iso(moment) for moment in series.x],
-            series.y,
-            color=plotting.SERIES[index % len(plotting.SERIES)],
-            unit="%",
+        series_line(
+            plotting.plain(name), series, plotting.SERIES[index % len(plotting.SERIES)], "%"
         )
         for index, (name, series) in enumerate(named)
     ]
-    layout = plotting.layout(
+    # The range's own time axis, also when no GPU has a point (not Plotly's -1…6).
+    layout = range_layout(
+        time_range,
         f"SM_ACTIVE per GPU on {node.name} ({source})",
-        x_title="Time (UTC)",
-        y_title="SM_ACTIVE (%)",
-        # The range's own time axis, also when no GPU has a point (not Plotly's -1…6).
-        xaxis={
-            "type": "date",
-            "range": [plotting.iso(time_range.start), plotting.iso(time_range.end)],
-        },
+        "SM_ACTIVE (%)",
         yaxis={"range": [0, 100]},
     )
     return plotting.figure(
@@ -91,14 +84,14 @@ def node_activity_figure(node: Node, time_range: TimeRange) -> dict[str, Any]:
     )
 
 
-def per_physical_gpu(lines: list[tuple[Gpu, Series]]) -> list[tuple[str, Series]]:
+def per_physical_gpu(lines: list[tuple[Gpu, LiveSeries]]) -> list[tuple[str, LiveSeries]]:
     """A MIG node's instance lines merged into one line per physical GPU: the mean SM_ACTIVE of
     its instances weighted by their compute slices, named by its instance profiles.
 
     Seven instances a GPU make a legend of dozens of lines; one per GPU reads like a whole-GPU
     node, and the GPU page keeps each instance's own line.
     """
-    groups: dict[int, list[tuple[Gpu, Series]]] = defaultdict(list)
+    groups: dict[int, list[tuple[Gpu, LiveSeries]]] = defaultdict(list)
     for gpu, series in lines:
         groups[gpu.index].append((gpu, series))
     result = []
@@ -113,7 +106,7 @@ def per_physical_gpu(lines: list[tuple[Gpu, Series]]) -> list[tuple[str, Series]
                 if value is not None:
                     sums[moment][0] += value * weight
                     sums[moment][1] += weight
-        merged = Series(f"GPU {index}")
+        merged = LiveSeries(f"GPU {index}")
         for moment in sorted(moments):
             total, weight = sums.get(moment, (0.0, 0.0))
             merged.x.append(moment)

@@ -15,7 +15,10 @@ from typing import Any
 
 from core import plotting
 from core.ranges import TimeRange
-from ledger.figures import Figures
+from dashboard.live import LiveSeries
+from ledger.choices import RollupScope
+from ledger.models import HourlyRollup
+from ledger.range_figures import Figures
 
 Hourly = Sequence[Figures | None]
 
@@ -239,3 +242,108 @@ def team_ranking(
         yaxis={"type": "category", "rangemode": "normal", "automargin": True},
     )
     return plotting.figure([trace], layout, empty_message=empty_message)
+
+
+def gpu_line(name: str, x: list[str], values: list[float | None], color: str, **style: Any) -> dict:
+    """One line of GPUs per hour in the colour ``plotting.COLORS[color]``."""
+    return plotting.line(name, x, values, color=plotting.COLORS[color], unit="GPUs", **style)
+
+
+def stacked_lines(
+    x: list[str], names: list[str], values: Mapping[str, list[float | None]], stackgroup: str
+) -> list[dict[str, Any]]:
+    """The lines of ``stacked``'s series, stacked on each other, one palette colour each."""
+    return [
+        plotting.line(
+            name,
+            x,
+            [rounded(v) for v in values[name]],
+            color=plotting.SERIES[i % len(plotting.SERIES)],
+            unit="GPUs",
+            stackgroup=stackgroup,
+        )
+        for i, name in enumerate(names)
+    ]
+
+
+def borrowing_figure(
+    time_range: TimeRange,
+    title: str,
+    data: list[dict[str, Any]],
+    hours: list[datetime],
+    borrowed: list[float | None],
+    *,
+    legend_per_row: int,
+    empty_message: str,
+) -> dict[str, Any]:
+    """A GPU chart over the range with its hours of borrowing shaded and a legend entry for them.
+
+    ``borrowed`` has one value per hour of ``hours``; the figure's ``meta`` says how many
+    borrowing periods were shaded and how many hours were plotted.
+    """
+    shapes = borrowing_shapes(hours, borrowed)
+    if shapes:
+        data.append(legend_swatch("Borrowing period", plotting.COLORS["borrowed"]))
+    layout = range_layout(time_range, title, GPUS_AXIS, shapes=shapes)
+    legend_room(layout, len(data), per_row=legend_per_row)
+    return plotting.figure(
+        data,
+        layout,
+        empty_message=empty_message,
+        meta={"borrowing_periods": len(shapes), "hours": len(hours)},
+    )
+
+
+def fleet_hours_figure(
+    time_range: TimeRange,
+    title: str,
+    lines: Sequence[tuple[str, str, str, dict[str, Any]]],
+) -> dict[str, Any]:
+    """Fleet-wide GPUs per hour from the fleet-scope rollups, one line per figure.
+
+    ``lines``: (legend name, figure name, colour, extra line style) each.
+    """
+    span = time_range.covered_hours()
+    hourly = HourlyRollup.objects.for_scope(RollupScope.FLEET).hourly(
+        span, names=tuple(figure for _, figure, _, _ in lines)
+    )
+    x = x_axis(span.starts())
+    data = [
+        gpu_line(name, x, per_hour(hourly, figure, digits=2), color, **style)
+        for name, figure, color, style in lines
+    ]
+    layout = plotting.layout(title, x_title="Hour (UTC)", y_title="GPUs (GPU-hours per hour)")
+    return plotting.figure(data, layout, empty_message="No hourly rollups in this range yet.")
+
+
+def top_teams_figure(
+    every: Sequence[Any],
+    value_of: Callable[[Any], float],
+    title: str,
+    trace_name: str,
+    *,
+    color: str,
+    empty_message: str,
+    link_of: Callable[[Any], str] | None = None,
+) -> dict[str, Any]:
+    """``team_ranking`` of the first ``RANKING_SIZE`` of ``every`` (ranked teams, biggest first),
+    the biggest on top; the title says when more teams ranked than are shown."""
+    ranked = list(every[:RANKING_SIZE])
+    ranked.reverse()  # horizontal bars: biggest on top
+    return team_ranking(
+        title,
+        trace_name,
+        [team.name for team in ranked],
+        [value_of(team) for team in ranked],
+        color=color,
+        empty_message=empty_message,
+        links=None if link_of is None else [link_of(team) for team in ranked],
+        total=len(every),
+    )
+
+
+def series_line(name: str, series: LiveSeries, color: str, unit: str) -> dict[str, Any]:
+    """A detail chart's line from a ``LiveSeries`` (Prometheus or the stored windows)."""
+    return plotting.line(
+        name, [plotting.iso(moment) for moment in series.x], series.y, color=color, unit=unit
+    )

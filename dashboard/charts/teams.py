@@ -11,9 +11,9 @@ from core.ranges import TimeRange
 from dashboard.access import get_team_for_user
 from dashboard.charts.parts import (
     GPUS_AXIS,
-    borrowing_shapes,
+    borrowing_figure,
+    gpu_line,
     legend_room,
-    legend_swatch,
     per_hour,
     range_layout,
     real_use,
@@ -35,46 +35,19 @@ def team_allocation_chart(request: HttpRequest, time_range: TimeRange, name: str
     borrowed = per_hour(hourly, "borrowed_gpu_hours")
     x = x_axis(hours)
     data = [
-        plotting.line(
-            "Allocated",
-            x,
-            per_hour(hourly, "allocated_gpu_hours"),
-            color=plotting.COLORS["allocated"],
-            unit="GPUs",
-        ),
-        plotting.line(
-            "Nominal quota",
-            x,
-            per_hour(hourly, "nominal_gpu_hours"),
-            color=plotting.COLORS["nominal"],
-            unit="GPUs",
-            dash="dash",
-        ),
-        plotting.line(
-            "Real use (SM_ACTIVE-weighted)",
-            x,
-            real_use(hourly),
-            color=plotting.COLORS["active"],
-            unit="GPUs",
-            fill="tozeroy",
-        ),
-        plotting.line("Borrowed", x, borrowed, color=plotting.COLORS["borrowed"], unit="GPUs"),
+        gpu_line("Allocated", x, per_hour(hourly, "allocated_gpu_hours"), "allocated"),
+        gpu_line("Nominal quota", x, per_hour(hourly, "nominal_gpu_hours"), "nominal", dash="dash"),
+        gpu_line("Real use (SM_ACTIVE-weighted)", x, real_use(hourly), "active", fill="tozeroy"),
+        gpu_line("Borrowed", x, borrowed, "borrowed"),
     ]
-    shapes = borrowing_shapes(hours, borrowed)
-    if shapes:
-        data.append(legend_swatch("Borrowing period", plotting.COLORS["borrowed"]))
-    layout = range_layout(
+    return borrowing_figure(
         time_range,
         f"{team}: allocation vs quota vs real use",
-        GPUS_AXIS,
-        shapes=shapes,
-    )
-    legend_room(layout, len(data), per_row=5)
-    return plotting.figure(
         data,
-        layout,
+        hours,
+        borrowed,
+        legend_per_row=5,
         empty_message="No rollups for this team in this range.",
-        meta={"borrowing_periods": len(shapes), "hours": len(hours)},
     )
 
 

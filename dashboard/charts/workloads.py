@@ -9,7 +9,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F
+from django.db.models import F, QuerySet
+from django.db.models.expressions import Combinable
 from django.db.models.functions import TruncHour
 from django.http import HttpRequest
 from django.utils import timezone
@@ -30,8 +31,10 @@ from dashboard.decorators import chart_view, choice_param
 from dashboard.live import WORKLOAD_LIVE_SPAN, live_workload_points, read_live, unavailable_notice
 from dashboard.queries import workloads as queries
 from dashboard.templatetags.formatting import figure
+from ledger.models import GpuUsage
 from quotas.access import hide_queue_path
 from quotas.choices import TransitionKind
+from quotas.models import Workload
 
 # Per-GPU lines on the workload activity chart; bigger gangs get their mean and spread.
 MAX_GPU_LINES = 8
@@ -185,6 +188,113 @@ def gpu_line_label(key: str) -> str:
     return f"{label} GI {gi_id}" if gi_id else label
 
 
+def _live_activity(
+    workload: Workload, metric: str, time_range: TimeRange
+) -> tuple[dict[str, list[tuple[datetime, float | None]]], datetime | None, str]:
+    """Per-GPU points from Prometheus for the newest ``WORKLOAD_LIVE_SPAN`` of the range, and
+    where they start; or none and a notice when Prometheus does not answer."""
+    start = max(time_range.start, time_range.end - WORKLOAD_LIVE_SPAN)
+    points, error = read_live(
+        f"workload {workload.pk}",
+        lambda: live_workload_points(workload, metric, start, time_range),
+    )
+    if points is None:
+        return {}, None, unavailable_notice(error, "stored windows")
+    return points, start, ""
+
+
+def _per_gpu_lines(
+    stored: QuerySet[GpuUsage],
+    live: dict[str, list[tuple[datetime, float | None]]],
+    bucket: Combinable,
+    field: str,
+) -> list[dict[str, Any]]:
+    """One line per GPU: the stored windows, then the live points after them."""
+    by_gpu = queries.gpu_points(stored, bucket, field)
+    for key, found in live.items():
+        by_gpu[key].extend(found)
+    data = []
+    for i, key in enumerate(sorted(by_gpu)):
+        line = sorted(by_gpu[key], key=lambda point: point[0])
+        data.append(
+            plotting.line(
+                gpu_line_label(key),
+                x_axis(p[0] for p in line),
+                [plotting.percent(p[1]) for p in line],
+                color=plotting.SERIES[i % len(plotting.SERIES)],
+                unit="%",
+            )
+        )
+    return data
+
+
+def _gang_lines(
+    usage: QuerySet[GpuUsage], bucket: Combinable, field: str, metric: str, at_once: float
+) -> list[dict[str, Any]]:
+    """A big gang: its mean, and the lowest and highest GPU (per window, or within the hour)."""
+    spread = queries.gang_spread(usage, bucket, field)
+    x = x_axis(row["bucket"] for row in spread)
+    color = plotting.COLORS["active" if metric == "sm_active" else "tensor"]
+    low = plotting.line(
+        "Lowest GPU", x, [plotting.percent(r["low"]) for r in spread], color=color, unit="%"
+    )
+    low["line"]["width"] = 0
+    high = plotting.line(
+        "Highest GPU",
+        x,
+        [plotting.percent(r["high"]) for r in spread],
+        color=color,
+        unit="%",
+        fill="tonexty",
+    )
+    high["line"]["width"] = 0
+    high["fillcolor"] = "rgba(100, 116, 139, 0.2)"
+    mean = plotting.line(
+        f"Mean of {figure(at_once)} GPUs",
+        x,
+        [plotting.percent(r["value"]) for r in spread],
+        color=color,
+        unit="%",
+    )
+    return [low, high, mean]
+
+
+def _rollup_line(rollups: list[tuple[datetime, float | None]]) -> dict[str, Any]:
+    """The workload mean of the hours before the first stored window, from hourly rollups."""
+    line = plotting.line(
+        "Workload mean (hourly rollup)",
+        x_axis(hour + HOUR / 2 for hour, _ in rollups),
+        [plotting.percent(value) for _, value in rollups],
+        color=plotting.COLORS["nominal"],
+        unit="%",
+        dash="dot",
+    )
+    # Markers, so a lone hour is visible too.
+    line["mode"] = "lines+markers"
+    line["marker"] = {"size": 5}
+    return line
+
+
+def _activity_layout(
+    time_range: TimeRange, metric: str, per_gpu: bool, traces: int
+) -> dict[str, Any]:
+    title = "SM_ACTIVE per GPU" if metric == "sm_active" else "Tensor pipe activity per GPU"
+    if not per_gpu:
+        title = title.replace("per GPU", "of the gang: mean and GPU range")
+    layout = range_layout(
+        time_range,
+        title,
+        "SM_ACTIVE (%)" if metric == "sm_active" else "PIPE_TENSOR_ACTIVE (%)",
+    )
+    layout["yaxis"]["range"] = [0, 100]
+    layout["yaxis"].pop("rangemode", None)
+    if per_gpu:
+        legend_right(layout)
+    else:
+        legend_room(layout, traces, per_row=4)
+    return layout
+
+
 @chart_view
 def workload_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int) -> dict[str, Any]:
     """Per-GPU SM_ACTIVE (``metric=sm_active``) or tensor activity (``metric=tensor``), in %.
@@ -200,101 +310,23 @@ def workload_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int
     per_gpu = summary["gpus"] <= MAX_GPU_LINES
     raw = time_range.end - time_range.start <= RAW_WINDOW_RANGE
     bucket = F("window_end") if raw else TruncHour("window_end")
-    data = []
-    source = "stored"
-    notice = ""
     live: dict[str, list[tuple[datetime, float | None]]] = {}
     live_start: datetime | None = None
+    notice = ""
     if per_gpu and workload.cluster.prometheus_url:
-        start = max(time_range.start, time_range.end - WORKLOAD_LIVE_SPAN)
-        points, error = read_live(
-            f"workload {workload.pk}",
-            lambda: live_workload_points(workload, metric, start, time_range),
-        )
-        if points is not None:
-            live, live_start, source = points, start, "live"
-        else:
-            notice = unavailable_notice(error, "stored windows")
+        live, live_start, notice = _live_activity(workload, metric, time_range)
     if per_gpu:
         stored = usage if live_start is None else usage.filter(window_end__lte=live_start)
-        by_gpu = queries.gpu_points(stored, bucket, field)
-        for key, found in live.items():
-            by_gpu[key].extend(found)
-        for i, key in enumerate(sorted(by_gpu)):
-            line = sorted(by_gpu[key], key=lambda point: point[0])
-            data.append(
-                plotting.line(
-                    gpu_line_label(key),
-                    x_axis(p[0] for p in line),
-                    [plotting.percent(p[1]) for p in line],
-                    color=plotting.SERIES[i % len(plotting.SERIES)],
-                    unit="%",
-                )
-            )
+        data = _per_gpu_lines(stored, live, bucket, field)
     else:
-        # A big gang: its mean, and the lowest and highest GPU (per window, or within the hour).
-        spread = queries.gang_spread(usage, bucket, field)
-        x = x_axis(row["bucket"] for row in spread)
-        color = plotting.COLORS["active" if metric == "sm_active" else "tensor"]
-        low = plotting.line(
-            "Lowest GPU", x, [plotting.percent(r["low"]) for r in spread], color=color, unit="%"
-        )
-        low["line"]["width"] = 0
-        high = plotting.line(
-            "Highest GPU",
-            x,
-            [plotting.percent(r["high"]) for r in spread],
-            color=color,
-            unit="%",
-            fill="tonexty",
-        )
-        high["line"]["width"] = 0
-        high["fillcolor"] = "rgba(100, 116, 139, 0.2)"
-        data += [
-            low,
-            high,
-            plotting.line(
-                f"Mean of {figure(summary['at_once'])} GPUs",
-                x,
-                [plotting.percent(r["value"]) for r in spread],
-                color=color,
-                unit="%",
-            ),
-        ]
-    # Hours before the first stored window: the workload mean from hourly rollups.
+        data = _gang_lines(usage, bucket, field, metric, summary["at_once"])
     older_than = hour_floor(summary["first"]) if summary["first"] else time_range.end
     rollups = queries.rollup_activity(workload, time_range.covered_hours(), older_than, metric)
     if rollups:
-        data.append(
-            plotting.line(
-                "Workload mean (hourly rollup)",
-                x_axis(hour + HOUR / 2 for hour, _ in rollups),
-                [plotting.percent(value) for _, value in rollups],
-                color=plotting.COLORS["nominal"],
-                unit="%",
-                dash="dot",
-            )
-        )
-        # Markers, so a lone hour is visible too.
-        data[-1]["mode"] = "lines+markers"
-        data[-1]["marker"] = {"size": 5}
-    title = "SM_ACTIVE per GPU" if metric == "sm_active" else "Tensor pipe activity per GPU"
-    if not per_gpu:
-        title = title.replace("per GPU", "of the gang: mean and GPU range")
-    layout = range_layout(
-        time_range,
-        title,
-        "SM_ACTIVE (%)" if metric == "sm_active" else "PIPE_TENSOR_ACTIVE (%)",
-    )
-    layout["yaxis"]["range"] = [0, 100]
-    layout["yaxis"].pop("rangemode", None)
-    if per_gpu:
-        legend_right(layout)
-    else:
-        legend_room(layout, len(data), per_row=4)
+        data.append(_rollup_line(rollups))
     return plotting.figure(
         data,
-        layout,
+        _activity_layout(time_range, metric, per_gpu, len(data)),
         empty_message="No telemetry for this workload in this range.",
         meta={
             "metric": metric,
@@ -303,7 +335,7 @@ def workload_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int
             "per_gpu": per_gpu,
             "resolution": "window" if raw else "hour",
             "rollup_hours": len(rollups),
-            "source": source,
+            "source": "stored" if live_start is None else "live",
             "live_start": plotting.iso(live_start) if live_start else None,
             "notice": notice,
             "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,

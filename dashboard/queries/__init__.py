@@ -2,7 +2,7 @@
 
 Figures over a time range come from the read layer (``HourlyRollup.objects…covering(range)
 .figures()/total()/hourly()/series()``, ``ledger.models``), always over the hours the range
-counts (``core.ranges.covered_hours``), as ``ledger.figures.Figures`` with their ratios; queue
+counts (``core.ranges.covered_hours``), as ``ledger.range_figures.Figures`` with their ratios; queue
 figures now from ``quotas.now``. Shared here: ``now`` (the newest collected window of each
 cluster), ``ranking`` (teams ranked by a figure, with names and links), ``holders`` (who holds a
 GPU in a usage row). The page modules (``overview``, ``busy``, ``gpus``, ``teams``, ``cohorts``,

@@ -21,8 +21,8 @@ from dashboard.queries.holders import HOLDER_FIELDS, holder_from_row, holder_url
 from dashboard.queries.now import busy_thresholds, latest_usage
 from dashboard.queries.ranking import TeamFigures, ranked_teams
 from ledger.choices import RollupScope
-from ledger.figures import Figures
 from ledger.models import HourlyRollup
+from ledger.range_figures import Figures
 from quotas.models import Team, Workload
 
 BUSY_WORKLOADS_LIMIT = 50

@@ -15,8 +15,8 @@ from django.db.models.functions import TruncHour
 from core.ranges import HourSpan, TimeRange
 from dashboard.frame import bounded
 from ledger.choices import RollupScope
-from ledger.figures import Figures
 from ledger.models import HourlyRollup
+from ledger.range_figures import Figures
 from ledger.read import HourlyRollupQuerySet
 from quotas.choices import SampleSource, TransitionKind
 from quotas.models import ClusterQueue, ClusterQueueSample, Workload, WorkloadTransition

@@ -21,8 +21,8 @@ from core.quantity import parse_quantity
 from core.ranges import HourSpan
 from dashboard.frame import bounded
 from ledger.choices import RollupScope
-from ledger.figures import Figures
 from ledger.models import HourlyRollup
+from ledger.range_figures import Figures
 from quotas.models import ClusterQueue, ClusterQueueQuota, Cohort, Workload
 from quotas.now import QueueNow
 

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Protocol
 from django.conf import settings
 from django.db.models import QuerySet
 
-from core import figures as formulas
+from core import ratios as formulas
 from dashboard.queries.holders import HOLDER_IDENTITY, Holder, holder_from_row
 from dashboard.queries.now import latest_usage
 from fleet.models import MIG_COMPUTE_SLICES, Gpu

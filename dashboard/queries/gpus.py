@@ -27,7 +27,7 @@ from django.db.models.functions import Cast, TruncHour
 
 from core import plotting
 from core.ranges import TimeRange
-from dashboard.live import Series, with_gaps
+from dashboard.live import LiveSeries, with_gaps
 from dashboard.queries.gpu_states import GpuState, gpu_states
 from dashboard.queries.holders import HOLDER_IDENTITY, holder_from_row, holder_urls
 from dashboard.queries.now import latest_windows
@@ -155,7 +155,7 @@ def holders_over_range(
 
 def stored_gpu_series(
     gpu_ids: list[int], time_range: TimeRange, metric: str, scale: float = 1.0
-) -> dict[int, Series]:
+) -> dict[int, LiveSeries]:
     """gpu id → its stored values of ``metric`` (a GpuUsage field) over the range.
 
     Raw windows up to RAW_SPAN, hourly means beyond; a shared GPU's several rows per window

@@ -21,7 +21,7 @@ from core.mig import GPU_RESOURCE
 from core.ranges import HourSpan
 from dashboard.queries.now import latest_usage, latest_windows
 from dashboard.queries.teams import workload_figures
-from ledger.figures import Figures
+from ledger.range_figures import Figures
 from quotas.choices import HOLDING_STATES
 from quotas.models import ClusterQueue, ClusterQueueQuota, Team, Workload
 from quotas.now import QueueNow, gpu_quotas, latest_samples

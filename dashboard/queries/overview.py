@@ -16,13 +16,13 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, F, FloatField, Q, Sum
 
-from core import figures as formulas
+from core import ratios as formulas
 from core.ranges import HourSpan
 from dashboard.queries.now import busy_thresholds, latest_usage
 from fleet.choices import ActivitySource
 from ledger.choices import RollupScope
-from ledger.figures import Figures
 from ledger.models import HourlyRollup
+from ledger.range_figures import Figures
 from quotas.models import Workload
 from quotas.now import gpu_quotas
 

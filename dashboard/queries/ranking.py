@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from core.ranges import HourSpan
 from dashboard.frame import quota_url
 from ledger.choices import RollupScope
-from ledger.figures import FIGURES, Figures
 from ledger.models import HourlyRollup
+from ledger.range_figures import FIGURES, Figures
 from ledger.rollup import UNATTRIBUTED
 from quotas.access import other_teams_label, sees_team
 from quotas.models import Team

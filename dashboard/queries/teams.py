@@ -13,8 +13,8 @@ from django.db.models import Case, Count, IntegerField, Q, QuerySet, Sum, Value,
 
 from core.ranges import HourSpan, TimeRange
 from ledger.choices import RollupScope
-from ledger.figures import Figures
 from ledger.models import HourlyRollup
+from ledger.range_figures import Figures
 from quotas.choices import HOLDING_STATES, WorkloadState
 from quotas.models import ClusterQueue, Team, Workload
 

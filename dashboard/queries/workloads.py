@@ -19,8 +19,8 @@ from django.db.models.expressions import Combinable
 from core.ranges import HourSpan, TimeRange
 from dashboard.frame import LIST_LIMIT
 from ledger.choices import RollupScope
-from ledger.figures import Figures
 from ledger.models import GpuUsage, HourlyRollup
+from ledger.range_figures import Figures
 from ledger.read import HourlyRollupQuerySet
 from quotas.models import Allocation, Workload, WorkloadTransition
 

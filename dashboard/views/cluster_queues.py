@@ -7,9 +7,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from core.figures import allocation_rate
 from core.mig import GPU_RESOURCE
 from core.ranges import TimeRange
+from core.ratios import allocation_rate
 from dashboard.access import allowed_team_ids, get_cluster_queue_for_user
 from dashboard.decorators import dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone

@@ -11,16 +11,16 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from core.figures import allocation_rate
 from core.mig import GPU_RESOURCE
 from core.ranges import TimeRange
+from core.ratios import allocation_rate
 from dashboard.access import allowed_team_ids, get_cohort_for_user, sees_team
 from dashboard.decorators import dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat
 from dashboard.queries import cohorts as queries
 from dashboard.queries.flows import POOL, BorrowingFlows, borrowing_flows
 from dashboard.templatetags.formatting import figure
-from ledger.figures import Figures
+from ledger.range_figures import Figures
 from quotas.access import ANOTHER_TEAMS_QUEUE, ANOTHER_TEAMS_WORKLOAD, other_members_label
 from quotas.models import ClusterQueue, Cohort, Workload
 from quotas.now import QueueNow, eviction_pace, gpu_quotas, holding_gpus, latest_samples

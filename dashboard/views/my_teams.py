@@ -20,7 +20,7 @@ from dashboard.pending import free_in_quota, workload_reason
 from dashboard.queries import my_teams as queries
 from dashboard.queries.teams import figures_by_team
 from dashboard.templatetags.formatting import figure, percent
-from ledger.figures import Figures
+from ledger.range_figures import Figures
 from quotas.models import Team
 from quotas.now import latest_samples
 

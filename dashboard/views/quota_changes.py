@@ -21,7 +21,7 @@ from quotas.choices import QuotaChangeStatus
 from quotas.models import ClusterQueue, QuotaChange, Team
 from quotas.writeback import service
 from quotas.writeback.edits import EditError
-from quotas.writeback.forms import QuotaEditForm, synced_cells
+from quotas.writeback.forms import submit_edit
 
 
 def _leads(user: Any, queue: ClusterQueue) -> bool:
@@ -51,23 +51,9 @@ def quota_change_new(request: HttpRequest, cluster: str, name: str) -> HttpRespo
     applies = service.can_apply(request.user)
     if not applies and not _leads(request.user, queue):
         raise PermissionDenied("Only admins and the queue's team leads change its quota.")
-    form = QuotaEditForm(
-        request.POST or None, cells=synced_cells(queue), stop_policy=queue.stop_policy
-    )
-    if request.method == "POST" and form.is_valid():
-        try:
-            change = service.preview(
-                cluster_queue=queue,
-                changes=form.changes(),
-                stop_policy=form.stop_policy_change(),
-                reason=form.cleaned_data["reason"],
-                user=request.user,
-                request_only=not applies,
-            )
-        except EditError as exc:
-            form.add_edit_errors(exc)
-        else:
-            return redirect("dashboard:quota-change-detail", change.pk)
+    form, change = submit_edit(request, queue, request_only=not applies)
+    if change is not None:
+        return redirect("dashboard:quota-change-detail", change.pk)
     context = {
         "nav": "queues",
         "page_title": f"{'Change' if applies else 'Request a change of'} {queue.name}'s quota",

@@ -23,7 +23,7 @@ from dashboard.queries.workload_list import workload_charges
 from dashboard.templatetags.formatting import duration, figure, percent
 from dashboard.views.my_teams import flavor_rows
 from ledger.chargeback import Charge
-from ledger.figures import Figures
+from ledger.range_figures import Figures
 from quotas.access import PUBLIC, leads_team, led_team_ids, other_teams_label, team_visibility
 from quotas.choices import HOLDING_STATES
 from quotas.models import ClusterQueue, ClusterQueueQuota, Team, Workload

@@ -131,11 +131,6 @@ def workload_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     return render(request, "dashboard/workload_list.html", context)
 
 
-def _workload_note(workload: Workload) -> str:
-    team = workload.cluster_queue.team if workload.cluster_queue else None
-    return workload.get_state_display() + (f" · team {team}" if team else "")
-
-
 @dashboard_page(uses_range=False)
 def search(request: HttpRequest) -> HttpResponse:
     """Workloads, ClusterQueues, teams, nodes and GPUs (by UUID) whose name contains ``q``."""

@@ -23,7 +23,7 @@ from dashboard.pending import free_in_quota, workload_reason
 from dashboard.queries import workloads as queries
 from dashboard.queries.teams import PENDING_STATES
 from dashboard.templatetags.formatting import duration, figure, percent
-from ledger.figures import Figures
+from ledger.range_figures import Figures
 from quotas.access import ANOTHER_TEAMS_WORKLOAD, hide_queue_path
 from quotas.choices import FINISHED_STATES, HOLDING_STATES, WorkloadState
 from quotas.models import Allocation, Workload

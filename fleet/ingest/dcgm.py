@@ -37,7 +37,7 @@ def resolve_style(inp: WindowInput) -> str:
     return PodLabelStyle.PLAIN
 
 
-class Series:
+class DcgmSeries:
     """One (GPU, pod) series across the DCGM metrics of a window.
 
     A plain class with slots rather than a dataclass: a 50,000-GPU window makes 50,000 of these,
@@ -105,11 +105,11 @@ def collect_dcgm(
     inp: WindowInput,
     style: str,
     stats: IngestStats,
-) -> tuple[dict[str, GpuRow], dict[tuple[str, str, str], Series]]:
+) -> tuple[dict[str, GpuRow], dict[tuple[str, str, str], DcgmSeries]]:
     ns_label, pod_label, container_label = c.POD_LABELS_BY_STYLE[style]
     first_host, *other_hosts = c.LABEL_HOSTNAMES
     gpus: dict[str, GpuRow] = {}
-    series: dict[tuple[str, str, str], Series] = {}
+    series: dict[tuple[str, str, str], DcgmSeries] = {}
     skip = stats.skip
 
     # Called once per item (250,000 for 50,000 GPUs x 5 metrics): one function, local names.
@@ -157,7 +157,7 @@ def collect_dcgm(
             if entry is None:
                 pod = ident[2]
                 container = str(metric.get(container_label) or "") if pod else ""
-                entry = series[ident] = Series(ident[0], ident[1], pod, container)
+                entry = series[ident] = DcgmSeries(ident[0], ident[1], pod, container)
             previous = entry.chosen.get(metric_key)
             if previous is not None:
                 # Two series for one GPU, pod and metric (two scrape jobs, a relabelled copy):

@@ -15,7 +15,7 @@ from core.mig import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from fleet import constants as c
 from fleet.choices import ActivitySource
 from fleet.ingest.answers import gc_paused
-from fleet.ingest.dcgm import Series, collect_dcgm, resolve_style
+from fleet.ingest.dcgm import DcgmSeries, collect_dcgm, resolve_style
 from fleet.ingest.kube_state import (
     PodRequest,
     collect_pod_labels,
@@ -53,7 +53,7 @@ def _build_window(inp: WindowInput) -> WindowBatch:
 
     # Per GPU: the pods seen on it. A GPU seen with pods and also without (a pod started or
     # ended inside the window) is held: the pod series win and the bare series is dropped.
-    by_gpu: dict[str, list[Series]] = defaultdict(list)
+    by_gpu: dict[str, list[DcgmSeries]] = defaultdict(list)
     for entry in series.values():
         by_gpu[entry.gpu].append(entry)
 
@@ -128,7 +128,7 @@ class _Seen:
     hosts: set[str] = field(default_factory=set)
 
 
-def _held_entries(key: str, entries: list[Series]) -> list[Series]:
+def _held_entries(key: str, entries: list[DcgmSeries]) -> list[DcgmSeries]:
     """The series that count for one GPU: its pod series when it has any besides a bare one."""
     if len(entries) <= 1:
         return entries
@@ -143,7 +143,7 @@ def _held_entries(key: str, entries: list[Series]) -> list[Series]:
 
 
 def _usage_on_series(
-    by_gpu: dict[str, list[Series]],
+    by_gpu: dict[str, list[DcgmSeries]],
     gpus: dict[str, GpuRow],
     facts: _PodFacts,
     expected: int,

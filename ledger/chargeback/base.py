@@ -11,8 +11,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from ledger.choices import RollupScope
-from ledger.figures import Figures
 from ledger.models import HourlyRollup
+from ledger.range_figures import Figures
 
 GROUP_SCOPES: dict[str, str] = {
     "team": RollupScope.TEAM,

@@ -10,7 +10,8 @@ per group, on one of two paths that compute the same figures (a test compares th
 
 By concept:
 
-- ``figures``: what each figure of a row means, and the per-window sums both paths build them from;
+- ``row_figures``: what each figure of a row means, and the per-window sums both paths build
+  them from;
 - ``groups``: the nine scopes, how a usage row or queue sample maps to a group of each, and the
   foreign keys a row carries;
 - ``portable``: the usage figures through the ORM (SQLite, and the reference);

@@ -26,12 +26,12 @@ from fleet.models import Cluster
 from ledger.choices import RollupScope
 from ledger.models import GpuUsage, HourlyRollup
 from ledger.rollup.completeness import changes_of, record_rollup
-from ledger.rollup.figures import SAMPLE_FIGURES, USAGE_FIGURES
 from ledger.rollup.groups import FOREIGN_KEYS, name_rows, quota_groups, usage_groups
 from ledger.rollup.pending import pending_rows, sync_horizon
 from ledger.rollup.portable import usage_rows
 from ledger.rollup.postgres import copy_rollups, fast_path_applies, fast_usage_rows
 from ledger.rollup.quota import flavor_models, quota_rows
+from ledger.rollup.row_figures import SAMPLE_FIGURES, USAGE_FIGURES
 from quotas.models import ClusterQueueSample
 
 logger = logging.getLogger(__name__)

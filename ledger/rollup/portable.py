@@ -14,8 +14,8 @@ from django.db.models import F, FloatField, Func, Q, QuerySet, Sum, Value
 
 from fleet.choices import ActivitySource
 from ledger.models import GpuUsage
-from ledger.rollup.figures import USAGE_FIGURES, WINDOW_SUMS, thresholds
 from ledger.rollup.groups import Group
+from ledger.rollup.row_figures import USAGE_FIGURES, WINDOW_SUMS, thresholds
 
 
 class WindowSeconds(Func):

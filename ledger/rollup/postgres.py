@@ -27,8 +27,8 @@ from fleet.choices import ActivitySource
 from fleet.models import Cluster
 from ledger.choices import RollupScope
 from ledger.models import GpuUsage, HourlyRollup
-from ledger.rollup.figures import USAGE_FIGURES, WINDOW_SUMS, thresholds
 from ledger.rollup.groups import NO_COHORT, UNATTRIBUTED, Group, usage_groups
+from ledger.rollup.row_figures import USAGE_FIGURES, WINDOW_SUMS, thresholds
 from ledger.store import copy_rows
 from quotas.models import ClusterQueue, Cohort
 

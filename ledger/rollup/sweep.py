@@ -1,7 +1,7 @@
 """Roll up every hour that is due: after each collection run, and from beat for every cluster.
 
-An hour is due (``RollupHour.is_due``) when it is dirty (a window was written that its rollup did
-not include: the rollup failed, was killed, or has not run yet), or when its last rollup ran
+An hour is due (``RollupHourQuerySet.due``) when it is dirty (a window was written that its rollup
+did not include: the rollup failed, was killed, or has not run yet), or when its last rollup ran
 before the hour settled (``GPULEDGER_ROLLUP_SETTLE_SECONDS`` after its end) and that time has
 passed. Hours whose usage was pruned are never rebuilt. The hour still being collected is
 re-rolled at most every ``GPULEDGER_ROLLUP_SECONDS``: at 50,000 GPUs a rollup costs seconds, and

@@ -25,9 +25,6 @@ from ledger.store.usage import USAGE_COLUMNS, usage_values
 from ledger.store.window import WriteResult, write_window
 from quotas.allocations import close_missing_allocations
 
-# The name bench/ingest_pure.py imports.
-_USAGE_COLUMNS = USAGE_COLUMNS
-
 __all__ = [
     "USAGE_COLUMNS",
     "WriteResult",

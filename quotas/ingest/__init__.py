@@ -41,10 +41,10 @@ from quotas.ingest.rows import (
     PodRow,
     PriorityClassRow,
     QueueSampleRow,
+    QueueUsageRow,
     QuotaRow,
     TeamRow,
     TransitionRow,
-    UsageRow,
     WorkloadRow,
 )
 from quotas.ingest.samples import build_queue_samples, cohort_totals
@@ -69,7 +69,7 @@ __all__ = [
     "QuotaRow",
     "TeamRow",
     "TransitionRow",
-    "UsageRow",
+    "QueueUsageRow",
     "WorkloadRow",
     "build_queue_samples",
     "build_snapshot",

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from core.mig import GPU_RESOURCE
 from quotas.constants import KUEUE_ANSWERS
@@ -113,39 +114,36 @@ def _decimal(number: float) -> Decimal | None:
         return None
 
 
+def _labelled(
+    items: Sequence[object], stats: MetricStats, needed: tuple[str, ...]
+) -> Iterator[tuple[Mapping[str, Any], tuple[str, ...], float]]:
+    """Each readable item's labels, the values of its ``needed`` labels and its number; items
+    without one of those labels are skipped and counted."""
+    for item in items:
+        stats.records_read += 1
+        parsed = _value(item, stats)
+        if parsed is None:
+            continue
+        labels, number = parsed
+        key = tuple(str(labels.get(name) or "") for name in needed)
+        if not all(key):
+            stats.skip("kueue_missing_labels")
+            continue
+        yield labels, key, number
+
+
 def _per_flavor(
     items: Sequence[object], stats: MetricStats, cohorts: dict[str, str]
 ) -> dict[tuple[str, str], float]:
     found: dict[tuple[str, str], float] = {}
-    for item in items:
-        stats.records_read += 1
-        parsed = _value(item, stats)
-        if parsed is None:
-            continue
-        labels, number = parsed
-        queue, flavor = labels.get("cluster_queue") or "", labels.get("flavor") or ""
-        if not queue or not flavor:
-            stats.skip("kueue_missing_labels")
-            continue
-        cohorts.setdefault(str(queue), str(labels.get("cohort") or ""))
-        found[(str(queue), str(flavor))] = number
+    for labels, (queue, flavor), number in _labelled(items, stats, ("cluster_queue", "flavor")):
+        cohorts.setdefault(queue, str(labels.get("cohort") or ""))
+        found[(queue, flavor)] = number
     return found
 
 
 def _per_queue(items: Sequence[object], stats: MetricStats) -> dict[str, float]:
-    found: dict[str, float] = {}
-    for item in items:
-        stats.records_read += 1
-        parsed = _value(item, stats)
-        if parsed is None:
-            continue
-        labels, number = parsed
-        queue = labels.get("cluster_queue") or ""
-        if not queue:
-            stats.skip("kueue_missing_labels")
-            continue
-        found[str(queue)] = number
-    return found
+    return {queue: number for _, (queue,), number in _labelled(items, stats, ("cluster_queue",))}
 
 
 def _count(number: float | None) -> int:

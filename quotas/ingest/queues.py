@@ -35,9 +35,9 @@ from quotas.ingest.rows import (
     FlavorRow,
     LocalQueueRow,
     ObjectMeta,
+    QueueUsageRow,
     QuotaRow,
     TeamRow,
-    UsageRow,
 )
 from quotas.writeback.gitops import latest_quota_manager
 
@@ -118,7 +118,7 @@ def parse_cohort(item: dict, meta: ObjectMeta) -> CohortRow:
     )
 
 
-def _usage(entries: object, what: str) -> list[UsageRow]:
+def _usage(entries: object, what: str) -> list[QueueUsageRow]:
     rows = []
     for flavor in read_list(entries, what):
         flavor = read_dict(flavor, what, required=True)
@@ -127,7 +127,7 @@ def _usage(entries: object, what: str) -> list[UsageRow]:
             resource = read_dict(resource, f"{what}.resources", required=True)
             name = read_str(resource.get("name"), f"{what}.resources.name")
             rows.append(
-                UsageRow(
+                QueueUsageRow(
                     flavor_name=flavor_name,
                     resource=name,
                     total=read_quantity(resource.get("total", "0"), f"{what} {name} total"),

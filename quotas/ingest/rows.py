@@ -79,7 +79,9 @@ class QuotaRow:
 
 
 @dataclass
-class UsageRow:
+class QueueUsageRow:
+    """A ClusterQueue's or LocalQueue's usage (or reservation) of one flavor and resource."""
+
     flavor_name: str
     resource: str
     total: Decimal
@@ -119,8 +121,8 @@ class ClusterQueueRow:
     admitted_workloads: int
     active: bool
     quotas: list[QuotaRow]
-    usage: list[UsageRow]
-    reservation: list[UsageRow]
+    usage: list[QueueUsageRow]
+    reservation: list[QueueUsageRow]
     # The field manager that last wrote spec.resourceGroups / stopPolicy (managedFields).
     quota_manager: str = ""
 
@@ -132,7 +134,7 @@ class LocalQueueRow:
     pending_workloads: int
     reserving_workloads: int
     admitted_workloads: int
-    usage: list[UsageRow]
+    usage: list[QueueUsageRow]
 
 
 @dataclass

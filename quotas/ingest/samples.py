@@ -10,11 +10,11 @@ from decimal import Decimal
 from core.mig import GPU_RESOURCE
 from quotas.choices import WorkloadState
 from quotas.ingest.fields import ZERO
-from quotas.ingest.rows import KueueBatch, QueueSampleRow, UsageRow
+from quotas.ingest.rows import KueueBatch, QueueSampleRow, QueueUsageRow
 from quotas.ingest.workloads import PENDING_STATES
 
 
-def _usage_map(rows: list[UsageRow], resource: str) -> dict[str, UsageRow]:
+def _usage_map(rows: list[QueueUsageRow], resource: str) -> dict[str, QueueUsageRow]:
     return {row.flavor_name: row for row in rows if row.resource == resource}
 
 

@@ -1,35 +1,20 @@
 """The quota edit form: one row per flavor x resource (nominal, borrowing and lending limits as
-Kubernetes quantities), the stopPolicy, and the reason. Shared by the admin and the team page."""
+Kubernetes quantities), the stopPolicy, and the reason; and ``submit_edit``, the one step from a
+submitted form to a previewed (or requested) change, shared by the admin's ClusterQueue and
+Cohort pages and the dashboard's change page."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django import forms
+from django.http import HttpRequest
 
-from core.quantity import display_quantity
 from quotas.choices import STOP_POLICIES
-from quotas.models import ClusterQueue, Cohort
-from quotas.writeback.edits import LIMITS, Cell, EditError, cell_field, live_cells
-
-
-def cohort_cells(cohort: Cohort) -> list[Cell]:
-    """A Cohort's own quotas (``spec.resourceGroups``) as last synced."""
-    return live_cells({"spec": {"resourceGroups": cohort.resource_groups or []}})
-
-
-def synced_cells(queue: ClusterQueue) -> list[Cell]:
-    """The queue's quotas as last synced, as Kubernetes quantities."""
-    return [
-        Cell(
-            q.flavor_name,
-            q.resource,
-            display_quantity(q.nominal, q.resource) or "0",
-            display_quantity(q.borrowing_limit, q.resource) or None,
-            display_quantity(q.lending_limit, q.resource) or None,
-        )
-        for q in queue.quotas.order_by("resource", "position", "flavor_name")
-    ]
+from quotas.models import ClusterQueue, Cohort, QuotaChange
+from quotas.writeback import service
+from quotas.writeback.edits import LIMITS, Cell, EditError, cell_field
+from quotas.writeback.state import cohort_cells, synced_cells
 
 
 class QuotaEditForm(forms.Form):
@@ -113,3 +98,37 @@ class QuotaEditForm(forms.Form):
                 target = key
             for message in messages:
                 self.add_error(target, f"{key}: {message}" if target is None else message)
+
+
+def submit_edit(
+    request: HttpRequest, target: ClusterQueue | Cohort, *, request_only: bool = False
+) -> tuple[QuotaEditForm, QuotaChange | None]:
+    """The edit form of ``target`` bound to the request, and the change a valid POST made.
+
+    The form shows the quotas as last synced (a Cohort: its own ``spec.resourceGroups``, and no
+    stopPolicy). A valid POST is previewed (``service.preview``; ``request_only``: a team lead's
+    request); errors of the edit land on the form's fields and the change is None. The caller
+    checks who may edit first and renders the form or redirects to the change.
+    """
+    data = request.POST or None
+    if isinstance(target, Cohort):
+        form = QuotaEditForm(data, cells=cohort_cells(target), stop_policy=None)
+        targets: dict[str, Any] = {"cohort": target}
+    else:
+        form = QuotaEditForm(data, cells=synced_cells(target), stop_policy=target.stop_policy)
+        targets = {"cluster_queue": target}
+    if request.method != "POST" or not form.is_valid():
+        return form, None
+    try:
+        change = service.preview(
+            **targets,
+            changes=form.changes(),
+            stop_policy=form.stop_policy_change(),
+            reason=form.cleaned_data["reason"],
+            user=request.user,
+            request_only=request_only,
+        )
+    except EditError as exc:
+        form.add_edit_errors(exc)
+        return form, None
+    return form, change

@@ -11,16 +11,6 @@ from django.db import models
 from fleet.models import Cluster
 from quotas.choices import QuotaChangeSource, QuotaChangeStatus, QuotaTargetKind
 
-# Statuses of a change that is over: nothing more will happen to it.
-FINAL_STATUSES = (
-    QuotaChangeStatus.DECLINED,
-    QuotaChangeStatus.REFUSED,
-    QuotaChangeStatus.APPLIED_OBSERVED,
-    QuotaChangeStatus.CONFLICT,
-    QuotaChangeStatus.FAILED,
-    QuotaChangeStatus.OBSERVED,
-)
-
 
 class QuotaChangeQuerySet(models.QuerySet["QuotaChange"]):
     def pending_requests(self) -> QuotaChangeQuerySet:
@@ -151,10 +141,6 @@ class QuotaChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.target_kind} {self.target_name} ({self.get_status_display()})"
-
-    @property
-    def is_final(self) -> bool:
-        return self.status in FINAL_STATUSES
 
     def cells(self) -> list[dict[str, Any]]:
         """Before and after side by side, one row per flavor x resource."""

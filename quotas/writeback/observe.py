@@ -5,6 +5,7 @@ the field manager from ``managedFields``. A queue seen for the first time record
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from core.quantity import display_quantity
@@ -13,6 +14,7 @@ from quotas.writeback.edits import Cell, live_cells
 from quotas.writeback.models import QuotaChange
 
 if TYPE_CHECKING:
+    from quotas.ingest.rows import ClusterQueueRow, CohortRow
     from quotas.store.writer import SnapshotWriter
 
 
@@ -65,30 +67,20 @@ def record_observed(
         stop_before = _stop(w.stop_policies_before.get(row.meta.name))
         stop_after = _stop(row.stop_policy)
         for change in waiting.get(queue_id, []):
-            wanted = [c for c in change.after if new_cells.get((c["flavor"], c["resource"]))]
-            matches = len(wanted) == len(change.after) and all(
-                new_cells[(c["flavor"], c["resource"])].as_dict() == c for c in wanted
-            )
             if change.stop_policy_after and change.stop_policy_after != stop_after:
-                matches = False
-            if matches:
-                change.status = QuotaChangeStatus.APPLIED_OBSERVED
-                change.observed_at = w.now
-                change.save(update_fields=["status", "observed_at", "updated_at"])
-                explained = {(c["flavor"], c["resource"]) for c in change.after}
-                changed = [key for key in changed if key not in explained]
+                continue
+            if _cells_match(change, new_cells):
+                changed = _mark_observed(change, w.now, changed)
                 if change.stop_policy_after:
                     stop_before = stop_after
         if not changed and stop_before == stop_after:
             continue
         new_rows.append(
-            QuotaChange(
-                cluster=w.cluster,
+            _observed(
+                w,
+                row,
                 target_kind="ClusterQueue",
-                target_name=row.meta.name,
                 cluster_queue_id=queue_id,
-                source=QuotaChangeSource.OBSERVED,
-                status=QuotaChangeStatus.OBSERVED,
                 before=[old_cells[key].as_dict() for key in changed if key in old_cells]
                 + [
                     {**new_cells[key].as_dict(), "nominal": None}
@@ -98,21 +90,48 @@ def record_observed(
                 after=[new_cells[key].as_dict() for key in changed],
                 stop_policy_before=stop_before if stop_before != stop_after else "",
                 stop_policy_after=stop_after if stop_before != stop_after else "",
-                resource_version=row.meta.resource_version,
-                field_manager=row.quota_manager,
-                observed_at=w.now,
             )
         )
-    if new_rows:
-        QuotaChange.objects.bulk_create(new_rows)
-    w.result.created["QuotaChange"] = w.result.created.get("QuotaChange", 0) + len(new_rows)
+    _store(w, new_rows)
 
 
-def _matches(change: QuotaChange, cells: Mapping[tuple[str, str], Cell]) -> bool:
-    return bool(change.after) and all(
+def _cells_match(change: QuotaChange, cells: Mapping[tuple[str, str], Cell]) -> bool:
+    """Whether every cell the change wrote now has the value it wrote."""
+    return all(
         (c["flavor"], c["resource"]) in cells and cells[(c["flavor"], c["resource"])].as_dict() == c
         for c in change.after
     )
+
+
+def _mark_observed(
+    change: QuotaChange, now: datetime, changed: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """The sync saw what ``change`` wrote: mark it so; the cells it explains are not news."""
+    change.status = QuotaChangeStatus.APPLIED_OBSERVED
+    change.observed_at = now
+    change.save(update_fields=["status", "observed_at", "updated_at"])
+    explained = {(c["flavor"], c["resource"]) for c in change.after}
+    return [key for key in changed if key not in explained]
+
+
+def _observed(w: SnapshotWriter, row: ClusterQueueRow | CohortRow, **fields: Any) -> QuotaChange:
+    """A change made outside GPU Ledger, as the sync saw it on ``row``'s object."""
+    return QuotaChange(
+        cluster=w.cluster,
+        target_name=row.meta.name,
+        source=QuotaChangeSource.OBSERVED,
+        status=QuotaChangeStatus.OBSERVED,
+        resource_version=row.meta.resource_version,
+        field_manager=row.quota_manager,
+        observed_at=w.now,
+        **fields,
+    )
+
+
+def _store(w: SnapshotWriter, new_rows: list[QuotaChange]) -> None:
+    if new_rows:
+        QuotaChange.objects.bulk_create(new_rows)
+    w.result.created["QuotaChange"] = w.result.created.get("QuotaChange", 0) + len(new_rows)
 
 
 def record_observed_cohorts(
@@ -134,29 +153,18 @@ def record_observed_cohorts(
         changed = [key for key, cell in new.items() if old.get(key) != cell]
         cohort_id = ids.get(row.meta.name)
         for change in waiting.get(cohort_id or 0, []):
-            if _matches(change, new):
-                change.status = QuotaChangeStatus.APPLIED_OBSERVED
-                change.observed_at = w.now
-                change.save(update_fields=["status", "observed_at", "updated_at"])
-                explained = {(c["flavor"], c["resource"]) for c in change.after}
-                changed = [key for key in changed if key not in explained]
+            if change.after and _cells_match(change, new):
+                changed = _mark_observed(change, w.now, changed)
         if not changed:
             continue
         new_rows.append(
-            QuotaChange(
-                cluster=w.cluster,
+            _observed(
+                w,
+                row,
                 target_kind="Cohort",
-                target_name=row.meta.name,
                 cohort_id=cohort_id,
-                source=QuotaChangeSource.OBSERVED,
-                status=QuotaChangeStatus.OBSERVED,
                 before=[old[key].as_dict() for key in changed if key in old],
                 after=[new[key].as_dict() for key in changed],
-                resource_version=row.meta.resource_version,
-                field_manager=row.quota_manager,
-                observed_at=w.now,
             )
         )
-    if new_rows:
-        QuotaChange.objects.bulk_create(new_rows)
-    w.result.created["QuotaChange"] = w.result.created.get("QuotaChange", 0) + len(new_rows)
+    _store(w, new_rows)

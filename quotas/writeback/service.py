@@ -29,7 +29,6 @@ from quotas.kueue import KubeError, KueueClient
 from quotas.models import ClusterQueue, Cohort, QuotaChange
 from quotas.writeback.edits import (
     Cell,
-    Edit,
     EditError,
     changed_cells,
     live_cells,
@@ -43,7 +42,7 @@ from quotas.writeback.gitops import (
     kubectl_command,
     patch_yaml,
 )
-from quotas.writeback.state import whatif_inputs
+from quotas.writeback.state import synced_cells, whatif_inputs
 from quotas.writeback.whatif import NO_EVICTION_NOTE, what_if
 
 logger = logging.getLogger(__name__)
@@ -118,21 +117,6 @@ def _target(change: QuotaChange) -> tuple[str, str]:
     return str(change.target_kind), change.target_name
 
 
-def _synced_cells(queue: ClusterQueue) -> list[Cell]:
-    from core.quantity import display_quantity
-
-    return [
-        Cell(
-            q.flavor_name,
-            q.resource,
-            display_quantity(q.nominal, q.resource) or "0",
-            display_quantity(q.borrowing_limit, q.resource) or None,
-            display_quantity(q.lending_limit, q.resource) or None,
-        )
-        for q in queue.quotas.order_by("resource", "position", "flavor_name")
-    ]
-
-
 @dataclass
 class _Before:
     """What an edit starts from: the live object when it could be read, else the synced row."""
@@ -176,7 +160,7 @@ def _read_before(
         return _Before(
             live=None,
             live_error=live_error,
-            cells=_synced_cells(cluster_queue),
+            cells=synced_cells(cluster_queue),
             stop_policy=cluster_queue.stop_policy or "None",
             resource_version=cluster_queue.resource_version,
             api_version="",
@@ -475,7 +459,3 @@ def notify_requester(change: QuotaChange) -> None:
         send_mail(subject, "\n".join(lines), None, [lead.email])
     except OSError:
         logger.warning("quota change %s: could not email %s", change.pk, lead.email)
-
-
-def edit_from_change(change: QuotaChange) -> Edit:
-    return Edit(_after_cells(change), change.stop_policy_after or None)

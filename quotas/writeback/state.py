@@ -1,4 +1,5 @@
-"""The what-if inputs of a ClusterQueue, read from the latest synced state (one query per kind)."""
+"""A ClusterQueue's or Cohort's quotas as last synced, and a ClusterQueue's what-if inputs, read
+from the latest synced state (one query per kind)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,31 @@ from datetime import datetime
 from django.db.models import Max, Q
 
 from core.mig import GPU_RESOURCE
-from core.quantity import parse_quantity
-from quotas.models import ClusterQueue, ClusterQueueQuota, ResourceFlavor, Workload
+from core.quantity import display_quantity, parse_quantity
+from quotas.models import ClusterQueue, ClusterQueueQuota, Cohort, ResourceFlavor, Workload
 from quotas.now import eviction_pace, latest_samples
 from quotas.reclaim import termination_grace_seconds
-from quotas.writeback.edits import Cell
+from quotas.writeback.edits import Cell, live_cells
 from quotas.writeback.whatif import Limits, MemberView, WhatIfInputs, WorkloadView
+
+
+def cohort_cells(cohort: Cohort) -> list[Cell]:
+    """A Cohort's own quotas (``spec.resourceGroups``) as last synced."""
+    return live_cells({"spec": {"resourceGroups": cohort.resource_groups or []}})
+
+
+def synced_cells(queue: ClusterQueue) -> list[Cell]:
+    """The queue's quotas as last synced, as Kubernetes quantities."""
+    return [
+        Cell(
+            q.flavor_name,
+            q.resource,
+            display_quantity(q.nominal, q.resource) or "0",
+            display_quantity(q.borrowing_limit, q.resource) or None,
+            display_quantity(q.lending_limit, q.resource) or None,
+        )
+        for q in queue.quotas.order_by("resource", "position", "flavor_name")
+    ]
 
 
 def limits_of(cells: list[Cell], resource: str = GPU_RESOURCE) -> dict[str, Limits]:

@@ -16,8 +16,8 @@ from django.db import connection, models
 
 from core.ranges import CUSTOM, TimeRange, covered_hours
 from ledger.choices import RollupScope
-from ledger.figures import FIGURES, Figures
 from ledger.models import HourlyRollup
+from ledger.range_figures import FIGURES, Figures
 from quotas.models import Team
 from tests.ledger.conftest import H10, H11, H12, NOW
 

@@ -62,7 +62,7 @@ def lead(django_user_model: Any, kube: FakeKubeAPI) -> Any:
 
 def _form(queue: ClusterQueue, **values: str) -> dict[str, str]:
     """The edit form as the page renders it, with some values changed."""
-    from quotas.writeback.forms import synced_cells
+    from quotas.writeback.state import synced_cells
 
     data = {"reason": values.pop("reason", "a reason"), "stop_policy": "None"}
     for index, cell in enumerate(synced_cells(queue)):
@@ -86,6 +86,36 @@ def test_the_admin_shows_quantities_and_no_delete_even_to_superusers(kube, quota
     page = _client(quota_admin).get(reverse("admin:quotas_cohort_change", args=[cohort.pk]))
     assert 'data-testid="edit-quotas"' in page.content.decode()
     assert "deletelink" not in page.content.decode()
+
+
+def test_a_cohorts_own_quota_is_edited_in_the_admin_like_a_queues(kube, quota_admin) -> None:
+    from quotas.writeback.forms import cohort_cells
+
+    # Given the explicit cohort "research" with its own quota
+    cohort = Cohort.objects.get(name="research")
+    edit_url = reverse("admin:quotas_cohort_edit_quotas", args=[cohort.pk])
+    client = _client(quota_admin)
+    page = client.get(edit_url)
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "Edit the own quota of cohort research" in html
+    assert 'name="stop_policy"' not in html  # a Cohort has no stopPolicy
+
+    # When its first quota is doubled and saved
+    cells = cohort_cells(cohort)
+    data = {"reason": "more for the pool"}
+    for index, cell in enumerate(cells):
+        for name in ("nominal", "borrowing_limit", "lending_limit"):
+            data[f"q{index}_{name}"] = getattr(cell, name) or ""
+    data["q0_nominal"] = str(int(cells[0].nominal) * 2)
+    answer = client.post(edit_url, data)
+
+    # Then the change is previewed for the Cohort, and the admin goes to its page
+    change = QuotaChange.objects.get()
+    assert (change.target_kind, change.target_name) == ("Cohort", "research")
+    assert change.status == QuotaChangeStatus.PREVIEWED
+    assert answer.status_code == 302
+    assert answer["Location"] == reverse("dashboard:quota-change-detail", args=[change.pk])
 
 
 def test_staff_without_the_permission_neither_edits_nor_applies(

@@ -1,11 +1,11 @@
 """The read layer's value type: the figures of one group over a range, and their ratios.
 
-``Figures`` holds the rollup figures (docs/architecture.md "Figures") summed over the hours a range
-covers; ``FIGURES`` is the one tuple of their names, which are also the ``HourlyRollup`` columns
-(``HourlyRollup.FIGURES``). ``HourlyRollupQuerySet.figures`` / ``total`` / ``hourly`` / ``series``
-fill it; the pages, charts, chargeback, OpenCost and the API read it. Ratios are properties computed
-with the formulas of ``core.figures`` from the summed hours, never summed themselves, so a ratio of
-a total is the ratio of the total's hours.
+``Figures`` holds the rollup figures (docs/architecture.md "Figures") summed over the hours a
+range covers; ``FIGURES`` is the one tuple of their names, which are also the ``HourlyRollup``
+columns (``HourlyRollup.FIGURES``). ``HourlyRollupQuerySet.figures`` / ``total`` / ``hourly`` /
+``series`` fill it; the pages, charts, chargeback, OpenCost and the API read it. Ratios are
+properties computed with the formulas of ``core.ratios`` from the summed hours, never summed
+themselves, so a ratio of a total is the ratio of the total's hours.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
-from core import figures as formulas
+from core import ratios as formulas
 
 F = TypeVar("F", bound="Figures")
 
@@ -81,7 +81,7 @@ class Figures:
             total.add(part)
         return total
 
-    # --- Ratios (core.figures) -------------------------------------------------------------
+    # --- Ratios (core.ratios) -------------------------------------------------------------
 
     @property
     def no_telemetry_gpu_hours(self) -> float:

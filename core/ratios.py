@@ -1,7 +1,7 @@
 """The ratios of docs/architecture.md "Figures": the one place their formulas are written.
 
 The pages, the API and the exports get them through the read layer's value type
-(``ledger.figures.Figures``), which applies them to summed GPU-hours. Every ratio is ``None``
+(``ledger.range_figures.Figures``), which applies them to summed GPU-hours. Every ratio is ``None``
 when its denominator is zero or unknown: "no telemetry" is never 0 %.
 """
 
