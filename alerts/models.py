@@ -463,15 +463,3 @@ class Silence(models.Model):
             and (self.cluster_queue_id is None or self.cluster_queue_id == episode.cluster_queue_id)
             and (not self.namespace or self.namespace == episode.namespace)
         )
-
-
-# Receivers, routes, the delivery outbox and remediation live in their own module.
-from alerts.notify_models import (  # noqa: E402, F401
-    AlertContact,
-    Delivery,
-    DeliveryAttempt,
-    Receiver,
-    RemediationAction,
-    RemediationPolicy,
-    Route,
-)

@@ -120,6 +120,8 @@ INSTALLED_APPS = [
     "quotas",
     "ledger",
     "alerts",
+    "notifications",
+    "remediation",
     "dashboard",
     "demo",
 ]
@@ -491,12 +493,12 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": 3600.0},
     },
     "send-notifications": {
-        "task": "alerts.tasks.send_notifications",
+        "task": "notifications.tasks.send_notifications",
         "schedule": float(GPULEDGER_NOTIFY_SECONDS),
         "options": {"expires": float(GPULEDGER_NOTIFY_SECONDS)},
     },
     "remediate-workloads": {
-        "task": "alerts.tasks.remediate_workloads",
+        "task": "remediation.tasks.remediate_workloads",
         "schedule": float(GPULEDGER_REMEDIATION_SECONDS),
         "options": {"expires": float(GPULEDGER_REMEDIATION_SECONDS)},
     },
