@@ -463,3 +463,49 @@ class Silence(models.Model):
             and (self.cluster_queue_id is None or self.cluster_queue_id == episode.cluster_queue_id)
             and (not self.namespace or self.namespace == episode.namespace)
         )
+
+
+class AlertEvaluation(models.Model):
+    """A cluster's evaluation queue: the windows still to evaluate, and who is evaluating.
+
+    Collection asks for a range (``alerts.dispatch.request_evaluation``): it is merged into the
+    pending range, and a task is published only when none is waiting, so a backfill of many
+    windows queues one task, not one per window. A task claims the row (a conditional UPDATE
+    of ``claimed_until``) before it evaluates, so two never evaluate one cluster at once; it
+    takes the pending range, and gives it back only when pending is empty, so a range asked for
+    while it ran is evaluated before it lets go."""
+
+    cluster = models.OneToOneField(
+        Cluster,
+        related_name="alert_evaluation",
+        on_delete=models.CASCADE,
+    )
+    pending_start = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Windows ending in (pending start, pending end] wait for evaluation.",
+    )
+    pending_end = models.DateTimeField(null=True, blank=True)
+    pending_live = models.BooleanField(
+        default=True,
+        help_text="False once a backfill's range is among the pending windows.",
+    )
+    queued_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When a task was last published for the pending windows and not started yet.",
+    )
+    claimed_by = models.CharField(max_length=200, blank=True)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    evaluated_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="The end of the last range evaluated.",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster"]
+
+    def __str__(self) -> str:
+        return f"alert evaluation of {self.cluster_id}"

@@ -430,6 +430,9 @@ GPULEDGER_ALERT_EXEMPT_LABEL = env_str(
 GPULEDGER_ALERT_INTERACTIVE_KINDS = env_list(
     "GPULEDGER_ALERT_INTERACTIVE_KINDS", ["Notebook", "StatefulSet", "Pod"]
 )
+# The evaluation task (alerts.tasks.evaluate_alerts) stops taking windows after this many
+# seconds and queues the rest; Celery's soft and hard time limits are 30 s and 60 s after it.
+GPULEDGER_ALERTS_DEADLINE_SECONDS = env_int("GPULEDGER_ALERTS_DEADLINE_SECONDS", 240, minimum=1)
 
 # --- Alert notifications and remediation (README "Alert notifications", "Remediation") ------
 # Links in notifications (email, Slack, webhooks, Alertmanager's generatorURL) start with this.
