@@ -3,6 +3,8 @@ one task per cluster at a time, and retries transient database errors."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -11,6 +13,7 @@ from django.db import OperationalError
 from alerts import dispatch, tasks
 from alerts.choices import Rule
 from alerts.dispatch import PendingRange
+from alerts.evaluate import EvaluationResult
 from alerts.models import AlertEvaluation
 from alerts.tasks import evaluate_alerts, request_evaluation
 from tests.alerts.conftest import World, at
@@ -158,3 +161,46 @@ def test_a_bad_range_or_a_missing_cluster_is_skipped_with_a_reason(world: World)
 
     assert bad["skipped"] == "bad range" and gone["skipped"] == "no such cluster"
     assert not AlertEvaluation.objects.filter(pending_start__isnull=False).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_tasks_at_once_never_evaluate_one_cluster_together(world: World, monkeypatch):
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("two connections writing at once: PostgreSQL")
+    inside, most, ranges = [0], [0], []
+    lock = threading.Lock()
+
+    def slow(cluster_id, start, end, **kwargs):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.5)
+        with lock:
+            inside[0] -= 1
+            ranges.append((start, end))
+        return EvaluationResult(cluster="c1")
+
+    monkeypatch.setattr(tasks, "evaluate_range", slow)
+
+    def task(start: int, end: int) -> None:
+        try:
+            _run(world, start, end)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=task, args=span) for span in ((0, 60), (60, 120))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    # One evaluated at a time; the one that found the cluster taken left its range pending,
+    # and the holder evaluated it before letting go: both ranges, nothing skipped.
+    assert most[0] == 1
+    assert sorted(ranges) == [(at(0), at(60)), (at(60), at(120))] or sorted(ranges) == [
+        (at(0), at(120))
+    ]
+    row = AlertEvaluation.objects.get(cluster=world.cluster)
+    assert (row.pending_start, row.claimed_by) == (None, "")
