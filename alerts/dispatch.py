@@ -41,6 +41,10 @@ class PendingRange:
     live: bool
 
 
+PENDING_FIELDS = ["pending_start", "pending_end", "pending_live"]
+TAKEN_FIELDS = ["taken_start", "taken_end", "taken_live"]
+
+
 def _merge(row: AlertEvaluation, wanted: PendingRange) -> None:
     if row.pending_start is None or row.pending_end is None:
         row.pending_start, row.pending_end, row.pending_live = wanted.start, wanted.end, wanted.live
@@ -48,6 +52,14 @@ def _merge(row: AlertEvaluation, wanted: PendingRange) -> None:
     row.pending_start = min(row.pending_start, wanted.start)
     row.pending_end = max(row.pending_end, wanted.end)
     row.pending_live = row.pending_live and wanted.live
+
+
+def _untake(row: AlertEvaluation) -> None:
+    """What a holder took and did not evaluate is pending again."""
+    if row.taken_start is not None and row.taken_end is not None:
+        _merge(row, PendingRange(row.taken_start, row.taken_end, row.taken_live))
+    row.taken_start = row.taken_end = None
+    row.taken_live = True
 
 
 def merge(cluster_id: int, wanted: PendingRange, *, now: datetime | None = None) -> bool:
@@ -61,7 +73,7 @@ def merge(cluster_id: int, wanted: PendingRange, *, now: datetime | None = None)
         publish = row.queued_at is None or row.queued_at < now - STALE_QUEUED
         if publish:
             row.queued_at = now
-        row.save(update_fields=["pending_start", "pending_end", "pending_live", "queued_at"])
+        row.save(update_fields=[*PENDING_FIELDS, "queued_at"])
     return publish
 
 
@@ -71,7 +83,8 @@ def unqueue(cluster_id: int) -> None:
 
 
 def claim(cluster_id: int, holder: str, seconds: float, *, now: datetime | None = None) -> bool:
-    """Take the cluster's evaluation for ``seconds`` unless a live holder has it."""
+    """Take the cluster's evaluation for ``seconds`` unless a live holder has it; what a holder
+    whose claim ran out had taken (killed mid-range) is pending again."""
     now = now or timezone.now()
     AlertEvaluation.objects.get_or_create(cluster_id=cluster_id)
     claimed = (
@@ -83,7 +96,20 @@ def claim(cluster_id: int, holder: str, seconds: float, *, now: datetime | None 
             queued_at=None,
         )
     )
-    return claimed == 1
+    if claimed != 1:
+        return False
+    with transaction.atomic():
+        row = AlertEvaluation.objects.select_for_update().get(cluster_id=cluster_id)
+        if row.taken_start is not None:
+            logger.warning(
+                "cluster %s: windows in (%s, %s] left by a holder that stopped are pending again",
+                cluster_id,
+                row.taken_start.isoformat(),
+                row.taken_end.isoformat() if row.taken_end else None,
+            )
+            _untake(row)
+            row.save(update_fields=[*PENDING_FIELDS, *TAKEN_FIELDS])
+    return True
 
 
 def claimed_until(cluster_id: int) -> datetime | None:
@@ -105,10 +131,12 @@ def take(cluster_id: int, holder: str) -> PendingRange | None:
         )
         if row is None or row.pending_start is None or row.pending_end is None:
             return None
+        _untake(row)
         taken = PendingRange(row.pending_start, row.pending_end, row.pending_live)
+        row.taken_start, row.taken_end, row.taken_live = taken.start, taken.end, taken.live
         row.pending_start = row.pending_end = None
         row.pending_live = True
-        row.save(update_fields=["pending_start", "pending_end", "pending_live"])
+        row.save(update_fields=[*PENDING_FIELDS, *TAKEN_FIELDS])
     return taken
 
 
@@ -116,12 +144,19 @@ def give_back(cluster_id: int, rest: PendingRange) -> None:
     """Windows taken and not evaluated (the deadline, a transient error) wait again."""
     with transaction.atomic():
         row = AlertEvaluation.objects.select_for_update().get(cluster_id=cluster_id)
+        row.taken_start = row.taken_end = None
         _merge(row, rest)
-        row.save(update_fields=["pending_start", "pending_end", "pending_live"])
+        row.save(update_fields=[*PENDING_FIELDS, *TAKEN_FIELDS])
 
 
-def evaluated(cluster_id: int, end: datetime) -> None:
-    AlertEvaluation.objects.filter(cluster_id=cluster_id).update(evaluated_until=end)
+def evaluated(cluster_id: int, holder: str, end: datetime, *, through: datetime) -> None:
+    """The holder evaluated the windows up to ``end`` of what it took (``through`` its end):
+    a holder killed now leaves only the rest taken."""
+    rows = AlertEvaluation.objects.filter(cluster_id=cluster_id, claimed_by=holder)
+    if end >= through:
+        rows.update(evaluated_until=end, taken_start=None, taken_end=None, taken_live=True)
+    else:
+        rows.update(evaluated_until=end, taken_start=end)
 
 
 def release(cluster_id: int, holder: str, *, handing_over: bool = False) -> bool:

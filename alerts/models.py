@@ -472,8 +472,10 @@ class AlertEvaluation(models.Model):
     pending range, and a task is published only when none is waiting, so a backfill of many
     windows queues one task, not one per window. A task claims the row (a conditional UPDATE
     of ``claimed_until``) before it evaluates, so two never evaluate one cluster at once; it
-    takes the pending range, and gives it back only when pending is empty, so a range asked for
-    while it ran is evaluated before it lets go."""
+    takes the pending range, and lets go of the claim only when nothing is pending, so a range
+    asked for while it ran is evaluated before it lets go. What it took stays in ``taken_*``
+    until it is evaluated, so the windows of a holder killed mid-range are pending again for the
+    next."""
 
     cluster = models.OneToOneField(
         Cluster,
@@ -495,6 +497,13 @@ class AlertEvaluation(models.Model):
         blank=True,
         help_text="When a task was last published for the pending windows and not started yet.",
     )
+    taken_start = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Windows ending in (taken start, taken end] are being evaluated by the holder.",
+    )
+    taken_end = models.DateTimeField(null=True, blank=True)
+    taken_live = models.BooleanField(default=True)
     claimed_by = models.CharField(max_length=200, blank=True)
     claimed_until = models.DateTimeField(null=True, blank=True)
     evaluated_until = models.DateTimeField(

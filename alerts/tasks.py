@@ -148,7 +148,14 @@ def _wait_for_holder(self: Task, cluster_id: int) -> dict[str, Any]:
 
 def _drain(cluster_id: int, holder: str, deadline: Deadline) -> dict[str, Any]:
     """Take and evaluate pending windows until none is left or the deadline is past."""
-    done = {"cluster": cluster_id, "windows": 0, "created": 0, "updated": 0, "deleted": 0}
+    done = {
+        "cluster": cluster_id,
+        "slices": 0,
+        "windows": 0,
+        "created": 0,
+        "updated": 0,
+        "deleted": 0,
+    }
     while True:
         taken = dispatch.take(cluster_id, holder)
         if taken is None:
@@ -156,7 +163,7 @@ def _drain(cluster_id: int, holder: str, deadline: Deadline) -> dict[str, Any]:
                 return done
             continue
         try:
-            rest = _evaluate(cluster_id, taken, deadline, done)
+            rest = _evaluate(cluster_id, holder, taken, deadline, done)
         except (OperationalError, InterfaceError):
             # The windows were given back; the retry (autoretry_for) finds them pending.
             dispatch.release(cluster_id, holder, handing_over=True)
@@ -177,25 +184,33 @@ def _drain(cluster_id: int, holder: str, deadline: Deadline) -> dict[str, Any]:
 
 
 def _evaluate(
-    cluster_id: int, taken: PendingRange, deadline: Deadline, done: dict[str, Any]
+    cluster_id: int, holder: str, taken: PendingRange, deadline: Deadline, done: dict[str, Any]
 ) -> PendingRange | None:
-    """Evaluate ``taken`` slice by slice (at least one); what is left when the deadline passes
-    is returned. A transient database error gives the rest back and is raised for a retry; any
-    other error is logged and its slice skipped, as collection always did (one bad window must
-    not block the cluster's alerts)."""
+    """Evaluate ``taken`` slice by slice; what is left when the deadline passes is returned
+    (the task's first slice always runs, so every task moves on). A transient database error
+    gives the rest back and is raised for a retry; any other error is logged and its slice
+    skipped, as collection always did (one bad window must not block the cluster's alerts), and
+    so is a first slice that alone outlasts the soft time limit (it would every time)."""
     end = _through(cluster_id, taken.end)
     cursor = taken.start
-    first = True
     while cursor < end:
-        if not first and deadline.expired():
+        if done["slices"] and deadline.expired():
             return PendingRange(cursor, end, taken.live)
-        first = False
+        done["slices"] += 1
         upto = min(end, cursor + EVALUATION_SLICE)
         try:
             result = evaluate_range(cluster_id, cursor, upto, live=taken.live)
         except SoftTimeLimitExceeded:
-            # Past the deadline inside a slice: it rolled back, and waits with the rest.
-            return PendingRange(cursor, end, taken.live)
+            if done["slices"] > 1:
+                # Past the deadline inside a slice: it rolled back, and waits with the rest.
+                return PendingRange(cursor, end, taken.live)
+            logger.error(
+                "cluster %s: evaluating alerts for (%s, %s] outlasted %s; skipped",
+                cluster_id,
+                cursor.isoformat(),
+                upto.isoformat(),
+                deadline,
+            )
         except (OperationalError, InterfaceError):
             # Transient: the slice rolled back; it and the rest wait again.
             dispatch.give_back(cluster_id, PendingRange(cursor, end, taken.live))
@@ -211,6 +226,6 @@ def _evaluate(
         else:
             for key in ("windows", "created", "updated", "deleted"):
                 done[key] += getattr(result, key)
-        dispatch.evaluated(cluster_id, upto)
+        dispatch.evaluated(cluster_id, holder, upto, through=end)
         cursor = upto
     return None

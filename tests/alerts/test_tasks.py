@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import OperationalError
+from django.utils import timezone
 
 from alerts import dispatch, tasks
 from alerts.choices import Rule
@@ -204,3 +205,21 @@ def test_two_tasks_at_once_never_evaluate_one_cluster_together(world: World, mon
     ]
     row = AlertEvaluation.objects.get(cluster=world.cluster)
     assert (row.pending_start, row.claimed_by) == (None, "")
+
+
+def test_windows_a_killed_holder_had_taken_are_evaluated_by_the_next_task(world: World):
+    _idle_gang(world)
+    dispatch.merge(world.cluster.pk, PendingRange(at(0), at(200), True))
+    # A holder whose claim has run out by now took the windows, then its worker was killed.
+    an_hour_ago = timezone.now() - timedelta(hours=1)
+    assert dispatch.claim(world.cluster.pk, "killed-worker", 60, now=an_hour_ago)
+    assert dispatch.take(world.cluster.pk, "killed-worker") == PendingRange(at(0), at(200), True)
+    assert AlertEvaluation.objects.get(cluster=world.cluster).pending_start is None
+
+    answer = evaluate_alerts.apply(args=[world.cluster.pk]).get()
+
+    assert answer["windows"] == 200
+    [episode] = world.episodes(Rule.IDLE_WORKLOAD)
+    assert (episode.fired_at, episode.escalated_at) == (at(60), at(120))
+    row = AlertEvaluation.objects.get(cluster=world.cluster)
+    assert (row.pending_start, row.taken_start, row.claimed_by) == (None, None, "")
