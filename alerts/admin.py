@@ -94,7 +94,3 @@ class SilenceAdmin(admin.ModelAdmin):
         if obj.created_by_id is None:
             obj.created_by = request.user  # type: ignore[assignment]
         super().save_model(request, obj, form, change)
-
-
-# Receivers, routes, contacts, the delivery log and remediation register themselves there.
-from alerts import notify_admin, remediation_admin  # noqa: E402, F401

@@ -42,7 +42,7 @@ from core.bulk import fetch_instances
 from fleet.models import Cluster, Node
 
 if TYPE_CHECKING:
-    from alerts.reading import Window
+    from alerts.rows import StoredWindow
 
 COST_PLACES = Decimal("0.0001")  # Episode.cost's decimal places
 # Longer than any collection window: a resolved episode's ``evaluated_until`` is at most this
@@ -119,7 +119,7 @@ class EpisodeBook:
 
     # --- one window ----------------------------------------------------------------------
 
-    def apply(self, windows: list[Window], findings: list[Findings], runs: list[Run]) -> None:
+    def apply(self, windows: list[StoredWindow], findings: list[Findings], runs: list[Run]) -> None:
         """Move every subject on through consecutive ``windows`` (oldest first), each with
         its ``findings``, and the workloads' ``runs`` (``alerts.rules.Run``) through theirs.
         Subjects are independent of each other, so each one goes through all the windows in
@@ -159,7 +159,7 @@ class EpisodeBook:
         self,
         rule: str,
         key: str,
-        windows: list[Window],
+        windows: list[StoredWindow],
         hits: dict[int, Finding],
         gaps: dict[int, Finding],
         runs: list[Run] | None,
@@ -205,7 +205,12 @@ class EpisodeBook:
             position += 1
 
     def _step(
-        self, rule: str, key: str, window: Window, finding: Finding | None, gap: Finding | None
+        self,
+        rule: str,
+        key: str,
+        window: StoredWindow,
+        finding: Finding | None,
+        gap: Finding | None,
     ) -> None:
         """One subject through one window: ``finding`` when its condition held, ``gap`` when
         the window says nothing about it."""
@@ -245,7 +250,7 @@ class EpisodeBook:
     def _run_through(
         self,
         finding: Finding,
-        windows: list[Window],
+        windows: list[StoredWindow],
         gpus: dict[str, tuple[bool, list[float | None]]],
     ) -> None:
         """The subject's condition held in each of ``windows`` as ``finding`` says, but for
@@ -287,7 +292,7 @@ class EpisodeBook:
         self,
         episode: Episode,
         finding: Finding,
-        windows: list[Window],
+        windows: list[StoredWindow],
         gpus: dict[str, tuple[bool, list[float | None]]],
     ) -> None:
         """Extend the episode through each of ``windows``, where ``finding`` held, with its

@@ -1,19 +1,19 @@
-"""Evaluate the rules whenever the collector (or the simulator) has written windows; keep
-room for the open episodes' per-window updates after ``migrate``."""
+"""Queue the evaluation of the rules whenever the collector has written windows; keep room for
+the open episodes' per-window updates after ``migrate``."""
 
 from __future__ import annotations
 
 import logging
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.apps import apps
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models.signals import post_migrate
 
-from alerts.evaluate import evaluate_range
 from alerts.models import Episode
-from ledger.models import GpuUsage
+from alerts.tasks import request_evaluation
 from ledger.signals import windows_collected
 
 logger = logging.getLogger(__name__)
@@ -22,37 +22,13 @@ logger = logging.getLogger(__name__)
 def on_windows_collected(
     sender: Any, *, cluster_id: int, start: datetime, end: datetime, live: bool, **kwargs: Any
 ) -> None:
-    """Episodes of the windows just written, and of the stored windows after them
-    (``_through``); a failure is logged and never stops collection (the next window's
-    evaluation, or ``manage.py evaluate_alerts``, catches up)."""
-    try:
-        evaluate_range(cluster_id, start, _through(cluster_id, end), live=live)
-    except Exception:
-        logger.exception(
-            "cluster %s: evaluating alerts for (%s, %s] failed",
-            cluster_id,
-            start.isoformat(),
-            end.isoformat(),
-        )
-
-
-def _through(cluster_id: int, end: datetime) -> datetime:
-    """Where the evaluation of windows written up to ``end`` has to go on to: the newest
-    stored window.
-
-    Windows written after others were evaluated (a re-collected hole, a backfill before live
-    history) can open an episode that the already-evaluated windows after them would end: it
-    must meet what those windows say (resolve where its condition no longer held, join the
-    episode of its subject that covers them) and not be joined across them to a later one.
-    Windows already evaluated are skipped per subject (``EpisodeBook``); at the live head there
-    is no window after ``end`` and this is one index probe."""
-    newest = (
-        GpuUsage.objects.filter(cluster_id=cluster_id, window_end__gt=end)
-        .order_by("-window_end")
-        .values_list("window_end", flat=True)
-        .first()
+    """Queue the windows for the evaluation task once the transaction that wrote them commits
+    (at once outside one); nothing is queued if it rolls back. The collector holds its lease
+    only while it writes: the evaluation runs in its own task (``alerts.tasks``)."""
+    transaction.on_commit(
+        partial(request_evaluation, cluster_id, start, end, live),
+        robust=True,
     )
-    return end if newest is None else newest
 
 
 # Free space left in each page of the episode table on PostgreSQL: every collection window

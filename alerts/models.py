@@ -466,13 +466,56 @@ class Silence(models.Model):
         )
 
 
-# Receivers, routes, the delivery outbox and remediation live in their own module.
-from alerts.notify_models import (  # noqa: E402, F401
-    AlertContact,
-    Delivery,
-    DeliveryAttempt,
-    Receiver,
-    RemediationAction,
-    RemediationPolicy,
-    Route,
-)
+class AlertEvaluation(models.Model):
+    """A cluster's evaluation queue: the windows still to evaluate, and who is evaluating.
+
+    Collection asks for a range (``alerts.dispatch.request_evaluation``): it is merged into the
+    pending range, and a task is published only when none is waiting, so a backfill of many
+    windows queues one task, not one per window. A task claims the row (a conditional UPDATE
+    of ``claimed_until``) before it evaluates, so two never evaluate one cluster at once; it
+    takes the pending range, and lets go of the claim only when nothing is pending, so a range
+    asked for while it ran is evaluated before it lets go. What it took stays in ``taken_*``
+    until it is evaluated, so the windows of a holder killed mid-range are pending again for the
+    next."""
+
+    cluster = models.OneToOneField(
+        Cluster,
+        related_name="alert_evaluation",
+        on_delete=models.CASCADE,
+    )
+    pending_start = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Windows ending in (pending start, pending end] wait for evaluation.",
+    )
+    pending_end = models.DateTimeField(null=True, blank=True)
+    pending_live = models.BooleanField(
+        default=True,
+        help_text="False once a backfill's range is among the pending windows.",
+    )
+    queued_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When a task was last published for the pending windows and not started yet.",
+    )
+    taken_start = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Windows ending in (taken start, taken end] are being evaluated by the holder.",
+    )
+    taken_end = models.DateTimeField(null=True, blank=True)
+    taken_live = models.BooleanField(default=True)
+    claimed_by = models.CharField(max_length=200, blank=True)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    evaluated_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="The end of the last range evaluated.",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster"]
+
+    def __str__(self) -> str:
+        return f"alert evaluation of {self.cluster_id}"

@@ -10,7 +10,7 @@ selects, per chunk of consecutive windows (``Chunk``):
   telemetry, each with whether its node's exporter answered in the window; a busy workload's
   rows never leave the database (with every threshold at or below that highest one, such a
   workload cannot be idle at any ``idle_gpu_fraction`` above 0). They come per row identity
-  over the chunk (``Series``: one row's columns, and its activity in each window), from one
+  over the chunk (``WindowSeries``: one row's columns, and its activity in each window), from one
   pass over the chunk's rows (``_identities``); the rules then put them into their windows,
   or move a workload whose rows did not change through the chunk in one step
   (``RuleSet.split``);
@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,7 +36,15 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Concat
 from django.utils.dateparse import parse_datetime
 
-from alerts.rules import EPSILON, Hold, QueueSample, UsageRow
+from alerts.rows import (
+    EPSILON,
+    Chunk,
+    Hold,
+    QueueSample,
+    StoredWindow,
+    UsageFact,
+    WindowSeries,
+)
 from core.bulk import fetch_rows, fetch_sql
 from core.mig import GPU_RESOURCE
 from ledger.models import GpuUsage
@@ -58,58 +65,6 @@ HOLD_ENDS = (
     TransitionKind.FINISHED,
     TransitionKind.DELETED,
 )
-
-
-@dataclass
-class Window:
-    """One stored window and what the rules read of it."""
-
-    start: datetime
-    end: datetime
-    rows: list[UsageRow] = field(default_factory=list)
-    # Holders short of pods: workload id -> (pods running, GPUs running).
-    short: dict[int, tuple[int, float]] = field(default_factory=dict)
-    samples: list[QueueSample] = field(default_factory=list)
-    # Its length, and the hour of its start (the rate card's hour), worked out once.
-    seconds: int = field(init=False)
-    hours: float = field(init=False)
-    hour: datetime = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.seconds = int((self.end - self.start).total_seconds())
-        self.hours = self.seconds / 3600
-        self.hour = self.start.replace(minute=0, second=0, microsecond=0)
-
-
-@dataclass
-class Series:
-    """One candidate row's identity over a chunk: its columns but the activity (``UsageRow``
-    with ``activity=None`` and ``node_series=False``), and per window it was stored in, oldest
-    first, the window's end and the activity (None: no telemetry)."""
-
-    row: UsageRow
-    ends: list[datetime]
-    activities: list[float | None]
-
-
-@dataclass
-class Chunk:
-    """Consecutive stored windows, oldest first, read together.
-
-    ``series`` are the candidate rows (module docstring) per row identity; ``answered`` the
-    (window end, node) pairs whose exporter answered, for rows without telemetry. The rules
-    cut each workload's series into runs of windows where its rows did not change
-    (``RuleSet.split``) and put the rest into their windows' ``rows``."""
-
-    windows: list[Window]
-    series: list[Series] = field(default_factory=list)
-    answered: set[tuple[datetime, str]] = field(default_factory=set)
-
-    def workload_ids(self) -> set[int]:
-        ids = {s.row.workload_id for s in self.series if s.row.workload_id is not None}
-        for window in self.windows:
-            ids.update(window.short)
-        return ids
 
 
 def read_chunks(
@@ -168,7 +123,7 @@ class _Plan:
         self.usage = GpuUsage.objects.filter(cluster_id=cluster_id)
         self.span: timedelta | None = None
 
-    def after(self, cursor: datetime) -> list[Window] | None:
+    def after(self, cursor: datetime) -> list[StoredWindow] | None:
         """The next chunk's windows, ending after ``cursor``; None when there are none."""
         usage, end = self.usage, self.end
         first = (
@@ -182,7 +137,7 @@ class _Plan:
         if not usage.filter(window_end__gt=first[1], window_end__lte=end).exists():
             # The range's last window (a live evaluation's only one): every row of a window
             # is written together with the window's start (``ledger.store.write_window``).
-            return [Window(first[0], first[1])]
+            return [StoredWindow(first[0], first[1])]
         if self.span is None:
             per_window = usage.filter(window_end=first[1]).count()
             self.span = (first[1] - first[0]) * max(1, ROWS_PER_READ // max(per_window, 1))
@@ -209,7 +164,7 @@ class _Grouping:
                 cursor.execute("SELECT current_setting('enable_sort')")
                 self.sort = cursor.fetchone()[0]
 
-    def start(self, windows: list[Window]) -> None:
+    def start(self, windows: list[StoredWindow]) -> None:
         first, last = windows[0].end, windows[-1].end
         if not self.started or connection.vendor != "postgresql":
             self.started = True
@@ -243,7 +198,7 @@ class _Grouping:
                 self.pool.shutdown()
 
 
-def _windows(cluster_id: int, first: datetime, last: datetime) -> list[Window]:
+def _windows(cluster_id: int, first: datetime, last: datetime) -> list[StoredWindow]:
     """The stored windows ending in [first, last], oldest first: one index probe per window
     (a walk from each window end to the next), not a pass over the windows' rows."""
     table = connection.ops.quote_name(GpuUsage._meta.db_table)
@@ -269,7 +224,10 @@ def _windows(cluster_id: int, first: datetime, last: datetime) -> list[Window]:
         sql, [cluster_id, adapt(first), adapt(last), cluster_id, adapt(last), cluster_id]
     )
     return sorted(
-        (Window(_moment(window_start), _moment(window_end)) for window_end, window_start in rows),
+        (
+            StoredWindow(_moment(window_start), _moment(window_end))
+            for window_end, window_start in rows
+        ),
         key=lambda window: window.end,
     )
 
@@ -352,7 +310,7 @@ def _identities(
 
 def _candidates(cluster_id: int, first: datetime, last: datetime, chunk: Chunk) -> None:
     """The candidate rows of the windows ending in [first, last] (module docstring), per row
-    identity (``Series``): every identity of a workload with a candidate identity, and the
+    identity (``WindowSeries``): every identity of a workload with a candidate identity, and the
     rows without telemetry of identities without a workload. PostgreSQL has them in
     ``CHUNK_ROWS``; elsewhere the rows come one by one and are grouped here."""
     identity = ", ".join(connection.ops.quote_name(name) for name in _IDENTITY)
@@ -394,7 +352,7 @@ def _candidates(cluster_id: int, first: datetime, last: datetime, chunk: Chunk) 
     for key, ends, activities in grouped:
         cells = list(key)
         cells[_GPUS] = float(cells[_GPUS])
-        row = UsageRow._make([*cells[:_ACTIVITY], None, *cells[_ACTIVITY:], False])
+        row = UsageFact._make([*cells[:_ACTIVITY], None, *cells[_ACTIVITY:], False])
         points: list[float | None] = [
             None if value is None else float(value) for value in activities
         ]
@@ -404,7 +362,7 @@ def _candidates(cluster_id: int, first: datetime, last: datetime, chunk: Chunk) 
             if not kept:
                 continue
             ends, points = [ends[i] for i in kept], [points[i] for i in kept]
-        chunk.series.append(Series(row, ends, points))
+        chunk.series.append(WindowSeries(row, ends, points))
     # Rows of the same window in a stable order (a gang's first row names its node).
     chunk.series.sort(
         key=lambda s: (s.row.workload_id or 0, s.row.gpu_key, s.row.namespace, s.row.pod)
@@ -432,7 +390,7 @@ def _candidates(cluster_id: int, first: datetime, last: datetime, chunk: Chunk) 
         }
 
 
-# GpuUsage columns of a candidate row, in UsageRow's order (without node_series), and the
+# GpuUsage columns of a candidate row, in UsageFact's order (without node_series), and the
 # identity of a row over windows (the same without the activity).
 _ROW_COLUMNS = (
     "gpu_key",
@@ -462,7 +420,7 @@ def _short(
     cluster_id: int,
     since: datetime,
     chunk: QuerySet[GpuUsage],
-    ordered: list[Window],
+    ordered: list[StoredWindow],
     holders: dict[int, Hold],
 ) -> None:
     """Per window of the chunk, the holders running fewer pods than their gang's GPU pods.
@@ -525,7 +483,7 @@ def _short(
 
 
 def _samples(
-    cluster_id: int, first: datetime, last: datetime, windows: dict[datetime, Window]
+    cluster_id: int, first: datetime, last: datetime, windows: dict[datetime, StoredWindow]
 ) -> None:
     """The GPU quota samples of the windows ending in [first, last] that borrow or lend."""
     for sampled_at, queue_id, flavor, borrowed, lent in fetch_rows(

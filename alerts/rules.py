@@ -12,44 +12,21 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import Any, cast
 
 from alerts.choices import Rule
 from alerts.exemptions import Subject
+from alerts.rows import (
+    EPSILON,
+    Chunk,
+    Hold,
+    QueueSample,
+    StoredWindow,
+    UsageFact,
+    WindowSeries,
+)
 from alerts.thresholds import ThresholdResolver, Thresholds
 from fleet.choices import ActivitySource
-
-if TYPE_CHECKING:
-    from alerts.reading import Chunk, Series, Window
-
-# Shares below this are float noise.
-EPSILON = 1e-9
-
-
-class UsageRow(NamedTuple):
-    """An allocated GpuUsage row as the rules read it (``alerts.reading``)."""
-
-    gpu_key: str
-    node_name: str
-    namespace: str
-    pod: str
-    workload_id: int | None
-    local_queue_id: int | None
-    cluster_queue_id: int | None
-    team_id: int | None
-    gpus: float
-    activity: float | None
-    activity_source: str
-    flavor: str
-    gpu_model: str
-    node_series: bool  # the node's exporter answered in the window (maybe with NaN)
-
-
-class QueueSample(NamedTuple):
-    cluster_queue_id: int
-    flavor: str
-    borrowed: float
-    lent: float
 
 
 @dataclass(frozen=True)
@@ -57,29 +34,6 @@ class QueueInfo:
     name: str
     team_id: int | None
     cohort_id: int | None
-
-
-@dataclass
-class Hold:
-    """A workload's last quota hold and the gang it holds for."""
-
-    gpus: float
-    pods_expected: int  # pods of the gang that request GPUs
-    start: datetime | None
-    end: datetime | None
-    ended: bool = False
-
-    def through(self, start: datetime, end: datetime) -> bool:
-        """Held quota during the whole window (start, end]."""
-        if self.start is None or self.start > start:
-            return False
-        return self.end is None or self.end >= end
-
-    def overlaps(self, start: datetime, end: datetime) -> bool:
-        """Held quota at some time in (start, end]: a window in it may be held through."""
-        return (
-            self.start is not None and self.start < end and (self.end is None or self.end > start)
-        )
 
 
 @dataclass
@@ -172,7 +126,7 @@ class Run:
     workload_id: int
     first: int
     last: int
-    rows: list[UsageRow]  # as in the run's first window
+    rows: list[UsageFact]  # as in the run's first window
     finding: Finding | None
     idle: float
     # Per GPU key: (idle, its activity in each window of the run).
@@ -216,7 +170,7 @@ class RuleSet:
         self.runs_at: list[list[Run]] = []
 
     def split(self, chunk: Chunk, highest: float) -> None:
-        """Sort the chunk's series (``alerts.reading.Chunk``) into ``runs`` (and ``runs_at``,
+        """Sort the chunk's series (``alerts.rows.Chunk``) into ``runs`` (and ``runs_at``,
         per window position): the stretches of windows where a workload's rows were the same
         but for their activities, each GPU on one side of its idle threshold. The rows of the
         other windows go into the windows where their workload is a candidate (a row below
@@ -225,13 +179,13 @@ class RuleSet:
         windows = chunk.windows
         count = len(windows)
         position = {window.end: index for index, window in enumerate(windows)}
-        groups: dict[int | None, list[Series]] = defaultdict(list)
+        groups: dict[int | None, list[WindowSeries]] = defaultdict(list)
         for series in chunk.series:
             groups[series.row.workload_id].append(series)
         self.runs = []
         self.runs_at = [[] for _ in windows]
         # Per series to put into windows: the positions to put it into (None: all).
-        loose: list[tuple[Series, set[int] | None]] = []
+        loose: list[tuple[WindowSeries, set[int] | None]] = []
         for workload_id, group in groups.items():
             if workload_id is None or workload_id not in self.workloads:
                 loose.extend((series, None) for series in group)
@@ -243,7 +197,7 @@ class RuleSet:
                     self.runs_at[index].append(run)
             if irregular:
                 loose.extend((series, irregular) for series in group)
-        cells: dict[tuple[int, int | None], list[UsageRow]] = defaultdict(list)
+        cells: dict[tuple[int, int | None], list[UsageFact]] = defaultdict(list)
         for series, wanted in loose:
             row, node = series.row, series.row.node_name
             for end, activity in zip(series.ends, series.activities, strict=True):
@@ -265,7 +219,7 @@ class RuleSet:
     def _runs(
         self,
         workload_id: int,
-        group: list[Series],
+        group: list[WindowSeries],
         count: int,
         position: dict[datetime, int],
         highest: float,
@@ -327,7 +281,7 @@ class RuleSet:
     def _run(
         self,
         workload_id: int,
-        group: list[Series],
+        group: list[WindowSeries],
         columns: list[list[float]],
         first: int,
         last: int,
@@ -350,11 +304,11 @@ class RuleSet:
                     gpus[row.gpu_key] = finding.per_gpu[row.gpu_key][1], spread
         return Run(workload_id, first, last, rows, finding, idle, gpus)
 
-    def detect(self, window: Window, position: int) -> Findings:
+    def detect(self, window: StoredWindow, position: int) -> Findings:
         """What held in the chunk's window at ``position`` but for the runs' idle findings
         (``EpisodeBook.apply`` takes those through their windows)."""
         found = Findings()
-        by_workload: dict[int, list[UsageRow]] = defaultdict(list)
+        by_workload: dict[int, list[UsageFact]] = defaultdict(list)
         for row in window.rows:
             if row.workload_id is not None:
                 by_workload[row.workload_id].append(row)
@@ -372,7 +326,7 @@ class RuleSet:
     # --- idle_workload ---------------------------------------------------------------------
 
     def _idle(
-        self, by_workload: dict[int, list[UsageRow]], found: Findings
+        self, by_workload: dict[int, list[UsageFact]], found: Findings
     ) -> dict[int, dict[int, float]]:
         """Idle workloads; returns idle GPUs per ClusterQueue and workload (queue's threshold)."""
         idle_by_queue: dict[int, dict[int, float]] = defaultdict(dict)
@@ -386,7 +340,7 @@ class RuleSet:
         return idle_by_queue
 
     def _idle_of(
-        self, workload_id: int, rows: list[UsageRow]
+        self, workload_id: int, rows: list[UsageFact]
     ) -> tuple[Finding | None, float, bool]:
         """One workload's rows of one window: its idle finding (None: not idle, or unknown
         workload), its idle GPUs at its threshold, and whether the window is a gap (no
@@ -442,10 +396,10 @@ class RuleSet:
     # --- ghost_reservation -----------------------------------------------------------------
 
     def _ghosts(
-        self, window: Window, by_workload: dict[int, list[UsageRow]], found: Findings
+        self, window: StoredWindow, by_workload: dict[int, list[UsageFact]], found: Findings
     ) -> None:
         """Holders that held quota through the window with fewer pods running than their gang
-        (``Window.short``: the database compared the pods)."""
+        (``StoredWindow.short``: the database compared the pods)."""
         for workload_id, (pods, running_gpus) in window.short.items():
             hold = self.holders.get(workload_id)
             workload = self.workloads.get(workload_id)
@@ -537,14 +491,14 @@ class RuleSet:
 
     # --- telemetry_missing -----------------------------------------------------------------
 
-    def _telemetry(self, rows: list[UsageRow], found: Findings) -> None:
-        dark: dict[str, list[UsageRow]] = defaultdict(list)
+    def _telemetry(self, rows: list[UsageFact], found: Findings) -> None:
+        dark: dict[str, list[UsageFact]] = defaultdict(list)
         for row in rows:
             if row.activity is None:
                 dark[row.node_name].append(row)
         for node, missing in dark.items():
             whole_node = bool(node) and not missing[0].node_series
-            groups: dict[str, list[UsageRow]] = defaultdict(list)
+            groups: dict[str, list[UsageFact]] = defaultdict(list)
             for row in missing:
                 if whole_node:
                     key = f"node:{self.cluster}/{node}"

@@ -125,6 +125,8 @@ INSTALLED_APPS = [
     "quotas",
     "ledger",
     "alerts",
+    "notifications",
+    "remediation",
     "dashboard",
     "demo",
 ]
@@ -425,6 +427,9 @@ GPULEDGER_ALERT_EXEMPT_LABEL = env_str(
 GPULEDGER_ALERT_INTERACTIVE_KINDS = env_list(
     "GPULEDGER_ALERT_INTERACTIVE_KINDS", ["Notebook", "StatefulSet", "Pod"]
 )
+# The evaluation task (alerts.tasks.evaluate_alerts) stops taking windows after this many
+# seconds and queues the rest; Celery's soft and hard time limits are 30 s and 60 s after it.
+GPULEDGER_ALERTS_DEADLINE_SECONDS = env_int("GPULEDGER_ALERTS_DEADLINE_SECONDS", 240, minimum=1)
 
 # --- Alert notifications and remediation (README "Alert notifications", "Remediation") ------
 # Links in notifications (email, Slack, webhooks, Alertmanager's generatorURL) start with this.
@@ -491,12 +496,12 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": 3600.0},
     },
     "send-notifications": {
-        "task": "alerts.tasks.send_notifications",
+        "task": "notifications.tasks.send_notifications",
         "schedule": float(GPULEDGER_NOTIFY_SECONDS),
         "options": {"expires": float(GPULEDGER_NOTIFY_SECONDS)},
     },
     "remediate-workloads": {
-        "task": "alerts.tasks.remediate_workloads",
+        "task": "remediation.tasks.remediate_workloads",
         "schedule": float(GPULEDGER_REMEDIATION_SECONDS),
         "options": {"expires": float(GPULEDGER_REMEDIATION_SECONDS)},
     },

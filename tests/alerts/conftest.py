@@ -226,6 +226,17 @@ class World:
 
 
 @pytest.fixture
+def eager_celery():
+    """Tasks published in the test run in it (``alerts.tasks.evaluate_alerts`` after commit)."""
+    from config.celery import app
+
+    eager = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield app
+    app.conf.task_always_eager = eager
+
+
+@pytest.fixture
 def world(db) -> World:
     cluster = Cluster.objects.create(name="c1")
     Node.objects.create(cluster=cluster, name="node-1", gpu_capacity=8)

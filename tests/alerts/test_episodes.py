@@ -8,8 +8,8 @@ import pytest
 from django.utils import timezone
 
 from alerts.choices import ExemptionKind, Rule, Severity
-from alerts.hooks import on_windows_collected
 from alerts.models import Episode, Exemption, Silence
+from alerts.tasks import evaluate_alerts
 from tests.alerts.conftest import World, at
 
 pytestmark = pytest.mark.django_db
@@ -111,10 +111,10 @@ def test_a_recollected_hole_ends_where_the_windows_after_it_no_longer_held(world
     [later] = world.episodes(Rule.IDLE_WORKLOAD)
     assert (later.started_at, later.fired_at, later.resolved_at) == (at(120), at(180), None)
 
-    # The hole's windows arrive; the collector announces them (start and end of what it wrote).
+    # The hole's windows arrive; the collector queues them (start and end of what it wrote).
     world.run(gang, range(30, 100), IDLE)
     world.store()
-    on_windows_collected(None, cluster_id=world.cluster.pk, start=at(30), end=at(100), live=False)
+    evaluate_alerts.apply(args=[world.cluster.pk, at(30).isoformat(), at(100).isoformat(), False])
 
     hole, again = world.episodes(Rule.IDLE_WORKLOAD)
     # It held 30-99 and no longer at minute 100 (busy): it is not joined across 100-119.

@@ -1,5 +1,6 @@
-"""The collector's windows_collected signal evaluates the rules, live and on backfill, through
-the real collection path (a real Prometheus with the generated alpha fleet)."""
+"""The collector's windows_collected signal queues the evaluation of the rules, live and on
+backfill, through the real collection path (a real Prometheus with the generated alpha fleet):
+nothing is evaluated while the collector writes, the task evaluates once the windows commit."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 
 from alerts.choices import Rule
-from alerts.models import Episode
+from alerts.models import AlertEvaluation, Episode
 from fleet import constants as c
 from fleet.choices import IngestSource
 from fleet.models import Cluster, CollectionCursor
 from ledger.collector import Collector
+from ledger.models import GpuUsage
+from ledger.signals import windows_collected
 from tests.fleet.conftest import T0, WINDOW_SECONDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -30,11 +34,18 @@ def _settings(settings):
     settings.GPULEDGER_CATCHUP_HOURS = 24
 
 
-def test_a_live_run_evaluates_its_windows(alpha_prometheus):
+def test_a_live_run_queues_its_windows_and_the_task_evaluates_them_after_commit(
+    alpha_prometheus, eager_celery, django_capture_on_commit_callbacks
+):
     cluster = Cluster.objects.create(name="alpha-live", prometheus_url=alpha_prometheus.url)
     CollectionCursor.objects.create(cluster=cluster, source=IngestSource.DCGM, last_window_end=T0)
-    # A run 30 minutes in collects windows (T0, T0 + 30 min].
-    Collector(cluster).run(now=T0 + timedelta(minutes=30, seconds=c.COLLECT_DELAY_SECONDS + 1))
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        # A run 30 minutes in collects windows (T0, T0 + 30 min].
+        Collector(cluster).run(now=T0 + timedelta(minutes=30, seconds=c.COLLECT_DELAY_SECONDS + 1))
+        # Written, not evaluated: the evaluation waits for the commit.
+        assert GpuUsage.objects.filter(cluster=cluster).exists()
+        assert not Episode.objects.filter(cluster=cluster).exists()
+    assert len(callbacks) == 1
     [episode] = Episode.objects.filter(cluster=cluster, rule=Rule.TELEMETRY_MISSING)
     assert episode.subject_key == LOST.format(cluster="alpha-live")
     assert (episode.started_at, episode.fired_at, episode.resolved_at) == (
@@ -45,20 +56,11 @@ def test_a_live_run_evaluates_its_windows(alpha_prometheus):
     assert episode.gpus == 2 and episode.detected_live
 
 
-def test_the_backfill_command_leaves_the_episodes_of_that_history(alpha_prometheus):
-    call_command(
-        "collect_metrics",
-        "--cluster",
-        "alpha-back",
-        "--prometheus-url",
-        alpha_prometheus.url,
-        "--start",
-        T0.isoformat(),
-        "--end",
-        (T0 + timedelta(hours=2)).isoformat(),
-        "--no-progress",
-        stdout=StringIO(),
-    )
+def test_the_backfill_command_leaves_the_episodes_of_that_history(
+    alpha_prometheus, eager_celery, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        _backfill(alpha_prometheus)
     cluster = Cluster.objects.get(name="alpha-back")
     [episode] = Episode.objects.filter(cluster=cluster, rule=Rule.TELEMETRY_MISSING)
     assert episode.subject_key == LOST.format(cluster="alpha-back")
@@ -80,6 +82,55 @@ def test_the_backfill_command_leaves_the_episodes_of_that_history(alpha_promethe
         stdout=StringIO(),
     )
     assert list(Episode.objects.values_list("pk", "updated_at", "held_seconds")) == before
+
+
+def test_a_backfill_queues_one_evaluation_not_one_per_window(
+    alpha_prometheus, django_capture_on_commit_callbacks, monkeypatch
+):
+    published = []
+    monkeypatch.setattr(
+        "alerts.tasks.evaluate_alerts.apply_async", lambda **kw: published.append(kw["args"])
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        _backfill(alpha_prometheus)
+    cluster = Cluster.objects.get(name="alpha-back")
+    # 120 windows collected; no worker took the first task, so later requests joined it.
+    assert len(published) == 1
+    waiting = AlertEvaluation.objects.get(cluster=cluster)
+    assert (waiting.pending_start, waiting.pending_end, waiting.pending_live) == (
+        T0,
+        T0 + timedelta(hours=2),
+        False,
+    )
+    assert not Episode.objects.filter(cluster=cluster).exists()
+
+
+def test_nothing_is_queued_when_the_windows_roll_back(django_capture_on_commit_callbacks):
+    cluster = Cluster.objects.create(name="rolled-back")
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            windows_collected.send(
+                sender=None, cluster_id=cluster.pk, start=T0, end=T0 + timedelta(hours=1), live=True
+            )
+            raise RuntimeError("the write failed")
+    assert callbacks == []
+    assert not AlertEvaluation.objects.filter(cluster=cluster).exists()
+
+
+def _backfill(alpha_prometheus) -> None:
+    call_command(
+        "collect_metrics",
+        "--cluster",
+        "alpha-back",
+        "--prometheus-url",
+        alpha_prometheus.url,
+        "--start",
+        T0.isoformat(),
+        "--end",
+        (T0 + timedelta(hours=2)).isoformat(),
+        "--no-progress",
+        stdout=StringIO(),
+    )
 
 
 @pytest.mark.django_db

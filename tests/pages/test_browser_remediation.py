@@ -38,8 +38,8 @@ def kube(tmp_path, settings):
 @pytest.fixture
 def deactivated(cluster, staff_user):
     from alerts.models import Episode
-    from alerts.notify_models import RemediationAction, RemediationPolicy
     from quotas.models import ClusterQueue, Team, Workload
+    from remediation.models import RemediationAction, RemediationPolicy
 
     staff_user.is_superuser = True
     staff_user.save()
@@ -122,7 +122,7 @@ def test_staff_see_the_deactivation_and_re_activate_the_workload_in_one_click(
 def test_the_episode_page_lists_its_deliveries_and_re_activates_from_there(
     page, live_server, browser_login, console_errors, staff_user, deactivated, kube, tmp_path
 ):
-    from alerts.notify_models import Delivery, Receiver
+    from notifications.models import Delivery, Receiver
 
     receiver = Receiver.objects.create(name="vision-oncall", kind="webhook", targets="http://x/")
     Delivery.objects.create(

@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from tqdm import tqdm
 
+from alerts.evaluate import evaluate_range
 from demo.rates import seed_rate_cards
 from demo.simulation import SCRAPE_SECONDS, FleetSimulator
 from fleet.choices import IngestSource, IngestStatus
@@ -24,7 +25,6 @@ from fleet.constants import DCGM_METRICS
 from fleet.ingest import IngestStats, WindowInput, build_window
 from fleet.models import Cluster, IngestRun
 from ledger.rollup import roll_up_range
-from ledger.signals import windows_collected
 from ledger.store import write_window
 from quotas.ingest import build_queue_samples, build_snapshot, snapshot_from_lists
 from quotas.ingest.metrics import build_metric_samples
@@ -143,15 +143,9 @@ class Command(BaseCommand):
                 stats.merge(window_batch.stats)
                 rows += write_window(cluster, window_batch).rows_written
             rows += roll_up_range(cluster.id, sim.start, sim.end)
-            # As after a collector's backfill: the apps above the ledger (alerts) evaluate the
-            # simulated history, so the demo shows last week's hoarding episodes.
-            windows_collected.send(
-                sender=self.__class__,
-                cluster_id=cluster.id,
-                start=sim.start,
-                end=sim.end,
-                live=False,
-            )
+            # Evaluated here, as a backfill, not queued for a worker: the demo shows last week's
+            # hoarding episodes as soon as it is loaded, with or without a worker running.
+            evaluate_range(cluster.id, sim.start, sim.end, live=False)
         except BaseException as exc:
             run.status = IngestStatus.FAILED
             run.error = f"{type(exc).__name__}: {exc}"
