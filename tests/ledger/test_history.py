@@ -559,15 +559,11 @@ def prometheus(history_tsdb: Path, tmp_path: Path) -> Iterator[PrometheusServer]
 
 
 @pytest.fixture
-def kube(tmp_path: Path, settings: Any) -> Iterator[FakeKubeAPI]:
+def kube(make_kube_api: Callable[..., FakeKubeAPI]) -> FakeKubeAPI:
     """The API server holding the scenario's objects at "now"."""
-    api = FakeKubeAPI(kueue_versions=("v1beta2",)).start()
-    settings.GPULEDGER_KUBE_CONTEXT = ""
-    api.kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")  # type: ignore[attr-defined]
-    settings.KUBECONFIG = str(api.kubeconfig)  # type: ignore[attr-defined]
+    api = make_kube_api(load=False)
     load_now(api)
-    yield api
-    api.stop()
+    return api
 
 
 def backfill(prometheus: PrometheusServer, api: FakeKubeAPI, settings: Any) -> None:
