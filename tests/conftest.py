@@ -20,11 +20,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     marker = item.get_closest_marker("postgresql")
     if marker is None:
         return
+    reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
+    if not reason:
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.postgresql needs a reason")
     from django.db import connection
 
     if connection.vendor != "postgresql":
-        reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
-        pytest.skip(f"needs PostgreSQL, runs on {connection.vendor}: {reason}".rstrip(": "))
+        pytest.skip(f"needs PostgreSQL ({connection.vendor} here): {reason}")
 
 
 @pytest.fixture

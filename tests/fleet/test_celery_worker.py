@@ -1,4 +1,5 @@
-"""``ledger.tasks.collect_metrics`` through a real Celery worker process, Redis and PostgreSQL."""
+"""``ledger.tasks.collect_metrics`` through a real Celery worker process, Redis and the test
+database (PostgreSQL or the SQLite file)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ from pathlib import Path
 import pytest
 import redis
 from celery import Celery
-from django.db import connection
 
 from core.timewindows import floor_time
 from fleet.choices import IngestSource, IngestStatus
 from fleet.constants import COLLECT_DELAY_SECONDS
 from fleet.models import Cluster, CollectionCursor, IngestRun
 from ledger.models import GpuUsage
+from tests.databases import child_database_url
 from tests.prometheus_server import (
     OpenMetricsWriter,
     PrometheusServer,
@@ -72,18 +73,12 @@ def _write_recent_fleet(path: Path, start: float, end: float) -> None:
 
 @pytest.fixture
 def worker_env(transactional_db) -> dict[str, str]:
-    _require(
-        connection.vendor == "postgresql",
-        "the worker needs a database it can share: run with DATABASE_URL=postgres://...",
-    )
     try:
         redis.Redis.from_url(BROKER, socket_timeout=2).ping()
     except redis.RedisError:
         _require(False, "Redis is not running on 127.0.0.1:6379")
-    db = connection.settings_dict
-    url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    if db.get("PASSWORD"):
-        url = url.replace("@", f":{db['PASSWORD']}@", 1)
+    # The worker reads and writes the test database itself (the SQLite file, or PostgreSQL).
+    url = child_database_url()
     return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings_test",

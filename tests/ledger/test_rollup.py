@@ -847,9 +847,7 @@ def rollups_by_identity() -> dict[tuple, tuple]:
     return {row[:5]: row[5:] for row in snapshot()}
 
 
-@pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="the fast path is PostgreSQL's; SQLite has one path"
-)
+@pytest.mark.postgresql(reason="the fast path is PostgreSQL's; SQLite has one path")
 @pytest.mark.parametrize("mixed_lengths", [False, True], ids=["one-length", "mixed-lengths"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_postgresql_fast_path_writes_the_figures_of_the_portable_path(
@@ -877,7 +875,7 @@ def test_the_postgresql_fast_path_writes_the_figures_of_the_portable_path(
             assert math.isclose(actual, expected, rel_tol=1e-9, abs_tol=1e-12), (identity, name)
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="only the fast path changes them")
+@pytest.mark.postgresql(reason="only the fast path changes planner settings")
 def test_the_fast_path_gives_back_the_planner_settings_of_the_callers_transaction(scenario):
     def current() -> tuple[str, ...]:
         with connection.cursor() as cursor:
