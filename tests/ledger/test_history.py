@@ -550,11 +550,14 @@ def history_tsdb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work / "pristine"
 
 
-@pytest.fixture
-def prometheus(history_tsdb: Path, tmp_path: Path) -> Iterator[PrometheusServer]:
-    server = PrometheusServer(copy_tsdb(history_tsdb, tmp_path / "tsdb")).start()
-    yield server
-    server.stop()
+@pytest.fixture(scope="module")
+def prometheus(
+    history_tsdb: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PrometheusServer]:
+    """One server for the module: the tests only read the history. It runs on a copy, since
+    Prometheus compacts the imported blocks in place a minute after it starts."""
+    server = PrometheusServer(copy_tsdb(history_tsdb, tmp_path_factory.mktemp("tsdb") / "tsdb"))
+    yield server.start()
     server.cleanup()
 
 
