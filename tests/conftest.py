@@ -1,4 +1,5 @@
-"""Fixtures shared by every test folder, and the ``postgresql`` marker."""
+"""Fixtures shared by every test folder, the ``postgresql`` marker, and no skipped integration
+test under CI."""
 
 from __future__ import annotations
 
@@ -10,23 +11,41 @@ import pytest
 
 from tests.kube_api_server import FakeKubeAPI
 from tests.kueue_fixtures import load_fixtures
+from tests.prometheus_server import in_ci
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``@pytest.mark.postgresql(reason=...)``: the test asserts what only PostgreSQL does (a
     storage parameter, a statement SQLite cannot run); elsewhere it skips, saying why."""
-    marker = item.get_closest_marker("postgresql")
-    if marker is None:
-        return
-    reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
-    if not reason:
-        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.postgresql needs a reason")
     from django.db import connection
 
-    if connection.vendor != "postgresql":
-        pytest.skip(f"needs PostgreSQL ({connection.vendor} here): {reason}")
+    for item in items:
+        marker = item.get_closest_marker("postgresql")
+        if marker is None:
+            continue
+        reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
+        if not reason:
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.postgresql needs a reason")
+        if connection.vendor != "postgresql":
+            item.add_marker(
+                pytest.mark.skip(reason=f"needs PostgreSQL ({connection.vendor} here): {reason}")
+            )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """With CI set, an integration or browser test that skips fails instead: CI runs them all
+    (only the ``postgresql`` marker's skips on other databases are expected)."""
+    report = yield
+    expected = item.get_closest_marker("postgresql") or hasattr(report, "wasxfail")
+    needs_tools = item.get_closest_marker("integration") or item.get_closest_marker("browser")
+    if report.skipped and needs_tools and not expected and in_ci():
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI, where integration tests must run: {reason}"
+    return report
 
 
 @pytest.fixture
