@@ -1,5 +1,4 @@
-"""``ledger.tasks.collect_metrics`` through a real Celery worker process, Redis and the test
-database (PostgreSQL or the SQLite file)."""
+"""``ledger.tasks.collect_metrics`` through a real Celery worker process, Redis and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 from celery import Celery
+from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from core.timewindows import floor_time
 from fleet.choices import IngestSource, IngestStatus
@@ -29,7 +29,12 @@ from tests.prometheus_server import (
     require_binary,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    # The worker process writes the test database while the test waits; on the SQLite file, a
+    # single writer, the full suite saw it stall past its deadline.
+    pytest.mark.postgresql(reason="a worker process shares the test database"),
+]
 
 BROKER = "redis://127.0.0.1:6379/14"
 BASE_DIR = Path(__file__).resolve().parents[2]
@@ -77,7 +82,7 @@ def worker_env(transactional_db) -> dict[str, str]:
         redis.Redis.from_url(BROKER, socket_timeout=2).ping()
     except redis.RedisError:
         _require(False, "Redis is not running on 127.0.0.1:6379")
-    # The worker reads and writes the test database itself (the SQLite file, or PostgreSQL).
+    # The worker reads and writes the test database itself.
     url = child_database_url()
     return {
         **os.environ,
@@ -119,7 +124,11 @@ def test_collect_metrics_runs_in_a_real_worker_and_catches_up(worker_env, tmp_pa
     try:
         # when the task goes through the broker to the worker
         result = app.send_task("ledger.tasks.collect_metrics", args=[cluster.pk], queue=queue)
-        answer = result.get(timeout=90)
+        try:
+            answer = result.get(timeout=90)
+        except CeleryTimeoutError:
+            log.flush()
+            pytest.fail(f"no answer in 90 s: {(tmp_path / 'worker.log').read_text()[-3000:]}")
     finally:
         worker.terminate()
         worker.wait(timeout=30)
