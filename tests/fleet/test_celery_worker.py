@@ -1,4 +1,8 @@
-"""``ledger.tasks.collect_metrics`` through a real Celery worker process, Redis and PostgreSQL."""
+"""``ledger.tasks.collect_metrics`` through a real Celery worker process, Redis and the test
+database (PostgreSQL or the SQLite file).
+
+The broker is the test settings' (``CELERY_BROKER_URL``, which Celery also reads from the
+environment before any broker passed to it): the worker and the test's client must agree."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import pytest
 import redis
 from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeoutError
+from django.conf import settings
 
 from core.timewindows import floor_time
 from fleet.choices import IngestSource, IngestStatus
@@ -29,14 +34,8 @@ from tests.prometheus_server import (
     require_binary,
 )
 
-pytestmark = [
-    pytest.mark.integration,
-    # The worker process writes the test database while the test waits; on the SQLite file, a
-    # single writer, the full suite saw it stall past its deadline.
-    pytest.mark.postgresql(reason="a worker process shares the test database"),
-]
+pytestmark = pytest.mark.integration
 
-BROKER = "redis://127.0.0.1:6379/14"
 BASE_DIR = Path(__file__).resolve().parents[2]
 WINDOW = 60
 BUSY = 0.5
@@ -79,17 +78,17 @@ def _write_recent_fleet(path: Path, start: float, end: float) -> None:
 @pytest.fixture
 def worker_env(transactional_db) -> dict[str, str]:
     try:
-        redis.Redis.from_url(BROKER, socket_timeout=2).ping()
+        redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2).ping()
     except redis.RedisError:
-        _require(False, "Redis is not running on 127.0.0.1:6379")
+        _require(False, f"Redis is not running at {settings.CELERY_BROKER_URL}")
     # The worker reads and writes the test database itself.
     url = child_database_url()
     return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings_test",
         "DATABASE_URL": url,
-        "CELERY_BROKER_URL": BROKER,
-        "CELERY_RESULT_BACKEND": BROKER,
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "CELERY_RESULT_BACKEND": settings.CELERY_BROKER_URL,
         "GPULEDGER_COLLECT_SECONDS": str(WINDOW),
     }
 
@@ -120,7 +119,7 @@ def test_collect_metrics_runs_in_a_real_worker_and_catches_up(worker_env, tmp_pa
         stdout=log,
         stderr=log,
     )
-    app = Celery("gl-test", broker=BROKER, backend=BROKER)
+    app = Celery("gl-test", broker=settings.CELERY_BROKER_URL, backend=settings.CELERY_BROKER_URL)
     try:
         # when the task goes through the broker to the worker
         result = app.send_task("ledger.tasks.collect_metrics", args=[cluster.pk], queue=queue)
