@@ -418,8 +418,9 @@ def _held_gpus(world: World) -> None:
         cluster=cluster,
         source=IngestSource.DCGM,
         status=IngestStatus.SUCCESS,
-        started_at=timezone.now() - timedelta(seconds=10),
-        finished_at=timezone.now() - timedelta(seconds=5),
+        # Whole seconds: a fraction such as 40.125 s would read as one of birch's figures.
+        started_at=timezone.now().replace(microsecond=0) - timedelta(seconds=10),
+        finished_at=timezone.now().replace(microsecond=0) - timedelta(seconds=5),
         window_start=now - timedelta(seconds=60),
         window_end=now,
     )
