@@ -15,7 +15,8 @@ connection) and ``misbehave`` (the upstream lies and hangs seen in the field: a 
 not the list, a response cut half-way, a server that never answers, one that drips its answer a
 byte at a time). Objects are kept as encoded JSON too, so a 50,000-object LIST is assembled from
 pre-serialized bytes and the server never dominates a benchmark. It binds to 127.0.0.1 on a free
-port; ``tests.kube_api_http`` holds its request handler.
+port; ``tests.kube_api_http`` holds its request handler, ``tests.kueue_fixtures`` the recorded
+fleet it usually serves.
 """
 
 from __future__ import annotations
@@ -31,9 +32,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-KUEUE_GROUP = "kueue.x-k8s.io"
+# The recorded fleet lives in its own module; its helpers stay importable from here, where the
+# benchmarks and older tests look for them.
+from tests.kueue_fixtures import FIXTURES as FIXTURES
+from tests.kueue_fixtures import KUEUE_GROUP
+from tests.kueue_fixtures import fixture_items as fixture_items
+from tests.kueue_fixtures import load_fixtures as load_fixtures
+
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
-FIXTURES = Path(__file__).parent / "fixtures" / "kueue"
 
 
 @dataclass(frozen=True)
@@ -189,6 +195,7 @@ class FakeKubeAPI:
         self._watch_generation = 0
         self._httpd: Any = None
         self._thread: threading.Thread | None = None
+        self.kubeconfig: Path | None = None  # the last kubeconfig written for this server
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> FakeKubeAPI:
@@ -226,7 +233,8 @@ class FakeKubeAPI:
 
     def write_kubeconfig(self, path: Path, context: str = "fake", token: str | None = None) -> Path:
         """A kubeconfig with one cluster, user and context for this server."""
-        return write_kubeconfig(path, self.url, token or self.token, context)
+        self.kubeconfig = write_kubeconfig(path, self.url, token or self.token, context)
+        return self.kubeconfig
 
     # --- state -------------------------------------------------------------------------------
     @staticmethod
@@ -734,89 +742,3 @@ def write_kubeconfig(path: Path, url: str, token: str, context: str = "fake") ->
 
 def dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
-
-
-# --- fixtures --------------------------------------------------------------------------------
-FIXTURE_FILES = {
-    "ResourceFlavor": "resourceflavors",
-    "Cohort": "cohorts",
-    "ClusterQueue": "clusterqueues",
-    "LocalQueue": "localqueues",
-    "Workload": "workloads",
-    "WorkloadPriorityClass": "workloadpriorityclasses",
-}
-
-
-def fixture_items(kind: str, version: str = "v1beta2") -> list[dict[str, Any]]:
-    """The fixture objects of one kind in one Kueue version's shape."""
-    if kind == "Pod":
-        return json.loads((FIXTURES / "pods.v1.json").read_text())["items"]
-    if kind == "Node":
-        return fixture_nodes()
-    base = FIXTURE_FILES[kind]
-    path = FIXTURES / f"{base}.{version}.json"
-    if not path.exists():
-        # WorkloadPriorityClass has the same shape in both versions; only apiVersion differs.
-        path = FIXTURES / f"{base}.v1beta2.json"
-    items = json.loads(path.read_text())["items"]
-    for item in items:
-        item["apiVersion"] = f"{KUEUE_GROUP}/{version}"
-    return items
-
-
-def fixture_nodes() -> list[dict[str, Any]]:
-    """The fixture fleet's nodes (README "Cluster and quotas"): 8 H100 and 4 A100, 8 GPUs each."""
-    nodes = []
-    for pool, product, count in (
-        ("h100", "NVIDIA-H100-80GB-HBM3", 8),
-        ("a100", "NVIDIA-A100-SXM4-80GB", 4),
-    ):
-        for index in range(1, count + 1):
-            name = f"gpu-node-{pool}-{index:02d}"
-            nodes.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {
-                        "name": name,
-                        "uid": f"00000000-0000-4000-8000-{index:04d}{pool:0>8}",
-                        "creationTimestamp": "2026-06-01T08:00:00Z",
-                        "labels": {
-                            "kubernetes.io/hostname": name,
-                            "cloud.example.com/gpu-pool": pool,
-                            "nvidia.com/gpu.product": product,
-                            "nvidia.com/gpu.count": "8",
-                        },
-                    },
-                    "spec": {
-                        "taints": [
-                            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-                        ]
-                    },
-                    "status": {
-                        "capacity": {"cpu": "224", "memory": "2063731Mi", "nvidia.com/gpu": "8"},
-                        "allocatable": {
-                            "cpu": "222",
-                            "memory": "2061683Mi",
-                            "nvidia.com/gpu": "8",
-                        },
-                        "conditions": [
-                            {
-                                "type": "Ready",
-                                "status": "True",
-                                "reason": "KubeletReady",
-                                "lastTransitionTime": "2026-06-01T08:05:00Z",
-                            }
-                        ],
-                        "nodeInfo": {"kubeletVersion": "v1.34.0"},
-                    },
-                }
-            )
-    return nodes
-
-
-def load_fixtures(api: FakeKubeAPI, version: str = "v1beta2") -> FakeKubeAPI:
-    """Serve tests/fixtures/kueue in the given Kueue version's shape."""
-    for kind in (*FIXTURE_FILES, "Pod", "Node"):
-        api.load(kind, fixture_items(kind, version))
-    return api

@@ -21,6 +21,8 @@ group), ``superuser`` (for the admin).
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -33,6 +35,7 @@ from django.test import Client
 from django.utils import timezone
 
 from core.timewindows import floor_time
+from tests.databases import kept_for_the_module
 from tests.pages.conftest import _usage
 
 HOURS_BACK = 3
@@ -184,12 +187,50 @@ def _rollups(world: World) -> list[Any]:
     return rows
 
 
-@pytest.fixture
-def world(db, cluster, django_user_model) -> World:
-    from fleet.choices import IngestSource, IngestStatus
-    from fleet.models import Gpu, IngestRun, Node
-    from ledger.models import GpuUsage, RateCard
-    from quotas.choices import TransitionKind, WorkloadState
+def build_world() -> World:
+    """The world of the module docstring, written to the database."""
+    from django.contrib.auth import get_user_model
+
+    from fleet.models import Cluster
+
+    now = floor_time(timezone.now(), settings.GPULEDGER_COLLECT_SECONDS)
+    last_hour = floor_time(now, 3600)
+    hours = [last_hour - timedelta(hours=back) for back in range(HOURS_BACK, 0, -1)]
+    cluster = Cluster.objects.create(name="test", display_name="Test cluster")
+    user_model = get_user_model()
+    users = {
+        "lead_a": user_model.objects.create_user("lead-a", password="x"),
+        "lead_b": user_model.objects.create_user("lead-b", password="x"),
+        "staff": user_model.objects.create_user("staff", password="x", is_staff=True),
+        "finance": user_model.objects.create_user("finance", password="x"),
+        "superuser": user_model.objects.create_superuser("root", password="x"),
+    }
+    users["finance"].groups.add(
+        Group.objects.get_or_create(name=settings.GPULEDGER_FINANCE_GROUP)[0]
+    )
+    world = World(
+        now=now,
+        hours=hours,
+        cluster=cluster,
+        cohort=None,
+        teams={},
+        queues={},
+        local_queues={},
+        workloads={},
+        node=None,
+        gpus=[],
+        users=users,
+    )
+    _queues_and_workloads(world)
+    _preemptions(world)
+    _held_gpus(world)
+    _rollups(world)
+    return world
+
+
+def _queues_and_workloads(world: World) -> None:
+    from ledger.models import RateCard
+    from quotas.choices import WorkloadState
     from quotas.models import (
         ClusterQueue,
         ClusterQueueQuota,
@@ -200,30 +241,22 @@ def world(db, cluster, django_user_model) -> World:
         Team,
         TeamNamespace,
         Workload,
-        WorkloadTransition,
     )
 
-    now = floor_time(timezone.now(), settings.GPULEDGER_COLLECT_SECONDS)
-    last_hour = floor_time(now, 3600)
-    hours = [last_hour - timedelta(hours=back) for back in range(HOURS_BACK, 0, -1)]
-    users = {
-        "lead_a": django_user_model.objects.create_user("lead-a", password="x"),
-        "lead_b": django_user_model.objects.create_user("lead-b", password="x"),
-        "staff": django_user_model.objects.create_user("staff", password="x", is_staff=True),
-        "finance": django_user_model.objects.create_user("finance", password="x"),
-        "superuser": django_user_model.objects.create_superuser("root", password="x"),
-    }
-    users["finance"].groups.add(
-        Group.objects.get_or_create(name=settings.GPULEDGER_FINANCE_GROUP)[0]
+    cluster, now, users = world.cluster, world.now, world.users
+    teams, queues, local_queues, workloads = (
+        world.teams,
+        world.queues,
+        world.local_queues,
+        world.workloads,
     )
-    cohort = Cohort.objects.create(cluster=cluster, name="grove")
+    cohort = world.cohort = Cohort.objects.create(cluster=cluster, name="grove")
     ResourceFlavor.objects.create(cluster=cluster, name="h100", gpu_model="H100")
     RateCard.objects.create(
         kind="allocated",
         price_per_gpu_hour=Decimal("1.00"),
-        effective_from=hours[0] - timedelta(days=1),
+        effective_from=world.hours[0] - timedelta(days=1),
     )
-    teams, queues, local_queues, workloads = {}, {}, {}, {}
     sampled = now - timedelta(minutes=1)
     for name, lead, nominal, borrowed, lent in (
         ("aspen", users["lead_a"], 8, 0, 2),
@@ -293,7 +326,14 @@ def world(db, cluster, django_user_model) -> World:
                 observed_at=now - timedelta(hours=4),
             )
         teams[name], queues[name], local_queues[name] = team, queue, local
-    preempted = now - timedelta(hours=2)
+
+
+def _preemptions(world: World) -> None:
+    from quotas.choices import TransitionKind
+    from quotas.models import WorkloadTransition
+
+    workloads = world.workloads
+    preempted = world.now - timedelta(hours=2)
     WorkloadTransition.objects.bulk_create(
         [
             WorkloadTransition(
@@ -320,7 +360,23 @@ def world(db, cluster, django_user_model) -> World:
             ),
         ]
     )
-    node = Node.objects.create(
+
+
+def _held_gpus(world: World) -> None:
+    """Node-1's two GPUs, held by aspen's and birch's main workloads, and the collection run
+    that saw them."""
+    from fleet.choices import IngestSource, IngestStatus
+    from fleet.models import Gpu, IngestRun, Node
+    from ledger.models import GpuUsage
+
+    cluster, now, teams, queues, workloads = (
+        world.cluster,
+        world.now,
+        world.teams,
+        world.queues,
+        world.workloads,
+    )
+    node = world.node = Node.objects.create(
         cluster=cluster,
         name="node-1",
         gpu_product="NVIDIA-H100-80GB-HBM3",
@@ -328,7 +384,7 @@ def world(db, cluster, django_user_model) -> World:
         gpu_capacity=2,
         gpu_allocatable=2,
     )
-    gpus = [
+    gpus = world.gpus = [
         Gpu.objects.create(
             cluster=cluster,
             node=node,
@@ -362,26 +418,26 @@ def world(db, cluster, django_user_model) -> World:
         cluster=cluster,
         source=IngestSource.DCGM,
         status=IngestStatus.SUCCESS,
-        started_at=timezone.now() - timedelta(seconds=10),
-        finished_at=timezone.now() - timedelta(seconds=5),
+        # Whole seconds: a fraction such as 40.125 s would read as one of birch's figures.
+        started_at=timezone.now().replace(microsecond=0) - timedelta(seconds=10),
+        finished_at=timezone.now().replace(microsecond=0) - timedelta(seconds=5),
         window_start=now - timedelta(seconds=60),
         window_end=now,
     )
-    result = World(
-        now=now,
-        hours=hours,
-        cluster=cluster,
-        cohort=cohort,
-        teams=teams,
-        queues=queues,
-        local_queues=local_queues,
-        workloads=workloads,
-        node=node,
-        gpus=gpus,
-        users=users,
-    )
-    _rollups(result)
-    return result
+
+
+@pytest.fixture(scope="module")
+def shared_world(django_db_setup: None, django_db_blocker: Any) -> Iterator[World]:
+    """The world, built once for the tests of a module."""
+    with kept_for_the_module(django_db_blocker):
+        yield build_world()
+
+
+@pytest.fixture
+def world(shared_world: World, db: None) -> World:
+    """The world as built: its rows are the module's, each test's own changes are rolled back
+    after it, and its objects are copies the test may change."""
+    return copy.deepcopy(shared_world)
 
 
 @pytest.fixture

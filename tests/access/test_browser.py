@@ -7,9 +7,16 @@ import pytest
 from django.test import override_settings
 from django.urls import reverse
 
+from tests.access.conftest import World, build_world
 from tests.pages.test_browser_quotas import chart_info, wait_for_charts
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def world(transactional_db: None) -> World:
+    """Committed, for the live server's threads to read: built for each test."""
+    return build_world()
 
 
 def shoot(page, path, name: str) -> None:

@@ -238,6 +238,12 @@ def eager_celery():
 
 @pytest.fixture
 def world(db) -> World:
+    return build_world()
+
+
+def build_world() -> World:
+    """Cluster c1: two nodes, teams red and blue with a queue each in cohort research, red's
+    LocalQueue ns-a/lq-a, and the allocated h100 rate card; no windows yet."""
     cluster = Cluster.objects.create(name="c1")
     Node.objects.create(cluster=cluster, name="node-1", gpu_capacity=8)
     Node.objects.create(cluster=cluster, name="node-2", gpu_capacity=8)

@@ -3,6 +3,10 @@ schema."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import User
 from django.core.cache import cache
@@ -12,7 +16,8 @@ from alerts.choices import Rule
 from alerts.models import Episode
 from quotas.choices import ApiTokenScope
 from quotas.models import ApiToken, ClusterQueue
-from tests.alerts.conftest import World, at
+from tests.alerts.conftest import World, at, build_world
+from tests.databases import kept_for_the_module
 
 pytestmark = pytest.mark.django_db
 
@@ -27,8 +32,20 @@ def _no_throttle_state():
     cache.clear()
 
 
+@pytest.fixture(scope="module")
+def shared_alerts(django_db_setup: None, django_db_blocker: Any) -> Iterator[World]:
+    """The episodes below, written and evaluated once for the module's tests."""
+    with kept_for_the_module(django_db_blocker):
+        yield evaluated(build_world())
+
+
 @pytest.fixture
-def alerts(world: World) -> World:
+def alerts(shared_alerts: World, db: None) -> World:
+    """The evaluated world; each test's own changes are rolled back after it."""
+    return copy.deepcopy(shared_alerts)
+
+
+def evaluated(world: World) -> World:
     """red: an idle workload (open, critical after 130 min) and a ghost that resolved at minute 30;
     blue: an idle workload resolved at minute 90; and a pending one (9 idle minutes)."""
     red = world.gang(world.workload("red-idle", 2, pods=2))

@@ -134,13 +134,12 @@ def _backfill(alpha_prometheus) -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.postgresql(reason="fillfactor is a PostgreSQL storage parameter")
 def test_the_episode_table_keeps_room_for_hot_updates_after_migrate():
     from django.db import connection
 
     from alerts.hooks import EPISODE_FILLFACTOR
 
-    if connection.vendor != "postgresql":
-        pytest.skip("a PostgreSQL storage parameter")
     with connection.cursor() as cursor:
         cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'alerts_episode'")
         assert cursor.fetchone()[0] == [f"fillfactor={EPISODE_FILLFACTOR}"]

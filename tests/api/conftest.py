@@ -17,8 +17,11 @@ Rate cards (USD): allocated h100 flavor 3.00, from 2026-02-01 4.00; A100 model 2
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
@@ -39,6 +42,7 @@ from quotas.models import (
     TeamNamespace,
     Workload,
 )
+from tests.databases import kept_for_the_module
 
 START = datetime(2026, 1, 31, 22, tzinfo=UTC)
 END = datetime(2026, 2, 1, 2, tzinfo=UTC)
@@ -92,8 +96,8 @@ def sum_figures(*parts: dict[str, float]) -> dict[str, float]:
     return total
 
 
-@pytest.fixture
-def scenario(db):
+def build_scenario() -> dict[str, Any]:
+    """The fleet of the module docstring, written to the database."""
     cluster = Cluster.objects.create(name="test", display_name="Test")
     alpha = Team.objects.create(name="alpha")
     beta = Team.objects.create(name="beta")
@@ -148,100 +152,7 @@ def scenario(db):
     Node.objects.create(cluster=cluster, name="node-2", flavor="a100", gpu_capacity=4)
 
     for hour in HOURS:
-        a, b = alpha_hour(hour), beta_hour(hour)
-        aq, bq = {**a, **ALPHA_QUOTA}, {**b, **BETA_QUOTA}
-        # Queue-level scopes carry quota figures (fleet/rollup.py); the others only usage.
-        HourlyRollup.objects.bulk_create(
-            [
-                HourlyRollup(
-                    cluster=cluster,
-                    scope=scope,
-                    key=key,
-                    hour=hour,
-                    flavor=flavor,
-                    gpu_model=model,
-                    windows=60,
-                    team=team,
-                    cluster_queue=queue,
-                    workload=workload,
-                    **figures,
-                )  # fmt: skip
-                for scope, key, flavor, model, team, queue, workload, figures in [
-                    ("team", "alpha", "h100", "H100", alpha, None, None, aq),
-                    ("team", "beta", "a100", "A100", beta, None, None, bq),
-                    ("cluster_queue", "cq-alpha", "h100", "H100", alpha, cq_alpha, None, aq),
-                    ("cluster_queue", "cq-beta", "a100", "A100", beta, cq_beta, None, bq),
-                    ("cohort", "research", "h100", "H100", None, None, None, aq),
-                    ("cohort", "research", "a100", "A100", None, None, None, bq),
-                    ("local_queue", "alpha-ns/lq-a", "h100", "H100", alpha, cq_alpha, None, a),
-                    ("local_queue", "beta-ns/lq-b", "a100", "A100", beta, cq_beta, None, b),
-                    ("namespace", "alpha-ns", "h100", "H100", None, None, None, a),
-                    ("namespace", "beta-ns", "a100", "A100", None, None, None, b),
-                    ("workload", "alpha-ns/train-1", "h100", "H100", alpha, cq_alpha, train, a),
-                    ("workload", "beta-ns/infer-1", "a100", "A100", beta, cq_beta, infer, b),
-                    (
-                        "fleet",
-                        "test",
-                        "h100",
-                        "H100",
-                        None,
-                        None,
-                        None,
-                        {**aq, "capacity_gpu_hours": 8.0},
-                    ),
-                    (
-                        "fleet",
-                        "test",
-                        "a100",
-                        "A100",
-                        None,
-                        None,
-                        None,
-                        {**bq, "capacity_gpu_hours": 4.0},
-                    ),
-                    (
-                        "node",
-                        "node-1",
-                        "h100",
-                        "H100",
-                        None,
-                        None,
-                        None,
-                        {**a, "capacity_gpu_hours": 8.0},
-                    ),
-                    (
-                        "node",
-                        "node-2",
-                        "a100",
-                        "A100",
-                        None,
-                        None,
-                        None,
-                        {**b, "capacity_gpu_hours": 4.0},
-                    ),
-                    (
-                        "flavor",
-                        "h100",
-                        "h100",
-                        "H100",
-                        None,
-                        None,
-                        None,
-                        {**aq, "capacity_gpu_hours": 8.0},
-                    ),
-                    (
-                        "flavor",
-                        "a100",
-                        "a100",
-                        "A100",
-                        None,
-                        None,
-                        None,
-                        {**bq, "capacity_gpu_hours": 4.0},
-                    ),
-                ]
-            ]
-        )
+        _hour_rollups(cluster, hour, alpha, beta, cq_alpha, cq_beta, train, infer)
     # Outside the window: must never count.
     for hour in (START - timedelta(hours=1), END):
         add_rollup(cluster, "team", "alpha", hour, "h100", "H100", allocated_gpu_hours=100.0)
@@ -263,6 +174,126 @@ def scenario(db):
     card(kind=RateKind.ALLOCATED, flavor="h100", price_per_gpu_hour=Decimal("99"),
          currency="EUR", effective_from=LONG_AGO)  # fmt: skip
     return {"cluster": cluster, "alpha": alpha, "beta": beta, "gamma": gamma}
+
+
+def _hour_rollups(
+    cluster: Cluster,
+    hour: datetime,
+    alpha: Team,
+    beta: Team,
+    cq_alpha: ClusterQueue,
+    cq_beta: ClusterQueue,
+    train: Workload,
+    infer: Workload,
+) -> None:
+    a, b = alpha_hour(hour), beta_hour(hour)
+    aq, bq = {**a, **ALPHA_QUOTA}, {**b, **BETA_QUOTA}
+    # Queue-level scopes carry quota figures (fleet/rollup.py); the others only usage.
+    HourlyRollup.objects.bulk_create(
+        [
+            HourlyRollup(
+                cluster=cluster,
+                scope=scope,
+                key=key,
+                hour=hour,
+                flavor=flavor,
+                gpu_model=model,
+                windows=60,
+                team=team,
+                cluster_queue=queue,
+                workload=workload,
+                **figures,
+            )  # fmt: skip
+            for scope, key, flavor, model, team, queue, workload, figures in [
+                ("team", "alpha", "h100", "H100", alpha, None, None, aq),
+                ("team", "beta", "a100", "A100", beta, None, None, bq),
+                ("cluster_queue", "cq-alpha", "h100", "H100", alpha, cq_alpha, None, aq),
+                ("cluster_queue", "cq-beta", "a100", "A100", beta, cq_beta, None, bq),
+                ("cohort", "research", "h100", "H100", None, None, None, aq),
+                ("cohort", "research", "a100", "A100", None, None, None, bq),
+                ("local_queue", "alpha-ns/lq-a", "h100", "H100", alpha, cq_alpha, None, a),
+                ("local_queue", "beta-ns/lq-b", "a100", "A100", beta, cq_beta, None, b),
+                ("namespace", "alpha-ns", "h100", "H100", None, None, None, a),
+                ("namespace", "beta-ns", "a100", "A100", None, None, None, b),
+                ("workload", "alpha-ns/train-1", "h100", "H100", alpha, cq_alpha, train, a),
+                ("workload", "beta-ns/infer-1", "a100", "A100", beta, cq_beta, infer, b),
+                (
+                    "fleet",
+                    "test",
+                    "h100",
+                    "H100",
+                    None,
+                    None,
+                    None,
+                    {**aq, "capacity_gpu_hours": 8.0},
+                ),
+                (
+                    "fleet",
+                    "test",
+                    "a100",
+                    "A100",
+                    None,
+                    None,
+                    None,
+                    {**bq, "capacity_gpu_hours": 4.0},
+                ),
+                (
+                    "node",
+                    "node-1",
+                    "h100",
+                    "H100",
+                    None,
+                    None,
+                    None,
+                    {**a, "capacity_gpu_hours": 8.0},
+                ),
+                (
+                    "node",
+                    "node-2",
+                    "a100",
+                    "A100",
+                    None,
+                    None,
+                    None,
+                    {**b, "capacity_gpu_hours": 4.0},
+                ),
+                (
+                    "flavor",
+                    "h100",
+                    "h100",
+                    "H100",
+                    None,
+                    None,
+                    None,
+                    {**aq, "capacity_gpu_hours": 8.0},
+                ),
+                (
+                    "flavor",
+                    "a100",
+                    "a100",
+                    "A100",
+                    None,
+                    None,
+                    None,
+                    {**bq, "capacity_gpu_hours": 4.0},
+                ),
+            ]
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def shared_scenario(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, Any]]:
+    """The scenario, built once for the tests of a module."""
+    with kept_for_the_module(django_db_blocker):
+        yield build_scenario()
+
+
+@pytest.fixture
+def scenario(shared_scenario: dict[str, Any], db: None) -> dict[str, Any]:
+    """The scenario as built; each test's own changes are rolled back after it, and its objects
+    are copies the test may change."""
+    return copy.deepcopy(shared_scenario)
 
 
 @pytest.fixture(autouse=True)

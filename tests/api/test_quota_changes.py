@@ -3,8 +3,6 @@ Against the loopback Kubernetes API server with the fixture fleet synced."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,26 +11,13 @@ from rest_framework.test import APIClient
 
 from quotas.choices import ApiTokenScope, QuotaChangeStatus
 from quotas.models import ApiToken, QuotaChange, Team
-from quotas.sync import sync_cluster
 from tests.api.conftest import client_for
-from tests.kube_api_server import FakeKubeAPI, load_fixtures
+
+# Every test starts from cluster gpu-east synced from the recorded fleet on `kube`.
+pytestmark = pytest.mark.usefixtures("gpu_east")
 
 URL = "/api/v1/quota-changes/"
 GPU = "nvidia.com/gpu"
-
-
-@pytest.fixture
-def kube(tmp_path: Path, settings: Any, db: None) -> Iterator[FakeKubeAPI]:
-    api = FakeKubeAPI(kueue_versions=("v1beta2",)).start()
-    load_fixtures(api)
-    settings.KUBECONFIG = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-    settings.GPULEDGER_KUBE_CONTEXT = ""
-    from fleet.models import Cluster
-
-    cluster = Cluster.objects.create(name="gpu-east", quota_write_enabled=True)
-    sync_cluster(cluster.pk)
-    yield api
-    api.stop()
 
 
 @pytest.fixture

@@ -8,9 +8,7 @@ from django.test.utils import CaptureQueriesContext
 
 from core.pgsettings import local_settings
 
-pytestmark = pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="settings exist on PostgreSQL only"
-)
+pytestmark = pytest.mark.postgresql(reason="planner settings exist on PostgreSQL only")
 
 
 def current() -> tuple[str, str]:

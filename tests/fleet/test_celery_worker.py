@@ -1,4 +1,8 @@
-"""``ledger.tasks.collect_metrics`` through a real Celery worker process, Redis and PostgreSQL."""
+"""``ledger.tasks.collect_metrics`` through a real Celery worker process, Redis and the test
+database (PostgreSQL or the SQLite file).
+
+The broker is the test settings' (``CELERY_BROKER_URL``, which Celery also reads from the
+environment before any broker passed to it): the worker and the test's client must agree."""
 
 from __future__ import annotations
 
@@ -13,13 +17,15 @@ from pathlib import Path
 import pytest
 import redis
 from celery import Celery
-from django.db import connection
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+from django.conf import settings
 
 from core.timewindows import floor_time
 from fleet.choices import IngestSource, IngestStatus
 from fleet.constants import COLLECT_DELAY_SECONDS
 from fleet.models import Cluster, CollectionCursor, IngestRun
 from ledger.models import GpuUsage
+from tests.databases import child_database_url
 from tests.prometheus_server import (
     OpenMetricsWriter,
     PrometheusServer,
@@ -30,7 +36,6 @@ from tests.prometheus_server import (
 
 pytestmark = pytest.mark.integration
 
-BROKER = "redis://127.0.0.1:6379/14"
 BASE_DIR = Path(__file__).resolve().parents[2]
 WINDOW = 60
 BUSY = 0.5
@@ -72,24 +77,18 @@ def _write_recent_fleet(path: Path, start: float, end: float) -> None:
 
 @pytest.fixture
 def worker_env(transactional_db) -> dict[str, str]:
-    _require(
-        connection.vendor == "postgresql",
-        "the worker needs a database it can share: run with DATABASE_URL=postgres://...",
-    )
     try:
-        redis.Redis.from_url(BROKER, socket_timeout=2).ping()
+        redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2).ping()
     except redis.RedisError:
-        _require(False, "Redis is not running on 127.0.0.1:6379")
-    db = connection.settings_dict
-    url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    if db.get("PASSWORD"):
-        url = url.replace("@", f":{db['PASSWORD']}@", 1)
+        _require(False, f"Redis is not running at {settings.CELERY_BROKER_URL}")
+    # The worker reads and writes the test database itself.
+    url = child_database_url()
     return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings_test",
         "DATABASE_URL": url,
-        "CELERY_BROKER_URL": BROKER,
-        "CELERY_RESULT_BACKEND": BROKER,
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "CELERY_RESULT_BACKEND": settings.CELERY_BROKER_URL,
         "GPULEDGER_COLLECT_SECONDS": str(WINDOW),
     }
 
@@ -120,11 +119,15 @@ def test_collect_metrics_runs_in_a_real_worker_and_catches_up(worker_env, tmp_pa
         stdout=log,
         stderr=log,
     )
-    app = Celery("gl-test", broker=BROKER, backend=BROKER)
+    app = Celery("gl-test", broker=settings.CELERY_BROKER_URL, backend=settings.CELERY_BROKER_URL)
     try:
         # when the task goes through the broker to the worker
         result = app.send_task("ledger.tasks.collect_metrics", args=[cluster.pk], queue=queue)
-        answer = result.get(timeout=90)
+        try:
+            answer = result.get(timeout=90)
+        except CeleryTimeoutError:
+            log.flush()
+            pytest.fail(f"no answer in 90 s: {(tmp_path / 'worker.log').read_text()[-3000:]}")
     finally:
         worker.terminate()
         worker.wait(timeout=30)

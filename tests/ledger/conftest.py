@@ -12,13 +12,17 @@ Blue has no row at 11:00: a gap ("no data"), not a zero. Fleet scope: capacity 1
 every hour; allocated 6, 9, 4 and (in progress) 3.
 
 The generated fleets in a real Prometheus (tests/fleet/conftest.py) are imported for the
-collection tests here.
+collection tests here, and ``scenario`` is the hand-worked hour of tests/ledger/rollup_scenario.py,
+built once per module.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,6 +31,7 @@ from fleet.models import Cluster
 from ledger.choices import RollupScope
 from ledger.models import HourlyRollup
 from quotas.models import Team
+from tests.databases import kept_for_the_module
 from tests.fleet.conftest import (  # noqa: F401  (the collection tests' fixtures)
     alpha_fleet,
     alpha_prometheus,
@@ -112,3 +117,18 @@ def rollups(db) -> Rollups:
     ]
     HourlyRollup.objects.bulk_create(rows)
     return Rollups(cluster, red, blue)
+
+
+@pytest.fixture(scope="module")
+def shared_scenario(django_db_setup: None, django_db_blocker: Any) -> Iterator[SimpleNamespace]:
+    """The scenario, built once for the tests of a module."""
+    from tests.ledger.rollup_scenario import build_scenario
+
+    with kept_for_the_module(django_db_blocker):
+        yield build_scenario()
+
+
+@pytest.fixture
+def scenario(shared_scenario: SimpleNamespace, db: None) -> SimpleNamespace:
+    """The scenario as built; each test's own writes (its rollups) are rolled back after it."""
+    return copy.deepcopy(shared_scenario)

@@ -31,8 +31,8 @@ from fleet.models import Cluster, CollectionCursor
 from ledger.choices import RollupScope
 from ledger.collector import Collector
 from ledger.models import HourlyRollup, RollupHour
+from tests.databases import child_database_url
 from tests.fleet.conftest import T0, WINDOW_SECONDS
-from tests.fleet.test_leases import database_url
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -128,7 +128,7 @@ def run_until_killed(command: list[str], failpoint: str) -> None:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings_test",
-        "DATABASE_URL": database_url(),
+        "DATABASE_URL": child_database_url(),
         "GPULEDGER_LEASE_SECONDS": str(LEASE_SECONDS),
         "GPULEDGER_LEASE_HEARTBEAT": "true",
         "GPULEDGER_COLLECT_SECONDS": str(WINDOW_SECONDS),

@@ -550,24 +550,23 @@ def history_tsdb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work / "pristine"
 
 
-@pytest.fixture
-def prometheus(history_tsdb: Path, tmp_path: Path) -> Iterator[PrometheusServer]:
-    server = PrometheusServer(copy_tsdb(history_tsdb, tmp_path / "tsdb")).start()
-    yield server
-    server.stop()
+@pytest.fixture(scope="module")
+def prometheus(
+    history_tsdb: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PrometheusServer]:
+    """One server for the module: the tests only read the history. It runs on a copy, since
+    Prometheus compacts the imported blocks in place a minute after it starts."""
+    server = PrometheusServer(copy_tsdb(history_tsdb, tmp_path_factory.mktemp("tsdb") / "tsdb"))
+    yield server.start()
     server.cleanup()
 
 
 @pytest.fixture
-def kube(tmp_path: Path, settings: Any) -> Iterator[FakeKubeAPI]:
+def kube(make_kube_api: Callable[..., FakeKubeAPI]) -> FakeKubeAPI:
     """The API server holding the scenario's objects at "now"."""
-    api = FakeKubeAPI(kueue_versions=("v1beta2",)).start()
-    settings.GPULEDGER_KUBE_CONTEXT = ""
-    api.kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")  # type: ignore[attr-defined]
-    settings.KUBECONFIG = str(api.kubeconfig)  # type: ignore[attr-defined]
+    api = make_kube_api(load=False)
     load_now(api)
-    yield api
-    api.stop()
+    return api
 
 
 def backfill(prometheus: PrometheusServer, api: FakeKubeAPI, settings: Any) -> None:

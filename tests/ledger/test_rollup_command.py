@@ -1,7 +1,8 @@
 """``manage.py rollup``: rebuild a range, verify it against the usage rows, repair what differs.
 
-The hours are the hand-worked ones of test_rollup.py (MIG, time-slicing, no telemetry, fallback
-activity, queue samples): the check's own sums must agree with the rollup on all of them.
+The hours are the hand-worked ones of tests/ledger/rollup_scenario.py (MIG, time-slicing, no
+telemetry, fallback activity, queue samples): the check's own sums must agree with the rollup on
+all of them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from fleet.models import Cluster
 from ledger.choices import RollupScope
 from ledger.models import HourlyRollup
 from ledger.rollup import prune_usage
-from tests.ledger.test_rollup import H0, H1, scenario  # noqa: F401
+from tests.ledger.rollup_scenario import H0, H1
 
 pytestmark = pytest.mark.django_db
 
@@ -37,7 +38,7 @@ def rows() -> list[tuple]:
     )
 
 
-def test_it_rebuilds_a_range_idempotently(scenario):  # noqa: F811
+def test_it_rebuilds_a_range_idempotently(scenario):
     out = rollup()
     assert "test: 2 hours rolled up" in out
     first = rows()
@@ -46,13 +47,13 @@ def test_it_rebuilds_a_range_idempotently(scenario):  # noqa: F811
     assert rows() == first
 
 
-def test_verify_agrees_with_every_hour_it_rolled_up(scenario):  # noqa: F811
+def test_verify_agrees_with_every_hour_it_rolled_up(scenario):
     rollup()
     out = rollup(verify=True)
     assert "test: 2 hours checked, 2 agree, 0 differ, 0 not verifiable" in out
 
 
-def test_verify_finds_a_tampered_row_and_exits_non_zero_and_repair_fixes_it(scenario):  # noqa: F811
+def test_verify_finds_a_tampered_row_and_exits_non_zero_and_repair_fixes_it(scenario):
     rollup()
     fleet = HourlyRollup.objects.filter(scope=RollupScope.FLEET, hour=H0, flavor="h100").get()
     fleet.allocated_gpu_hours += 1
@@ -74,7 +75,7 @@ def test_verify_finds_a_tampered_row_and_exits_non_zero_and_repair_fixes_it(scen
     assert "2 agree, 0 differ" in rollup(verify=True)
 
 
-def test_verify_reports_an_hour_with_usage_and_no_rollup(scenario):  # noqa: F811
+def test_verify_reports_an_hour_with_usage_and_no_rollup(scenario):
     rollup()
     HourlyRollup.objects.filter(hour=H1).delete()
     out = StringIO()
@@ -85,7 +86,7 @@ def test_verify_reports_an_hour_with_usage_and_no_rollup(scenario):  # noqa: F81
     assert "1 hour rolled up again, 0 still differ" in rollup(repair=True)
 
 
-def test_an_hour_whose_usage_was_pruned_is_not_verifiable_and_is_kept(scenario):  # noqa: F811
+def test_an_hour_whose_usage_was_pruned_is_not_verifiable_and_is_kept(scenario):
     rollup()
     prune_usage(H1)
     HourlyRollup.objects.filter(hour=H0, scope=RollupScope.FLEET).update(allocated_gpu_hours=0)
@@ -97,7 +98,7 @@ def test_an_hour_whose_usage_was_pruned_is_not_verifiable_and_is_kept(scenario):
     assert "kept as it is" in rollup() and rows() == kept
 
 
-def test_the_cluster_must_be_named_when_there_are_several(scenario):  # noqa: F811
+def test_the_cluster_must_be_named_when_there_are_several(scenario):
     Cluster.objects.create(name="other")
     with pytest.raises(CommandError, match=r"several clusters \(other, test\).*--cluster"):
         rollup()
@@ -106,7 +107,7 @@ def test_the_cluster_must_be_named_when_there_are_several(scenario):  # noqa: F8
     assert "test: 2 hours rolled up" in rollup(cluster="test")
 
 
-def test_it_rejects_times_without_an_offset_and_empty_ranges(scenario):  # noqa: F811
+def test_it_rejects_times_without_an_offset_and_empty_ranges(scenario):
     with pytest.raises(CommandError, match="UTC offset"):
         rollup(start="2025-03-10T12:00:00")
     with pytest.raises(CommandError, match="before --end"):

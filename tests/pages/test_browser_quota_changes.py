@@ -6,7 +6,6 @@ from the team page and an admin approves it from the worklist. Screenshots go to
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from django.urls import reverse
 from quotas.choices import QuotaChangeStatus
 from quotas.models import ClusterQueue, QuotaChange, Team
 from quotas.sync import sync_cluster
-from tests.kube_api_server import FakeKubeAPI, load_fixtures
+from tests.kube_api_server import FakeKubeAPI
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -28,16 +27,6 @@ def _shot(page: Any, name: str) -> None:
     if folder:
         page.set_viewport_size({"width": 1440, "height": 900})
         page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
-
-
-@pytest.fixture
-def kube(tmp_path: Path, settings: Any) -> Iterator[FakeKubeAPI]:
-    api = FakeKubeAPI(kueue_versions=("v1beta2",)).start()
-    load_fixtures(api)
-    settings.KUBECONFIG = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-    settings.GPULEDGER_KUBE_CONTEXT = ""
-    yield api
-    api.stop()
 
 
 @pytest.fixture

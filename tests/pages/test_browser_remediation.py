@@ -10,14 +10,12 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from tests.kube_api_server import FakeKubeAPI
-
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def kube(tmp_path, settings):
-    api = FakeKubeAPI(kueue_versions=("v1beta2",)).start()
+def kube(make_kube_api):
+    api = make_kube_api(load=False)
     api.load(
         "Workload",
         [
@@ -29,10 +27,7 @@ def kube(tmp_path, settings):
             }
         ],
     )
-    settings.KUBECONFIG = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-    settings.GPULEDGER_KUBE_CONTEXT = ""
-    yield api
-    api.stop()
+    return api
 
 
 @pytest.fixture

@@ -3,8 +3,6 @@ quantities shown as Kubernetes quantities; no Delete for synced objects; a read-
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,24 +12,11 @@ from django.urls import reverse
 
 from quotas.choices import QuotaChangeStatus
 from quotas.models import ClusterQueue, Cohort, QuotaChange, Team
-from quotas.sync import sync_cluster
-from tests.kube_api_server import FakeKubeAPI, load_fixtures
+
+# Every test starts from cluster gpu-east synced from the recorded fleet on `kube`.
+pytestmark = pytest.mark.usefixtures("gpu_east")
 
 GPU = "nvidia.com/gpu"
-
-
-@pytest.fixture
-def kube(tmp_path: Path, settings: Any, db: None) -> Iterator[FakeKubeAPI]:
-    api = FakeKubeAPI(kueue_versions=("v1beta2",)).start()
-    load_fixtures(api)
-    settings.KUBECONFIG = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-    settings.GPULEDGER_KUBE_CONTEXT = ""
-    from fleet.models import Cluster
-
-    cluster = Cluster.objects.create(name="gpu-east", quota_write_enabled=True)
-    sync_cluster(cluster.pk)
-    yield api
-    api.stop()
 
 
 def _client(user: Any) -> Client:
@@ -54,7 +39,7 @@ def plain_staff(django_user_model: Any) -> Any:
 
 
 @pytest.fixture
-def lead(django_user_model: Any, kube: FakeKubeAPI) -> Any:
+def lead(django_user_model: Any, gpu_east: Any) -> Any:
     user = django_user_model.objects.create_user("lead-a", email="lead@example.com")
     Team.objects.get(name="team-a").leads.add(user)
     return user

@@ -1,14 +1,13 @@
-"""A loopback Kubernetes API server serving tests/fixtures/kueue, and a kubeconfig for it; the
-fixture fleet's names and helpers that read back what a sync wrote (shared by the sync tests)."""
+"""The recorded Kueue fleet's names and figures, the names the quota tests give the shared
+``kube`` fixture, and helpers that read back what a sync wrote (shared by the sync tests)."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +25,8 @@ from quotas.models import (
     WorkloadPriorityClass,
     WorkloadTransition,
 )
-from tests.kube_api_server import FIXTURES, FakeKubeAPI, load_fixtures
+from tests.kube_api_server import FakeKubeAPI
+from tests.kueue_fixtures import FIXTURES
 
 
 @pytest.fixture
@@ -36,31 +36,9 @@ def expected() -> dict[str, Any]:
 
 
 @pytest.fixture
-def make_kube_api(tmp_path: Path, settings: Any) -> Iterator[Callable[..., FakeKubeAPI]]:
-    """Start API servers; the newest one is what settings.KUBECONFIG points at."""
-    servers: list[FakeKubeAPI] = []
-    settings.GPULEDGER_KUBE_CONTEXT = ""
-
-    def make(version: str = "v1beta2", *, load: bool = True, **kwargs: Any) -> FakeKubeAPI:
-        kwargs.setdefault("kueue_versions", (version,))
-        api = FakeKubeAPI(**kwargs).start()
-        servers.append(api)
-        if load:
-            load_fixtures(api, version)
-        path = api.write_kubeconfig(tmp_path / f"kubeconfig-{len(servers)}")
-        settings.KUBECONFIG = str(path)
-        api.kubeconfig = path  # type: ignore[attr-defined]
-        return api
-
-    yield make
-    for api in servers:
-        api.stop()
-
-
-@pytest.fixture
-def kube_api(make_kube_api: Callable[..., FakeKubeAPI]) -> FakeKubeAPI:
-    """The fixture fleet on a Kueue v1beta2 API server (no visibility API)."""
-    return make_kube_api()
+def kube_api(kube: FakeKubeAPI) -> FakeKubeAPI:
+    """The recorded fleet on a Kueue v1beta2 API server (``kube`` in tests/conftest.py)."""
+    return kube
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from kubernetes import client as k8s
 
 from fleet.models import Cluster
 from quotas.kueue import KubeError, KueueClient, ResourceExpired, requests_gpus
-from tests.kube_api_server import fixture_items
+from tests.kueue_fixtures import fixture_items
 
 
 def make_client(cluster: Cluster | None = None, **kwargs: Any) -> KueueClient:

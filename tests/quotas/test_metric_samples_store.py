@@ -197,9 +197,8 @@ def test_a_repeated_queue_and_flavor_keeps_its_first_row(cluster):
     assert stored(cluster)[("team-a", "h100")]["total"] == 3
 
 
+@pytest.mark.postgresql(reason="one statement on PostgreSQL; the other databases' path batches")
 def test_the_write_is_one_statement_whatever_the_number_of_queues(cluster):
-    if connection.vendor != "postgresql":
-        pytest.skip("one statement on PostgreSQL; the other databases' path batches")
     ClusterQueue.objects.bulk_create(
         [ClusterQueue(cluster=cluster, name=f"cq-{q:03d}") for q in range(200)]
     )

@@ -30,7 +30,8 @@ from quotas.models import (
     WorkloadTransition,
 )
 from quotas.sync import sync_cluster
-from tests.kube_api_server import KIND_TO_PLURAL, fixture_items, status_body
+from tests.kube_api_server import KIND_TO_PLURAL, status_body
+from tests.kueue_fixtures import fixture_items
 from tests.quotas.conftest import A3, B1, B1_POD, rows, while_watching
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.template.loader import render_to_string
@@ -37,13 +36,10 @@ def workload_object(name: str = "train") -> dict:
 
 
 @pytest.fixture
-def kube(tmp_path: Path, settings):
-    api = FakeKubeAPI(kueue_versions=("v1beta2",)).start()
+def kube(make_kube_api):
+    api = make_kube_api(load=False)
     api.load("Workload", [workload_object()])
-    settings.KUBECONFIG = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-    settings.GPULEDGER_KUBE_CONTEXT = ""
-    yield api
-    api.stop()
+    return api
 
 
 def policy(world, mode: str = "deactivate", *, dry_run: bool = False, grace_minutes: int = 30):
