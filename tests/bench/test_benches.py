@@ -21,7 +21,6 @@ from urllib.parse import quote
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from tests.prometheus_server import require_binary
 
@@ -32,8 +31,7 @@ BASE_NAME = str(DATABASE["NAME"])
 # Each bench ends by this even on a loaded machine; a hung one fails instead of blocking the suite.
 TIMEOUT_SECONDS = 300
 
-on_postgresql = pytest.mark.skipif(
-    connection.vendor != "postgresql",
+on_postgresql = pytest.mark.postgresql(
     reason="the benches measure PostgreSQL (COPY, its planner, its backends' CPU): they run in "
     "the PostgreSQL suite",
 )
