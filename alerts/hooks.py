@@ -13,7 +13,7 @@ from django.db.models.signals import post_migrate
 
 from alerts.evaluate import evaluate_range
 from alerts.models import Episode
-from ledger.models import GpuUsage
+from ledger.models import UsageWindow
 from ledger.signals import windows_collected
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def _through(cluster_id: int, end: datetime) -> datetime:
     Windows already evaluated are skipped per subject (``EpisodeBook``); at the live head there
     is no window after ``end`` and this is one index probe."""
     newest = (
-        GpuUsage.objects.filter(cluster_id=cluster_id, window_end__gt=end)
+        UsageWindow.objects.filter(cluster_id=cluster_id, window_end__gt=end)
         .order_by("-window_end")
         .values_list("window_end", flat=True)
         .first()
