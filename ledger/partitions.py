@@ -26,7 +26,8 @@ PARENT = "ledger_usagefact"
 _NAME = re.compile(rf"^{PARENT}_p(\d{{8}})$")
 # Days of partitions the beat task creates ahead of today (a window never waits for DDL).
 USAGE_PARTITIONS_AHEAD = 3
-# Partitions known to exist in this process: the writer asks once per day, not per window.
+# Partitions known to exist in this process: the writer asks once per day, not per window. A day
+# is added once the transaction that created or saw it commits (a rollback may undo a creation).
 _known: set[date] = set()
 
 
@@ -74,10 +75,9 @@ def ensure_days(days: list[date]) -> list[date]:
     present = set(existing_days())
     created = []
     for day in wanted:
-        if day not in present:
-            if _create(day):
-                created.append(day)
-        _known.add(day)
+        if day not in present and _create(day):
+            created.append(day)
+    transaction.on_commit(lambda: _known.update(wanted))
     return created
 
 

@@ -14,10 +14,10 @@ _VIEW_COLUMNS = """
     h.workload_id, h.local_queue_id, h.cluster_queue_id, h.team_id, h.allocated, h.gpus,
     h.capacity_gpus, h.shared,
     CASE WHEN f.source = 3 THEN f.activity ELSE {wide}(f.sm_active) END AS sm_active,
-    {wide}(f.pipe_tensor_active) AS pipe_tensor_active, {wide}(f.dram_active) AS dram_active,
+    f.pipe_tensor_active, {wide}(f.dram_active) AS dram_active,
     CASE WHEN f.source = 4 THEN f.activity ELSE {wide}(f.gr_engine_active) END
         AS gr_engine_active,
-    {wide}(f.gpu_util) AS gpu_util, {wide}(f.fb_used_mib) AS fb_used_mib, f.activity,
+    f.gpu_util, {wide}(f.fb_used_mib) AS fb_used_mib, f.activity,
     CASE f.source WHEN 1 THEN 'sm_active' WHEN 3 THEN 'sm_active'
         WHEN 2 THEN 'gr_engine_active' WHEN 4 THEN 'gr_engine_active' ELSE 'none' END
         AS activity_source,
@@ -252,7 +252,7 @@ class Migration(migrations.Migration):
                         ),
                         (
                             "pipe_tensor_active",
-                            ledger.models.usage.Float4Field(blank=True, null=True),
+                            models.FloatField(blank=True, null=True),
                         ),
                         ("dram_active", ledger.models.usage.Float4Field(blank=True, null=True)),
                         (
@@ -263,7 +263,7 @@ class Migration(migrations.Migration):
                         ),
                         (
                             "gpu_util",
-                            ledger.models.usage.Float4Field(
+                            models.FloatField(
                                 blank=True, help_text="DCGM_FI_DEV_GPU_UTIL, 0-100.", null=True
                             ),
                         ),

@@ -14,13 +14,14 @@
   ``ledger.store.write_window``; ``bulk_create`` and ``delete`` on ``GpuUsage.objects`` split or
   find the rows in the tables underneath, for the simulator and for tests.
 
-Types: ``activity`` stays double precision, because it decides idle against the threshold
-(``0.01`` in single precision is below 0.01) and its sums are the chargeback's active hours.
+Types: what the rollups sum or compare with a threshold stays double precision, so every
+figure is the one the wide table gave: ``activity`` (idle is ``activity < 0.01``, and 0.01 in
+single precision is below 0.01; its sums are the chargeback's active hours),
+``pipe_tensor_active`` and ``gpu_util`` (summed into the tensor and GPU_UTIL hours).
 ``sm_active`` and ``gr_engine_active`` are not stored when they are the activity's source (the
-view reads ``activity`` back), so they are exact too; otherwise they, the tensor and DRAM
-fractions, GPU_UTIL and framebuffer MiB are single precision: 24 bits keep 7 significant
-digits, a relative error below 6e-8 on charts and sums, and GPU_UTIL's thresholds are whole
-percents which single precision holds exactly.
+view reads ``activity`` back), so the busy-but-not-working test on ``sm_active`` is exact too.
+What is only shown is single precision: DRAM activity, framebuffer MiB, and the fallback
+metric when the other one is the source (7 significant digits, a relative error below 6e-8).
 
 The foreign keys have no database constraint (``db_constraint=False``), as the wide table had:
 integrity is kept by the only writer, which takes every id from the database in the same
@@ -275,10 +276,10 @@ class UsageFact(models.Model):
         help_text="SM_ACTIVE, else GR_ENGINE_ACTIVE; null = no telemetry.",
     )
     sm_active = Float4Field(null=True, blank=True, help_text="Null when it is the activity.")
-    pipe_tensor_active = Float4Field(null=True, blank=True)
+    pipe_tensor_active = models.FloatField(null=True, blank=True)
     dram_active = Float4Field(null=True, blank=True)
     gr_engine_active = Float4Field(null=True, blank=True, help_text="Null when it is the activity.")
-    gpu_util = Float4Field(null=True, blank=True, help_text="DCGM_FI_DEV_GPU_UTIL, 0-100.")
+    gpu_util = models.FloatField(null=True, blank=True, help_text="DCGM_FI_DEV_GPU_UTIL, 0-100.")
     fb_used_mib = Float4Field(null=True, blank=True)
     source = models.PositiveSmallIntegerField(
         default=0,
