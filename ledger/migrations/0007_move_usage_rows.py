@@ -16,6 +16,7 @@ logger = logging.getLogger(__name__)
 def move(apps, schema_editor):
     from ledger.store import legacy
 
+    legacy.forget()
     count = legacy.remaining()
     if count > legacy.MIGRATION_ROW_LIMIT:
         logger.warning(

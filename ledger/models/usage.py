@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, models
 
 from core import bulk
+from core.timewindows import hour_floor
 from fleet import constants as fleet_constants
 from fleet.choices import ActivitySource
 from fleet.models import Cluster, Gpu
@@ -109,12 +110,16 @@ class UsageHoldingQuerySet(models.QuerySet["UsageHolding"]):
     def ids_for(
         self, cluster_id: int, identities: Sequence[Sequence[Any]], window_end: datetime
     ) -> list[int]:
-        """The ids of the holdings with these ``HOLDING_COLUMNS`` values, created where new,
-        their first and last window widened to ``window_end``; in the order given."""
+        """The ids of the holdings with these ``HOLDING_COLUMNS`` values, in the order given:
+        created where new, their seen-from / seen-until hours widened to ``window_end``'s.
+
+        The bounds move at most once an hour per holding, not every window: a row version per
+        holding and window would bloat the table and cost an UPDATE of every GPU a window."""
         digests = [holding_digest(values) for values in identities]
         wanted = dict(zip(digests, identities, strict=True))
-        ids = self._read(cluster_id, list(wanted))
-        missing = [digest for digest in wanted if digest not in ids]
+        stored = self._read(cluster_id, list(wanted))
+        since, until = _hour_bounds(window_end)
+        missing = [digest for digest in wanted if digest not in stored]
         if missing:
             columns = (
                 "cluster_id",
@@ -123,33 +128,34 @@ class UsageHoldingQuerySet(models.QuerySet["UsageHolding"]):
                 "first_window_end",
                 "last_window_end",
             )
-            rows = [(cluster_id, *wanted[d], d, window_end, window_end) for d in missing]
+            rows = [(cluster_id, *wanted[d], d, since, until) for d in missing]
             bulk.insert_rows(UsageHolding, columns, rows, unique_fields=("cluster", "digest"))
-            ids.update(self._read(cluster_id, missing))
-        known = [ids[d] for d in wanted if d in ids and d not in missing]
-        for query in bulk.filter_in(
-            self.filter(last_window_end__lt=window_end),
-            "id",
-            known,
-            fleet_constants.LOOKUP_BATCH_SIZE,
-        ):
-            query.update(last_window_end=window_end)
-        for query in bulk.filter_in(
-            self.filter(first_window_end__gt=window_end),
-            "id",
-            known,
-            fleet_constants.LOOKUP_BATCH_SIZE,
-        ):
-            query.update(first_window_end=window_end)
-        return [ids[digest] for digest in digests]
+            stored.update(self._read(cluster_id, missing))
+        later = [pk for pk, first, last in stored.values() if last < window_end]
+        earlier = [pk for pk, first, last in stored.values() if first > window_end]
+        batch = fleet_constants.LOOKUP_BATCH_SIZE
+        for query in bulk.filter_in(self.all(), "id", later, batch):
+            query.update(last_window_end=until)
+        for query in bulk.filter_in(self.all(), "id", earlier, batch):
+            query.update(first_window_end=since)
+        return [stored[digest][0] for digest in digests]
 
-    def _read(self, cluster_id: int, digests: list[str]) -> dict[str, int]:
-        found: dict[str, int] = {}
+    def _read(
+        self, cluster_id: int, digests: list[str]
+    ) -> dict[str, tuple[int, datetime, datetime]]:
+        found: dict[str, tuple[int, datetime, datetime]] = {}
         for query in bulk.filter_in(
             self.filter(cluster_id=cluster_id), "digest", digests, fleet_constants.LOOKUP_BATCH_SIZE
         ):
-            found.update((digest, pk) for pk, digest in bulk.fetch_rows(query, "id", "digest"))
+            rows = bulk.fetch_rows(query, "digest", "id", "first_window_end", "last_window_end")
+            found.update((digest, (pk, first, last)) for digest, pk, first, last in rows)
         return found
+
+
+def _hour_bounds(window_end: datetime) -> tuple[datetime, datetime]:
+    """The hour a window ends in, as (start, end]: the window ending at 11:00 is 10:00's."""
+    since = hour_floor(window_end - timedelta(microseconds=1))
+    return since, since + timedelta(hours=1)
 
 
 class UsageHolding(models.Model):
@@ -157,8 +163,10 @@ class UsageHolding(models.Model):
 
     A holding is keyed on all of its columns (``digest``): a pod that moves to another
     workload, or a GPU shared by one more pod, starts a new holding. ``first_window_end`` and
-    ``last_window_end`` bound the windows it has facts in (a window written again without it
-    leaves them as they were, so they are bounds, not exact).
+    ``last_window_end`` bound the windows it has facts in, to the hour: every window it has a
+    fact in ends in ``(first_window_end, last_window_end]`` (a window written again without it
+    leaves them as they were, so they are bounds). Retention deletes a holding once its last
+    hour is older than the usage kept.
     """
 
     cluster = models.ForeignKey(
@@ -232,8 +240,8 @@ class UsageHolding(models.Model):
     shared = models.BooleanField(default=False, help_text="Time-sliced between several pods.")
     window_seconds = models.FloatField(help_text="Length of the windows it was seen in.")
     digest = models.CharField(max_length=32, help_text="Hash of every column above.")
-    first_window_end = models.DateTimeField()
-    last_window_end = models.DateTimeField()
+    first_window_end = models.DateTimeField(help_text="Its windows end after this hour start.")
+    last_window_end = models.DateTimeField(help_text="Its windows end by this hour end.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = UsageHoldingQuerySet.as_manager()
@@ -255,12 +263,18 @@ class UsageHolding(models.Model):
 class UsageFact(models.Model):
     """One holding over one collection window: the figures DCGM reported, nothing repeated.
 
-    Primary key (holding, window end): one GPU's or one workload's windows are a range scan of
-    it (GPU, node and workload pages, episode evidence). The time-range reads (rollups, alert
-    evaluation, retention) use ``ledger_usagefact_window``, which PostgreSQL keeps as a BRIN
-    index (a few kilobytes a day: rows arrive in window order) and SQLite as a B-tree.
+    Its key is (holding, window end). On PostgreSQL that key has no unique index (one would
+    cost ~37 bytes a row, a quarter of the whole row's budget): one copy per key is kept by the
+    writer, ``write_wide_rows``, which refuses a window with two rows of one holding, and by
+    ``UsageWindow``'s unique (cluster, window end), which a second writer of the same window
+    waits on and then fails. Indexes: ``ledger_usagefact_holding`` (one GPU's or one workload's
+    windows: GPU, node and workload pages, episode evidence; deduplicated by PostgreSQL to ~7
+    bytes a row) and ``ledger_usagefact_window`` (every row of a time range: rollup of an hour,
+    alert evaluation of a chunk, a window's rewrite), BRIN on PostgreSQL (a few kilobytes a day:
+    rows arrive in window order), a B-tree elsewhere. SQLite also keeps the primary key.
     """
 
+    # Columns in this order, 8-byte ones first: no alignment padding inside a row.
     pk = models.CompositePrimaryKey("holding", "window_end")
     holding = models.ForeignKey(
         UsageHolding,
@@ -275,11 +289,11 @@ class UsageFact(models.Model):
         blank=True,
         help_text="SM_ACTIVE, else GR_ENGINE_ACTIVE; null = no telemetry.",
     )
-    sm_active = Float4Field(null=True, blank=True, help_text="Null when it is the activity.")
     pipe_tensor_active = models.FloatField(null=True, blank=True)
+    gpu_util = models.FloatField(null=True, blank=True, help_text="DCGM_FI_DEV_GPU_UTIL, 0-100.")
+    sm_active = Float4Field(null=True, blank=True, help_text="Null when it is the activity.")
     dram_active = Float4Field(null=True, blank=True)
     gr_engine_active = Float4Field(null=True, blank=True, help_text="Null when it is the activity.")
-    gpu_util = models.FloatField(null=True, blank=True, help_text="DCGM_FI_DEV_GPU_UTIL, 0-100.")
     fb_used_mib = Float4Field(null=True, blank=True)
     source = models.PositiveSmallIntegerField(
         default=0,
@@ -297,6 +311,8 @@ class UsageFact(models.Model):
             # Rollup of one hour, alert evaluation of a chunk of windows, a window's rewrite:
             # every row of a time range. BRIN on PostgreSQL (see the migration).
             models.Index(fields=["window_end"], name="ledger_usagefact_window"),
+            # GPU, node and workload pages, episode evidence: one holding's windows.
+            models.Index(fields=["holding"], name="ledger_usagefact_holding"),
         ]
 
     def __str__(self) -> str:
@@ -373,6 +389,8 @@ def write_wide_rows(
     """Add rows of one window given as ``HOLDING_COLUMNS`` values and ``FACT_FIGURES`` +
     ``FACT_COUNTS`` values: their holdings, facts and window. Returns the holding ids."""
     ids = UsageHolding.objects.ids_for(cluster_id, identities, end)
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"cluster {cluster_id} window {end}: two usage rows of one holding")
     insert_facts(fact_values(ids, end, figures))
     window, created = UsageWindow.objects.get_or_create(
         cluster_id=cluster_id,
@@ -380,6 +398,8 @@ def write_wide_rows(
         defaults={"window_start": start, "rows": len(ids)},
     )
     if not created:
+        # More rows of a window already there (GpuUsage.objects.bulk_create in parts); the
+        # collector replaces a window as a whole (ledger.store.usage.delete_window first).
         UsageWindow.objects.filter(pk=window.pk).update(rows=models.F("rows") + len(ids))
     return ids
 

@@ -57,13 +57,20 @@ class Batch:
 
 
 def exists() -> bool:
-    """Whether the wide table is still there (dropped by ``move_usage --drop`` once empty)."""
+    """Whether the wide table is there (from migration 0006 on; left empty once moved, so that
+    migrating back can move the rows into it again)."""
     global _absent
     if _absent:
         return False
     present = LEGACY_TABLE in connection.introspection.table_names()
     _absent = not present
     return present
+
+
+def forget() -> None:
+    """Look for the wide table again (a migration may have brought it back)."""
+    global _absent
+    _absent = False
 
 
 def remaining() -> int:
@@ -171,18 +178,6 @@ def _window_rows(cluster_id: int, end: object, wide: str) -> list[tuple]:
             [cluster_id, end],
         )
         return cursor.fetchall()
-
-
-def drop_if_empty() -> bool:
-    """Drop the wide table once every row is moved; returns whether it was dropped."""
-    global _absent
-    if not exists() or remaining():
-        return False
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP TABLE {LEGACY_TABLE}")
-    _absent = True
-    logger.info("dropped %s: every usage row is moved", LEGACY_TABLE)
-    return True
 
 
 def move_back() -> int:

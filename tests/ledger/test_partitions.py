@@ -61,16 +61,40 @@ def test_a_holding_is_written_once_and_its_windows_widen_it(cluster):
     assert UsageHolding.objects.count() == 2
     assert UsageFact.objects.count() == 6
     holding = UsageHolding.objects.get(pod="pod-0")
-    assert (holding.first_window_end, holding.last_window_end) == (
-        DAY + MINUTE,
-        DAY + 3 * MINUTE,
-    )
+    # Bounds to the hour: its windows end in (00:00, 01:00].
+    assert (holding.first_window_end, holding.last_window_end) == (DAY, DAY + 60 * MINUTE)
     assert GpuUsage.objects.filter(pod="pod-0").count() == 3
     assert list(UsageWindow.objects.order_by("window_end").values_list("rows", flat=True)) == [
         2,
         2,
         2,
     ]
+
+
+def test_a_holding_bound_moves_once_an_hour(cluster):
+    write(cluster, DAY + 2 * 60 * MINUTE)  # ends 02:00: the hour 01:00
+    write(cluster, DAY + 30 * MINUTE)
+    write(cluster, DAY + 2 * 60 * MINUTE + MINUTE)
+
+    holding = UsageHolding.objects.get(pod="pod-0")
+    assert (holding.first_window_end, holding.last_window_end) == (DAY, DAY + 180 * MINUTE)
+
+
+def test_a_window_with_two_rows_of_one_holding_is_refused(cluster):
+    with pytest.raises(ValueError, match="two usage rows of one holding"):
+        GpuUsage.objects.bulk_create(
+            [
+                GpuUsage(
+                    cluster=cluster,
+                    window_start=DAY,
+                    window_end=DAY + MINUTE,
+                    gpu_key="node-1/GPU-0/",
+                    allocated=False,
+                    gpus=1.0,
+                )
+            ]
+            * 2
+        )
 
 
 def test_a_pod_on_another_share_of_its_gpu_is_a_new_holding(cluster):
