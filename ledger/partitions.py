@@ -8,6 +8,12 @@ declarative partitioning: the table and its indexes come from the models (the mi
 a window's day itself when it is missing, so a window never fails for want of one. Retention
 drops whole days (``drop_partitions_before``): no DELETE, nothing left for VACUUM.
 
+Why plain declarative partitioning: it needs no new dependency and no server extension, the
+table and its indexes still come from the models and generated migrations, and the whole of it
+is one range key and a partition a day. django-postgres-extra would bring its own database
+backend and its own makemigrations command, pg_partman a PostgreSQL extension to install on
+every server (and its background worker or a cron for maintenance), both for this one table.
+
 Other databases keep one plain table; every function here does nothing there.
 """
 

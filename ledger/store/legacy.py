@@ -17,6 +17,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from django.db import connection, transaction
 from django.utils.dateparse import parse_datetime
@@ -171,7 +172,7 @@ def _move_one(batch_rows: int) -> Batch | None:
     return Batch(cluster_id, _moment(first), ends[-1], len(ends), moved)
 
 
-def _window_rows(cluster_id: int, end: object, wide: str) -> list[tuple]:
+def _window_rows(cluster_id: int, end: Any, wide: str) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {wide} FROM {LEGACY_TABLE} WHERE cluster_id = %s AND window_end = %s",  # noqa: S608
