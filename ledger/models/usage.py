@@ -31,7 +31,7 @@ transaction; Django still applies ``on_delete`` when referenced rows are deleted
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -402,6 +402,31 @@ def write_wide_rows(
         # collector replaces a window as a whole (ledger.store.usage.delete_window first).
         UsageWindow.objects.filter(pk=window.pk).update(rows=models.F("rows") + len(ids))
     return ids
+
+
+def write_wide(rows: Iterable[Mapping[str, Any]]) -> int:
+    """Store wide rows given as ``GpuUsage`` values by attname (``cluster_id``, ``window_start``,
+    ``window_end``, the holding's and the figures'; missing ones take the field's default),
+    a window at a time, for loaders that build rows themselves (benchmarks). Returns the rows."""
+    by_window: dict[tuple[int, datetime, datetime], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        key = (row["cluster_id"], row["window_start"], row["window_end"])
+        by_window.setdefault(key, []).append(row)
+    defaults = {f.attname: f.get_default() for f in GpuUsage._meta.concrete_fields}
+    written = 0
+    for (cluster_id, start, end), window_rows in by_window.items():
+        seconds = (end - start).total_seconds()
+        identities = [
+            tuple(row.get(name, defaults.get(name)) for name in HOLDING_COLUMNS[:-1]) + (seconds,)
+            for row in window_rows
+        ]
+        figures = [
+            tuple(row.get(name, defaults.get(name)) for name in (*FACT_FIGURES, *FACT_COUNTS))
+            for row in window_rows
+        ]
+        write_wide_rows(cluster_id, start, end, identities, figures)
+        written += len(window_rows)
+    return written
 
 
 def insert_facts(rows: list[tuple]) -> None:
