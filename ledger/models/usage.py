@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, models
+from django.db import connection, models, transaction
 
 from core import bulk
 from core.timewindows import hour_floor
@@ -388,19 +388,22 @@ def write_wide_rows(
 ) -> list[int]:
     """Add rows of one window given as ``HOLDING_COLUMNS`` values and ``FACT_FIGURES`` +
     ``FACT_COUNTS`` values: their holdings, facts and window. Returns the holding ids."""
-    ids = UsageHolding.objects.ids_for(cluster_id, identities, end)
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"cluster {cluster_id} window {end}: two usage rows of one holding")
-    insert_facts(fact_values(ids, end, figures))
-    window, created = UsageWindow.objects.get_or_create(
-        cluster_id=cluster_id,
-        window_end=end,
-        defaults={"window_start": start, "rows": len(ids)},
-    )
-    if not created:
-        # More rows of a window already there (GpuUsage.objects.bulk_create in parts); the
-        # collector replaces a window as a whole (ledger.store.usage.delete_window first).
-        UsageWindow.objects.filter(pk=window.pk).update(rows=models.F("rows") + len(ids))
+    # One transaction (or a savepoint of the caller's): the bulk insert's scratch table is
+    # dropped at commit, and a window's holdings, facts and row go together.
+    with transaction.atomic():
+        ids = UsageHolding.objects.ids_for(cluster_id, identities, end)
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"cluster {cluster_id} window {end}: two usage rows of one holding")
+        insert_facts(fact_values(ids, end, figures))
+        window, created = UsageWindow.objects.get_or_create(
+            cluster_id=cluster_id,
+            window_end=end,
+            defaults={"window_start": start, "rows": len(ids)},
+        )
+        if not created:
+            # More rows of a window already there (GpuUsage.objects.bulk_create in parts); the
+            # collector replaces a window as a whole (ledger.store.usage.delete_window first).
+            UsageWindow.objects.filter(pk=window.pk).update(rows=models.F("rows") + len(ids))
     return ids
 
 
