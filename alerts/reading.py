@@ -47,7 +47,7 @@ from alerts.rows import (
 )
 from core.bulk import fetch_rows, fetch_sql
 from core.mig import GPU_RESOURCE
-from ledger.models import GpuUsage
+from ledger.models import GpuUsage, UsageWindow
 from quotas.choices import HOLDING_STATES, TransitionKind
 from quotas.models import ClusterQueueSample, Workload, WorkloadTransition
 
@@ -120,7 +120,7 @@ class _Plan:
     def __init__(self, cluster_id: int, end: datetime) -> None:
         self.cluster_id = cluster_id
         self.end = end
-        self.usage = GpuUsage.objects.filter(cluster_id=cluster_id)
+        self.usage = UsageWindow.objects.filter(cluster_id=cluster_id)
         self.span: timedelta | None = None
 
     def after(self, cursor: datetime) -> list[StoredWindow] | None:
@@ -139,7 +139,7 @@ class _Plan:
             # is written together with the window's start (``ledger.store.write_window``).
             return [StoredWindow(first[0], first[1])]
         if self.span is None:
-            per_window = usage.filter(window_end=first[1]).count()
+            per_window = usage.filter(window_end=first[1]).values_list("rows", flat=True)[0]
             self.span = (first[1] - first[0]) * max(1, ROWS_PER_READ // max(per_window, 1))
         return _windows(self.cluster_id, first[1], min(end, first[0] + self.span))
 
@@ -199,37 +199,13 @@ class _Grouping:
 
 
 def _windows(cluster_id: int, first: datetime, last: datetime) -> list[StoredWindow]:
-    """The stored windows ending in [first, last], oldest first: one index probe per window
-    (a walk from each window end to the next), not a pass over the windows' rows."""
-    table = connection.ops.quote_name(GpuUsage._meta.db_table)
-    sql = f"""
-        WITH RECURSIVE ends (window_end) AS (
-            SELECT MIN(window_end) FROM {table}
-            WHERE cluster_id = %s AND window_end >= %s AND window_end <= %s
-            UNION ALL
-            SELECT (
-                SELECT MIN(u.window_end) FROM {table} u
-                WHERE u.cluster_id = %s AND u.window_end > ends.window_end AND u.window_end <= %s
-            )
-            FROM ends WHERE ends.window_end IS NOT NULL
-        )
-        SELECT ends.window_end, (
-            SELECT u.window_start FROM {table} u
-            WHERE u.cluster_id = %s AND u.window_end = ends.window_end LIMIT 1
-        )
-        FROM ends WHERE ends.window_end IS NOT NULL
-    """  # noqa: S608 - the table name comes from the model
-    adapt = connection.ops.adapt_datetimefield_value
-    rows = fetch_sql(
-        sql, [cluster_id, adapt(first), adapt(last), cluster_id, adapt(last), cluster_id]
-    )
-    return sorted(
-        (
-            StoredWindow(_moment(window_start), _moment(window_end))
-            for window_end, window_start in rows
-        ),
-        key=lambda window: window.end,
-    )
+    """The stored windows ending in [first, last], oldest first (``UsageWindow``: one row a
+    window, not a pass over the windows' rows)."""
+    stored = UsageWindow.objects.filter(
+        cluster_id=cluster_id, window_end__gte=first, window_end__lte=last
+    ).order_by("window_end")
+    rows = fetch_rows(stored, "window_start", "window_end")
+    return [StoredWindow(_moment(start), _moment(end)) for start, end in rows]
 
 
 def _moment(value: object) -> datetime:

@@ -24,7 +24,7 @@ from alerts.evaluate import evaluate_range
 from core.deadlines import Deadline
 from fleet.leases import holder_identity
 from fleet.models import Cluster
-from ledger.models import GpuUsage
+from ledger.models import UsageWindow
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def _through(cluster_id: int, end: datetime) -> datetime:
     Windows already evaluated are skipped per subject (``EpisodeBook``); at the live head there
     is no window after ``end`` and this is one index probe."""
     newest = (
-        GpuUsage.objects.filter(cluster_id=cluster_id, window_end__gt=end)
+        UsageWindow.objects.filter(cluster_id=cluster_id, window_end__gt=end)
         .order_by("-window_end")
         .values_list("window_end", flat=True)
         .first()

@@ -181,6 +181,7 @@ def write_window(
     busy for stretches of 30 to 89 minutes (its own length), idle in one stretch out of ten,
     with activity that moves from window to window on both sides."""
     from core.bulk import copy_rows
+    from ledger.models.usage import write_wide
 
     now = datetime.now(UTC)
     start, end = T0 + w * WINDOW, T0 + (w + 1) * WINDOW
@@ -226,7 +227,7 @@ def write_window(
                 now,
             )
         )
-    copy_rows("fleet_gpuusage", COLUMNS, rows)
+    write_wide(dict(zip(COLUMNS, row, strict=True)) for row in rows)
     copy_rows(
         "quotas_clusterqueuesample",
         SAMPLE_COLUMNS,
@@ -287,7 +288,7 @@ def one_window(cluster_id: int, runs: int) -> list[float]:
     with connection.cursor() as cursor:
         # What autovacuum keeps in production (it is off on some machines): the rows deleted
         # above and the episodes just written.
-        for table in ("fleet_gpuusage", "quotas_clusterqueuesample", "alerts_episode"):
+        for table in ("ledger_usagefact", "quotas_clusterqueuesample", "alerts_episode"):
             cursor.execute(f"VACUUM ANALYZE {table}")
     times = []
     for run in range(runs):

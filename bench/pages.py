@@ -159,7 +159,8 @@ def generate(end: datetime) -> None:
     from fleet.choices import IngestSource, IngestStatus
     from fleet.models import Cluster, Gpu, IngestRun, Node
     from ledger.choices import RollupScope
-    from ledger.models import GpuUsage, HourlyRollup
+    from ledger.models import HourlyRollup
+    from ledger.models.usage import write_wide
     from quotas.choices import WorkloadState
     from quotas.models import ClusterQueue, Cohort, Team, Workload
 
@@ -310,7 +311,7 @@ def generate(end: datetime) -> None:
                         )
                     yield row
 
-        copy_rows(GpuUsage, usage_rows())
+        write_wide(usage_rows())
         step(f"{USAGE_WINDOWS} windows x 50,000 GPUs of usage")
 
         last_hour = end.replace(minute=0, second=0, microsecond=0)

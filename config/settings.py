@@ -495,6 +495,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 3600.0,
         "options": {"expires": 3600.0},
     },
+    # PostgreSQL: the usage facts' daily partitions, a few days ahead (ledger.partitions).
+    "create-usage-partitions": {
+        "task": "ledger.tasks.create_usage_partitions",
+        "schedule": 3600.0,
+        "options": {"expires": 3600.0},
+    },
     "send-notifications": {
         "task": "notifications.tasks.send_notifications",
         "schedule": float(GPULEDGER_NOTIFY_SECONDS),

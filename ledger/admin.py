@@ -1,24 +1,26 @@
 from django.contrib import admin
 
 from core.admin import ReadOnlyAdmin
-from ledger.models import GpuUsage, HourlyRollup, RateCard
+from ledger.models import HourlyRollup, RateCard, UsageHolding
 
 
-@admin.register(GpuUsage)
-class GpuUsageAdmin(ReadOnlyAdmin):
+@admin.register(UsageHolding)
+class UsageHoldingAdmin(ReadOnlyAdmin):
+    """Who held which GPU; the per-window figures (``GpuUsage``, a view with a composite key,
+    which the admin cannot show) are on the GPU, node and workload pages."""
+
     list_display = [
-        "window_end",
+        "last_window_end",
         "gpu_key",
         "namespace",
         "pod",
         "gpus",
-        "activity",
-        "activity_source",
         "shared",
+        "first_window_end",
     ]
-    list_filter = ["cluster", "allocated", "activity_source", "shared"]
+    list_filter = ["cluster", "allocated", "shared"]
     search_fields = ["pod", "namespace", "gpu_key"]
-    date_hierarchy = "window_end"
+    date_hierarchy = "last_window_end"
     show_full_result_count = False
     raw_id_fields = ["gpu", "workload", "local_queue", "cluster_queue", "team"]
 

@@ -8,7 +8,7 @@ finds the cursor claimed (or already past the window) and does nothing
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 from celery import shared_task
@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from fleet.models import Cluster, IngestRun
 from fleet.prometheus import PrometheusError
-from ledger import rollup
+from ledger import partitions, rollup
 from ledger.collector import collect_cluster
 from ledger.rollup import sweep
 
@@ -110,3 +110,11 @@ def prune_usage() -> dict[str, int]:
     runs, _ = IngestRun.objects.filter(started_at__lt=usage_before).delete()
     logger.info("prune_usage: %d usage, %d rollup, %d run rows deleted", usage, rollups, runs)
     return {"usage": usage, "rollups": rollups, "ingest_runs": runs}
+
+
+@shared_task(name="ledger.tasks.create_usage_partitions")
+def create_usage_partitions() -> list[str]:
+    """Create the usage facts' partitions from today to a few days ahead (PostgreSQL; nothing
+    elsewhere), so no collection window waits for one. Returns the days created."""
+    created = partitions.ensure_ahead(timezone.now().astimezone(UTC).date())
+    return [day.isoformat() for day in created]

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from fleet.models import Cluster
-from ledger.models import GpuUsage
+from ledger.models import GpuUsage, UsageWindow
 
 
 def busy_thresholds() -> tuple[float, float]:
@@ -27,7 +27,7 @@ def busy_thresholds() -> tuple[float, float]:
 
 def latest_windows() -> dict[int, datetime]:
     """cluster id → end of its newest collected window (one query, an index probe per cluster)."""
-    newest = GpuUsage.objects.filter(cluster=OuterRef("pk")).order_by("-window_end")
+    newest = UsageWindow.objects.filter(cluster=OuterRef("pk")).order_by("-window_end")
     rows = Cluster.objects.annotate(latest=Subquery(newest.values("window_end")[:1])).values_list(
         "pk", "latest"
     )

@@ -26,7 +26,7 @@ from core.pgsettings import local_settings
 from fleet.choices import ActivitySource
 from fleet.models import Cluster
 from ledger.choices import RollupScope
-from ledger.models import GpuUsage, HourlyRollup
+from ledger.models import GpuUsage, HourlyRollup, UsageWindow
 from ledger.rollup.groups import NO_COHORT, UNATTRIBUTED, Group, usage_groups
 from ledger.rollup.row_figures import USAGE_FIGURES, WINDOW_SUMS, thresholds
 from ledger.store import copy_rows
@@ -113,8 +113,8 @@ def _grain_sums() -> tuple[list[str], list[Any]]:
 def _create_grains(cluster_id: int, hour: datetime, end: datetime) -> bool:
     """Read the hour's usage once into the three temporary tables (dropped at commit at the latest).
 
-    Each window is aggregated on its own (a LATERAL subquery per window, the windows found by
-    skipping along the (cluster, window_end) index): 60 hash tables that fit in memory, each fed
+    Each window is aggregated on its own (a LATERAL subquery per window, the windows listed by
+    ``UsageWindow``): 60 hash tables that fit in memory, each fed
     by an index scan, where one GROUP BY over the hour sorted or spilled to disk. The grain is
     never stored: writing its 675,000 wide rows cost more than computing them.
 
@@ -137,14 +137,9 @@ def _create_grains(cluster_id: int, hour: datetime, end: datetime) -> bool:
     )
     hour_sums = ", ".join(f"SUM({column} * w_hours)" for _, column in WINDOW_SUMS)
     statement = (
-        "WITH RECURSIVE windows (w_end) AS ("
-        f"  (SELECT window_end FROM {usage} WHERE cluster_id = %s"
-        "    AND window_end > %s AND window_end <= %s ORDER BY window_end LIMIT 1)"
-        "  UNION ALL"
-        f"  SELECT (SELECT u.window_end FROM {usage} u WHERE u.cluster_id = %s"
-        "    AND u.window_end > windows.w_end AND u.window_end <= %s"
-        "    ORDER BY u.window_end LIMIT 1)"
-        "  FROM windows WHERE windows.w_end IS NOT NULL"
+        "WITH windows (w_end) AS ("
+        f"  SELECT window_end FROM {UsageWindow._meta.db_table} WHERE cluster_id = %s"
+        "    AND window_end > %s AND window_end <= %s"
         "), grain AS ("
         "  SELECT per_window.* FROM windows CROSS JOIN LATERAL ("
         "    SELECT windows.w_end, CAST(EXTRACT(EPOCH FROM (windows.w_end - window_start))"
@@ -162,7 +157,7 @@ def _create_grains(cluster_id: int, hour: datetime, end: datetime) -> bool:
         f"INSERT INTO {_ALLOCATED_WINDOWS} SELECT w_end, w_hours, {allocated_columns}, f_allocated "
         "FROM grain WHERE allocated"
     )
-    params = [cluster_id, hour, end, cluster_id, end, *sum_params, cluster_id, UNATTRIBUTED]
+    params = [cluster_id, hour, end, *sum_params, cluster_id, UNATTRIBUTED]
     with connection.cursor() as cursor:
         for table in tables:
             cursor.execute(f"CREATE TEMPORARY TABLE {table} ON COMMIT DROP")

@@ -1,7 +1,8 @@
 """GpuUsage rows of one window: replaced as a whole, so a re-run or late data leaves one copy.
 
-The rows of (cluster, window_end) are deleted and written again: PostgreSQL gets them by binary
-COPY straight into the table, other databases by ``core.bulk.insert_rows``.
+The facts of (cluster, window_end) are deleted and written again with their holdings
+(``ledger.models.usage``): PostgreSQL gets the facts by binary COPY straight into the window's
+partition, other databases by ``core.bulk.insert_rows``.
 """
 
 from __future__ import annotations
@@ -11,12 +12,19 @@ from datetime import datetime
 
 from django.db import connection
 
-from core.bulk import copy_rows, insert_rows
 from core.timewindows import Window
 from fleet.ingest import UsageRow
 from fleet.inventory import NodeInfo
 from fleet.models import Cluster
-from ledger.models import GpuUsage
+from ledger.models.usage import (
+    FACT_COUNTS,
+    FACT_FIGURES,
+    HOLDING_COLUMNS,
+    UsageFact,
+    UsageHolding,
+    UsageWindow,
+    write_wide_rows,
+)
 from ledger.store.owners import Owner
 from quotas.allocations import PodKey
 
@@ -117,6 +125,12 @@ def usage_values(
         )
 
 
+# Where a holding's and a fact's values sit in a ``usage_values`` tuple.
+_AT = {name: position for position, name in enumerate(USAGE_COLUMNS)}
+_HELD = [_AT[name] for name in HOLDING_COLUMNS[:-1]]
+_FIGURES = [_AT[name] for name in (*FACT_FIGURES, *FACT_COUNTS)]
+
+
 def replace_usage(
     cluster: Cluster,
     rows: list[UsageRow],
@@ -127,12 +141,28 @@ def replace_usage(
     owners: Mapping[PodKey, Owner],
     now: datetime,
 ) -> int:
-    GpuUsage.objects.filter(cluster=cluster, window_end=window.end).delete()
+    delete_window(cluster.pk, window.end)
     if not rows:
         return 0
-    values = usage_values(cluster, rows, window, gpu_ids, gpu_models, nodes, owners, now)
-    if connection.vendor == "postgresql":
-        copy_rows(GpuUsage._meta.db_table, USAGE_COLUMNS, values)
-    else:
-        insert_rows(GpuUsage, USAGE_COLUMNS, list(values))
+    seconds = (window.end - window.start).total_seconds()
+    identities = []
+    figures = []
+    for values in usage_values(cluster, rows, window, gpu_ids, gpu_models, nodes, owners, now):
+        identities.append((*(values[i] for i in _HELD), seconds))
+        figures.append(tuple(values[i] for i in _FIGURES))
+    write_wide_rows(cluster.pk, window.start, window.end, identities, figures)
     return len(rows)
+
+
+def delete_window(cluster_id: int, end: datetime) -> int:
+    """Delete the cluster's facts of the window ending at ``end`` and its window row."""
+    deleted, _ = UsageWindow.objects.filter(cluster_id=cluster_id, window_end=end).delete()
+    if not deleted:
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {UsageFact._meta.db_table} WHERE window_end = %s AND holding_id IN "  # noqa: S608
+            f"(SELECT id FROM {UsageHolding._meta.db_table} WHERE cluster_id = %s)",
+            [connection.ops.adapt_datetimefield_value(end), cluster_id],
+        )
+        return cursor.rowcount

@@ -230,7 +230,7 @@ def test_rerunning_windows_in_small_range_chunks_changes_nothing(alpha_prometheu
     duplicates = (
         GpuUsage.objects.filter(cluster=cluster)
         .values("window_end", "gpu_key", "namespace", "pod")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("holding"))
         .filter(n__gt=1)
     )
     assert not duplicates.exists()
@@ -301,7 +301,7 @@ def test_after_an_outage_the_next_run_fills_every_missed_window_in_order(alpha_f
     ends = list(ok.order_by("pk").values_list("window_end", flat=True))
     assert ends == [T0 + timedelta(minutes=m) for m in range(1, 21)]
     per_window = (
-        GpuUsage.objects.filter(cluster=cluster).values("window_end").annotate(n=Count("id"))
+        GpuUsage.objects.filter(cluster=cluster).values("window_end").annotate(n=Count("holding"))
     )
     assert len(per_window) == 20 and len({row["n"] for row in per_window}) == 1
     assert HourlyRollup.objects.filter(cluster=cluster, scope=RollupScope.FLEET, hour=T0).exists()

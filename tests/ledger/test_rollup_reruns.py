@@ -98,6 +98,10 @@ def test_roll_up_range_covers_every_hour_touching_the_range(scenario):
     assert written == HourlyRollup.objects.count()
 
 
+@pytest.mark.skipif(
+    connection.vendor == "postgresql",
+    reason="PostgreSQL drops whole days of usage: tests/ledger/test_partitions.py",
+)
 def test_prune_usage_drops_old_usage_and_samples_in_batches_and_keeps_rollups(
     scenario, monkeypatch
 ):

@@ -1,5 +1,6 @@
 """The join: per-window GPU usage per allocation, hourly rollups of every figure, rate cards.
-The read layer over the rollups, ``HourlyRollup.objects``, is ``ledger.read``.
+The read layer over the rollups, ``HourlyRollup.objects``, is ``ledger.read``; the per-window
+usage tables are in ``ledger.models.usage``.
 
 The tables keep the names they had before this app existed (``db_table``), so the move from
 ``fleet`` and ``quotas`` changed no data (migrations ``ledger.0001``, ``fleet.0004``,
@@ -14,161 +15,23 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from fleet.choices import ActivitySource
-from fleet.models import Cluster, Gpu
+from fleet.models import Cluster
 from ledger.choices import RateKind, RollupScope
+from ledger.models.usage import GpuUsage, GpuUsageQuerySet, UsageFact, UsageHolding, UsageWindow
 from ledger.range_figures import FIGURES, Figures
 from ledger.read import HourlyRollupQuerySet
-from quotas.models import ClusterQueue, LocalQueue, Team, Workload, default_currency
+from quotas.models import ClusterQueue, Team, Workload, default_currency
 
-
-class GpuUsageQuerySet(models.QuerySet["GpuUsage"]):
-    def allocated(self) -> GpuUsageQuerySet:
-        return self.filter(allocated=True)
-
-    def idle(self, threshold: float | None = None) -> GpuUsageQuerySet:
-        """Allocated GPU-windows with telemetry whose activity is below the idle threshold."""
-        limit = settings.GPULEDGER_IDLE_THRESHOLD if threshold is None else threshold
-        return self.allocated().filter(activity__lt=limit)
-
-
-class GpuUsage(models.Model):
-    """One GPU (or one pod's share of it) over one collection window.
-
-    Rows for allocated GPUs without any DCGM series have ``gpu`` empty and ``activity`` null:
-    "no data", never idle. Unallocated GPUs have rows too, so capacity is exact per window.
-
-    The foreign keys have no database constraint (``db_constraint=False``). This is the
-    high-volume fact table (50,000 rows a window per 50,000-GPU cluster), and PostgreSQL's
-    deferred checks of six foreign keys per row cost ~0.4 s at each window's commit, nearly
-    as much as the COPY of the rows itself (bench/ingest_pure.py). Integrity is kept by the
-    only writer, ``ledger.store.write_window``, which takes every id from the database in the
-    same transaction, and by Django, which still applies ``on_delete`` (CASCADE, SET_NULL)
-    when the referenced rows are deleted through the ORM. The indexes remain, but for
-    ``cluster``, ``workload`` and ``gpu`` no single-column one: each is the first column of a
-    composite index below, which serves the same lookups; a redundant index costs every
-    window's insert and let the planner scan a whole cluster's history for one window. Trade-off: a
-    delete that bypasses the ORM (raw SQL, ``_raw_delete``), or an ORM delete of a workload,
-    queue or team that commits while a window referencing it is being written, leaves a
-    dangling id here instead of failing the write (the id then matches no row: joins lose the
-    owner, and reading the relation on an instance raises ``DoesNotExist``).
-    """
-
-    cluster = models.ForeignKey(
-        Cluster,
-        related_name="usage",
-        on_delete=models.CASCADE,
-        db_constraint=False,
-        db_index=False,
-    )
-    window_start = models.DateTimeField()
-    window_end = models.DateTimeField(help_text="A window is (start, end]; samples end it.")
-    gpu = models.ForeignKey(
-        Gpu,
-        related_name="usage",
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        db_constraint=False,
-        db_index=False,
-    )
-    gpu_key = models.CharField(
-        max_length=400,
-        help_text="host/UUID/GPU_I_ID, or empty for allocated GPUs with no DCGM series.",
-    )
-    namespace = models.CharField(max_length=253, blank=True)
-    pod = models.CharField(max_length=253, blank=True)
-    container = models.CharField(max_length=253, blank=True)
-    node_name = models.CharField(max_length=253, blank=True)
-    flavor = models.CharField(max_length=253, blank=True)
-    gpu_model = models.CharField(max_length=200, blank=True)
-    workload = models.ForeignKey(
-        Workload,
-        related_name="usage",
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        db_constraint=False,
-        db_index=False,
-    )
-    local_queue = models.ForeignKey(
-        LocalQueue,
-        related_name="usage",
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        db_constraint=False,
-    )
-    cluster_queue = models.ForeignKey(
-        ClusterQueue,
-        related_name="usage",
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        db_constraint=False,
-    )
-    team = models.ForeignKey(
-        Team,
-        related_name="usage",
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        db_constraint=False,
-    )
-    allocated = models.BooleanField(help_text="Held by a running pod in this window.")
-    gpus = models.FloatField(
-        help_text=(
-            "GPUs this row stands for: 1 per whole GPU, slices/7 per MIG instance, divided by "
-            "the pods sharing a time-sliced GPU; N for N allocated GPUs without telemetry."
-        ),
-    )
-    capacity_gpus = models.FloatField(
-        default=0.0,
-        help_text="Physical capacity this row carries (0 on the extra rows of a shared GPU).",
-    )
-    shared = models.BooleanField(default=False, help_text="Time-sliced between several pods.")
-    sm_active = models.FloatField(null=True, blank=True)
-    pipe_tensor_active = models.FloatField(null=True, blank=True)
-    dram_active = models.FloatField(null=True, blank=True)
-    gr_engine_active = models.FloatField(null=True, blank=True)
-    gpu_util = models.FloatField(null=True, blank=True, help_text="DCGM_FI_DEV_GPU_UTIL, 0-100.")
-    fb_used_mib = models.FloatField(null=True, blank=True)
-    activity = models.FloatField(
-        null=True,
-        blank=True,
-        help_text="SM_ACTIVE, else GR_ENGINE_ACTIVE; null = no telemetry.",
-    )
-    activity_source = models.CharField(
-        max_length=20,
-        choices=ActivitySource.choices,
-        default=ActivitySource.NONE,
-    )
-    samples = models.PositiveIntegerField(default=0, help_text="Activity samples in the window.")
-    expected_samples = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    objects = GpuUsageQuerySet.as_manager()
-
-    class Meta:
-        db_table = "fleet_gpuusage"
-        ordering = ["-window_end", "gpu_key", "namespace", "pod"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["cluster", "window_end", "gpu_key", "namespace", "pod"],
-                name="fleet_gpuusage_window_gpu_pod",
-            ),
-        ]
-        indexes = [
-            # Rollup of one hour: all rows of a cluster in (hour, hour + 1h].
-            models.Index(fields=["cluster", "window_end"], name="fleet_usage_cluster_window"),
-            # Workload page and idle-workload alerts: one workload's recent windows.
-            models.Index(fields=["workload", "window_end"], name="fleet_usage_workload_window"),
-            # GPU page: one GPU over time.
-            models.Index(fields=["gpu", "window_end"], name="fleet_usage_gpu_window"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.gpu_key or 'no-telemetry'} {self.namespace}/{self.pod} @ {self.window_end}"
+__all__ = [
+    "GpuUsage",
+    "GpuUsageQuerySet",
+    "HourlyRollup",
+    "RateCard",
+    "RollupHour",
+    "UsageFact",
+    "UsageHolding",
+    "UsageWindow",
+]
 
 
 class HourlyRollup(models.Model):
