@@ -26,11 +26,11 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-DATABASE = "gpuledger_storage_bench"
-PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
+DATABASE_URL = "postgres://postgres@127.0.0.1:5432/gpuledger_storage_bench"
 DAY = datetime(2026, 6, 15, tzinfo=UTC)
 HELD = 0.7
 SHARED_EVERY = 50
@@ -38,13 +38,19 @@ SHARED_EVERY = 50
 POD_LIFETIME = 240
 
 
-def fresh_database() -> str:
+def fresh_database(url: str) -> str:
+    """Drop and create the database ``url`` names (on its server), so growth starts from zero."""
     import psycopg
 
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{DATABASE}"')
-    return f"postgres://postgres@127.0.0.1:5432/{DATABASE}"
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    if not name:
+        raise SystemExit(f"--database-url {url!r} names no database")
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return url
 
 
 def setup_django(url: str) -> None:
@@ -191,11 +197,16 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=5000)
     parser.add_argument("--windows", type=int, default=1440)
     parser.add_argument("--drop-gpus", type=int, default=0, help="Also drop a day of this many.")
+    parser.add_argument(
+        "--database-url",
+        default=DATABASE_URL,
+        help="Dropped and created anew (default %(default)s).",
+    )
     args = parser.parse_args()
     gpus, windows = (200, 60) if args.small else (args.gpus, args.windows)
     if gpus < 1 or windows < 1:
         parser.error("--gpus and --windows must be positive")
-    setup_django(fresh_database())
+    setup_django(fresh_database(args.database_url))
     from django.db import connection, transaction
 
     from fleet.models import Cluster

@@ -107,6 +107,16 @@ BENCHES = [
         binaries=("prometheus", "promtool"),
     ),
     Bench(
+        "storage",
+        "--database-url",
+        (
+            r"^200 GPUs x 60 windows: [\d,]+ GPU-windows in \d+ s",
+            r"^total +[\d,]+ +\d+\.\d$",
+            r"^prune_usage dropped the day \([\d,]+ rows\) in \d+\.\d+ s",
+        ),
+        own_tables=True,
+    ),
+    Bench(
         "alerts",
         "--database-url",
         (

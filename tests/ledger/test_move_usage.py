@@ -11,10 +11,10 @@ from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count, Sum
-from ledger.figures import FIGURES
 
 from ledger import partitions
 from ledger.models import GpuUsage, HourlyRollup, UsageHolding
+from ledger.range_figures import FIGURES
 from ledger.rollup import roll_up_range
 from ledger.store import legacy
 
