@@ -36,6 +36,7 @@ import urllib.parse
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -359,12 +360,39 @@ def _window_fields(slot: Slot, rng: random.Random) -> str:
     return f"{activity:.4f}\t{activity * 0.4:.4f}\t{activity:.4f}\t{util:.1f}\t{activity:.4f}"
 
 
+_INTEGERS = {"cluster_id", "workload_id", "local_queue_id", "cluster_queue_id", "team_id"}
+_COUNTS = {"samples", "expected_samples"}
+_TIMES = {"window_start", "window_end", "created_at"}
+_FLAGS = {"allocated", "shared"}
+_TEXTS = {"gpu_key", "namespace", "pod", "container", "node_name", "flavor", "gpu_model"}
+
+
+def _typed_row(columns: list[str], fields: list[str]) -> dict[str, Any]:
+    """One COPY text line's fields as the Python values the usage writer takes."""
+    row: dict[str, Any] = {}
+    for column, text in zip(columns, fields, strict=True):
+        if text == "\\N":
+            row[column] = None
+        elif column in _INTEGERS or column in _COUNTS:
+            row[column] = int(text)
+        elif column in _TIMES:
+            row[column] = datetime.fromisoformat(text)
+        elif column in _FLAGS:
+            row[column] = text == "t"
+        elif column in _TEXTS or column == "activity_source":
+            row[column] = text
+        else:
+            row[column] = float(text)
+    return row
+
+
 def load(gpus: int, reload: bool) -> tuple[int, int]:
     """Create (or find) the cluster of this size with its hour of usage; returns (id, rows)."""
     from django.db import connection, transaction
 
     from fleet.models import Cluster
     from ledger.models import GpuUsage, HourlyRollup
+    from ledger.models.usage import write_wide
     from quotas.models import ClusterQueue, ClusterQueueSample
 
     name = f"bench-{gpus}"
@@ -381,19 +409,19 @@ def load(gpus: int, reload: bool) -> tuple[int, int]:
         cluster = Cluster.objects.create(name=name, display_name=f"Bench {gpus:,} GPUs")
         slots = _slots(cluster, gpus, rng)
     print(f"{name}: {len(slots):,} usage rows per full window, generating {WINDOWS} windows")
-    columns = ", ".join(f'"{column}"' for column in STATIC_COLUMNS + WINDOW_COLUMNS)
+    columns = STATIC_COLUMNS + WINDOW_COLUMNS
     rows = 0
     with connection.cursor() as cursor:
         for window in range(1, WINDOWS + 1):
             end = HOUR + window * WINDOW
             times = f"{(end - WINDOW).isoformat()}\t{end.isoformat()}"
-            buffer = io.StringIO()
-            for slot in slots:
-                if slot.first <= window <= slot.last:
-                    buffer.write(f"{slot.static}\t{times}\t{_window_fields(slot, rng)}\n")
-                    rows += 1
-            with cursor.cursor.copy(f"COPY fleet_gpuusage ({columns}) FROM STDIN") as copy:
-                copy.write(buffer.getvalue())
+            lines = [
+                f"{slot.static}\t{times}\t{_window_fields(slot, rng)}"
+                for slot in slots
+                if slot.first <= window <= slot.last
+            ]
+            # Through the usage store's own writer: holdings, facts and the window row.
+            rows += write_wide(_typed_row(columns, line.split("\t")) for line in lines)
         queues = list(ClusterQueue.objects.filter(cluster=cluster).values_list("pk", "name"))
         sample_columns = (
             "cluster_queue_id, flavor_name, resource, sampled_at, window_seconds, total, "
@@ -417,7 +445,8 @@ def load(gpus: int, reload: bool) -> tuple[int, int]:
             f"COPY {ClusterQueueSample._meta.db_table} ({sample_columns}) FROM STDIN"
         ) as copy:
             copy.write(buffer.getvalue())
-        cursor.execute("VACUUM ANALYZE fleet_gpuusage")
+        for table in ("ledger_usagefact", "ledger_usageholding", "ledger_usagewindow"):
+            cursor.execute(f"VACUUM ANALYZE {table}")
         cursor.execute(f"VACUUM ANALYZE {ClusterQueueSample._meta.db_table}")
     print(f"{name}: loaded {rows:,} usage rows in {time.perf_counter() - started:.1f} s")
     return cluster.pk, rows

@@ -16,9 +16,7 @@ from ledger.tasks import create_usage_partitions
 DAY = datetime(2026, 6, 15, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
 
-postgres_only = pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="partitions are PostgreSQL's"
-)
+postgres_only = pytest.mark.postgresql(reason="partitions are PostgreSQL's")
 
 
 @pytest.fixture
@@ -172,6 +170,12 @@ def test_sqlite_prunes_usage_with_a_delete_at_the_exact_cutoff(cluster):
     assert RollupHour.objects.get(cluster=cluster, hour=DAY).usage_pruned
 
 
+def days_around_day() -> list[date]:
+    """The partitions of the month these tests write in: tests of other modules that commit
+    (live-server and transactional ones) leave their own days behind in the test database."""
+    return [day for day in partitions.existing_days() if abs((day - DAY.date()).days) < 30]
+
+
 @postgres_only
 def test_the_writer_creates_a_missing_day_and_the_fact_lands_in_it(cluster):
     assert date(2026, 6, 15) not in partitions.existing_days()
@@ -181,7 +185,7 @@ def test_the_writer_creates_a_missing_day_and_the_fact_lands_in_it(cluster):
     # Partitioned on window_end: the window ending at midnight is the next day's.
     write(cluster, DAY + timedelta(days=1))
 
-    assert partitions.existing_days() == [date(2026, 6, 15), date(2026, 6, 16)]
+    assert days_around_day() == [date(2026, 6, 15), date(2026, 6, 16)]
     with connection.cursor() as cursor:
         for day, rows in ((date(2026, 6, 15), 4), (date(2026, 6, 16), 2)):
             cursor.execute(f"SELECT COUNT(*) FROM {partitions.partition_name(day)}")
@@ -199,7 +203,7 @@ def test_the_beat_task_creates_today_and_the_days_ahead(cluster):
     days = [(DAY + timedelta(days=offset)).date() for offset in range(4)]
     assert created == [day.isoformat() for day in days]
     assert again == []
-    assert partitions.existing_days() == days
+    assert days_around_day() == days
 
 
 @postgres_only
