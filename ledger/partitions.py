@@ -32,9 +32,6 @@ PARENT = "ledger_usagefact"
 _NAME = re.compile(rf"^{PARENT}_p(\d{{8}})$")
 # Days of partitions the beat task creates ahead of today (a window never waits for DDL).
 USAGE_PARTITIONS_AHEAD = 3
-# Partitions known to exist in this process: the writer asks once per day, not per window. A day
-# is added once the transaction that created or saw it commits (a rollback may undo a creation).
-_known: set[date] = set()
 
 
 def partitioned() -> bool:
@@ -72,19 +69,15 @@ def existing_days() -> list[date]:
 
 
 def ensure_days(days: list[date]) -> list[date]:
-    """Create the partitions of ``days`` that are missing; returns the days created."""
+    """Create the partitions of ``days`` that are missing; returns the days created.
+
+    The catalog is asked every time (one small query per window): a process-wide memory of
+    days seen would outlive a partition another worker's retention dropped, or a creation its
+    own transaction rolled back, and the window's COPY would then find no partition."""
     if not partitioned():
         return []
-    wanted = sorted(set(days) - _known)
-    if not wanted:
-        return []
     present = set(existing_days())
-    created = []
-    for day in wanted:
-        if day not in present and _create(day):
-            created.append(day)
-    transaction.on_commit(lambda: _known.update(wanted))
-    return created
+    return [day for day in sorted(set(days)) if day not in present and _create(day)]
 
 
 def ensure_for(moments: list[datetime]) -> list[date]:
@@ -128,12 +121,6 @@ def drop_days_before(before: datetime) -> list[date]:
             continue
         with connection.cursor() as cursor:
             cursor.execute(f"DROP TABLE IF EXISTS {connection.ops.quote_name(partition_name(day))}")
-        _known.discard(day)
         dropped.append(day)
         logger.info("dropped usage partition %s", partition_name(day))
     return dropped
-
-
-def forget() -> None:
-    """Forget which partitions exist (after the tables were dropped or recreated: tests)."""
-    _known.clear()

@@ -12,7 +12,6 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count, Sum
 
-from ledger import partitions
 from ledger.models import GpuUsage, HourlyRollup, UsageHolding
 from ledger.range_figures import FIGURES
 from ledger.rollup import roll_up_range
@@ -27,7 +26,6 @@ def _migrate(targets):
     executor.loader.build_graph()
     executor.migrate(targets)
     legacy.forget()
-    partitions.forget()
 
 
 def _latest():

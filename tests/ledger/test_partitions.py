@@ -23,7 +23,6 @@ postgres_only = pytest.mark.postgresql(reason="partitions are PostgreSQL's")
 def cluster(db):
     from fleet.models import Cluster
 
-    partitions.forget()
     return Cluster.objects.create(name="test")
 
 
