@@ -28,26 +28,13 @@ from ledger.models.usage import (
 from ledger.store.owners import Owner
 from quotas.allocations import PodKey
 
+# A wide row's columns, in ``usage_values``'s order: the window, the holding's (all but its
+# window length, which the window gives), then the figures.
 USAGE_COLUMNS = (
     "cluster_id",
     "window_start",
     "window_end",
-    "gpu_id",
-    "gpu_key",
-    "namespace",
-    "pod",
-    "container",
-    "node_name",
-    "flavor",
-    "gpu_model",
-    "workload_id",
-    "local_queue_id",
-    "cluster_queue_id",
-    "team_id",
-    "allocated",
-    "gpus",
-    "capacity_gpus",
-    "shared",
+    *HOLDING_COLUMNS[:-1],
     "sm_active",
     "pipe_tensor_active",
     "dram_active",
