@@ -32,7 +32,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -156,13 +156,9 @@ def generate(end: datetime) -> None:
     from django.contrib.auth import get_user_model
     from django.db import connection, transaction
 
-    from fleet.choices import IngestSource, IngestStatus
-    from fleet.models import Cluster, Gpu, IngestRun, Node
-    from ledger.choices import RollupScope
+    from fleet.models import Cluster, Gpu, IngestRun
     from ledger.models import HourlyRollup
     from ledger.models.usage import write_wide
-    from quotas.choices import WorkloadState
-    from quotas.models import ClusterQueue, Cohort, Team, Workload
 
     rng = random.Random(7)
     started = time.perf_counter()
@@ -172,237 +168,20 @@ def generate(end: datetime) -> None:
 
     with transaction.atomic():
         cluster = Cluster.objects.create(name="bench", display_name="Bench cluster")
-        copy_rows(
-            Team, ({"name": f"team-{i:03d}", "display_name": f"Team {i:03d}"} for i in range(TEAMS))
-        )
-        teams = list(Team.objects.order_by("pk").values_list("pk", "name"))
-        copy_rows(
-            Cohort, ({"cluster_id": cluster.pk, "name": f"cohort-{i:02d}"} for i in range(COHORTS))
-        )
-        cohorts = list(Cohort.objects.order_by("pk").values_list("pk", "name"))
-        copy_rows(
-            ClusterQueue,
-            (
-                {
-                    "cluster_id": cluster.pk,
-                    "name": f"cq-{i:04d}",
-                    "team_id": teams[i % TEAMS][0],
-                    "cohort_id": cohorts[i % COHORTS][0],
-                    "cohort_name": cohorts[i % COHORTS][1],
-                }
-                for i in range(CLUSTER_QUEUES)
-            ),
-        )
-        queues = list(ClusterQueue.objects.order_by("pk").values_list("pk", "team_id"))
+        teams, cohorts, queues = generate_queues(cluster.pk)
         step("teams, cohorts, queues")
-
-        def flavor_of(i: int) -> tuple[str, str]:
-            share = i / NODES
-            cumulative = 0.0
-            for name, model, weight in FLAVORS:
-                cumulative += weight
-                if share < cumulative:
-                    return name, model
-            return FLAVORS[-1][0], FLAVORS[-1][1]
-
-        copy_rows(
-            Node,
-            (
-                {
-                    "cluster_id": cluster.pk,
-                    "name": f"gpu-node-{i:05d}",
-                    "flavor": flavor_of(i)[0],
-                    "gpu_product": flavor_of(i)[1],
-                    "node_pool": f"{flavor_of(i)[0]}-pool-{i % 4}",
-                    "gpu_capacity": GPUS_PER_NODE,
-                    "gpu_allocatable": GPUS_PER_NODE,
-                }
-                for i in range(NODES)
-            ),
-        )
-        nodes = list(Node.objects.order_by("pk").values_list("pk", "name", "flavor", "gpu_product"))
-        copy_rows(
-            Gpu,
-            (
-                {
-                    "cluster_id": cluster.pk,
-                    "node_id": pk,
-                    "host": name,
-                    "uuid": f"GPU-{name}-{index}",
-                    "gi_id": "",
-                    "index": index,
-                    "model_name": model,
-                    "time_sliced": index == 7 and pk % 50 == 0,
-                }
-                for pk, name, _flavor, model in nodes
-                for index in range(GPUS_PER_NODE)
-            ),
-        )
+        nodes = generate_nodes(cluster.pk)
         step("6,250 nodes, 50,000 GPUs")
-
-        states = (
-            [WorkloadState.SUCCEEDED] * 6 + [WorkloadState.ADMITTED] * 3 + [WorkloadState.PENDING]
-        )
-        copy_rows(
-            Workload,
-            (
-                {
-                    "cluster_id": cluster.pk,
-                    "namespace": f"ns-{i % TEAMS:03d}",
-                    "name": f"job-{i:05d}",
-                    "cluster_queue_id": queues[i % CLUSTER_QUEUES][0],
-                    "state": states[i % len(states)],
-                    "requested_gpus": float(rng.choice((1, 2, 4, 8, 16))),
-                    "admitted_gpus": 8.0,
-                    "pod_sets": [],
-                    "flavors": {},
-                }
-                for i in range(WORKLOADS)
-            ),
-        )
-        workloads = list(
-            Workload.objects.order_by("pk").values_list(
-                "pk", "namespace", "name", "cluster_queue_id", "cluster_queue__team_id", "state"
-            )
-        )
-        running = [w for w in workloads if w[5] == WorkloadState.ADMITTED]
+        workloads = generate_workloads(cluster.pk, queues, rng)
         step("50,000 workloads")
-
-        # Newest windows: 8 of 10 nodes held whole by one running workload.
+        holders = node_holders(nodes, workloads)
         gpus = list(Gpu.objects.order_by("pk").values_list("pk", "host", "uuid", "node__flavor"))
-        holders = {}
-        for n, (_pk, name, *_rest) in enumerate(nodes):
-            if n % 10 < 8:
-                holders[name] = running[n % len(running)]
-
-        def usage_rows():
-            for w in range(USAGE_WINDOWS):
-                window_end = end - timedelta(minutes=w)
-                window_start = window_end - timedelta(minutes=1)
-                for pk, host, uuid, flavor in gpus:
-                    holder = holders.get(host)
-                    activity = None if pk % 97 == 0 else round(rng.random(), 3)
-                    row = {
-                        "cluster_id": cluster.pk,
-                        "window_start": window_start,
-                        "window_end": window_end,
-                        "gpu_id": pk,
-                        "gpu_key": f"{host}/{uuid}/",
-                        "node_name": host,
-                        "flavor": flavor,
-                        "allocated": holder is not None,
-                        "gpus": 1.0,
-                        "capacity_gpus": 1.0,
-                        "activity": activity,
-                        "sm_active": activity,
-                        "gpu_util": None if activity is None else round(rng.random() * 100, 1),
-                        "fb_used_mib": 20000.0,
-                        "activity_source": "none" if activity is None else "sm_active",
-                        "samples": 0 if activity is None else 4,
-                        "expected_samples": 4,
-                    }
-                    if holder is not None:
-                        row.update(
-                            namespace=holder[1],
-                            pod=f"{holder[2]}-0",
-                            workload_id=holder[0],
-                            cluster_queue_id=holder[3],
-                            team_id=holder[4],
-                        )
-                    yield row
-
-        write_wide(usage_rows())
+        write_wide(usage_rows(cluster.pk, end, gpus, holders, rng))
         step(f"{USAGE_WINDOWS} windows x 50,000 GPUs of usage")
-
-        last_hour = end.replace(minute=0, second=0, microsecond=0)
-        hours = [last_hour - timedelta(hours=h) for h in range(DAYS * 24, 0, -1)]
-
-        def rollup(scope: str, key: str, hour: datetime, size: float, **extra: Any) -> dict:
-            allocated = size * rng.uniform(0.5, 0.9)
-            telemetry = allocated * 0.97
-            if scope == RollupScope.WORKLOAD:
-                # One workload-hour in ten is input-bound (busy but not working), one in five idle.
-                busy = allocated * rng.uniform(0.3, 0.9) if rng.random() < 0.1 else 0.0
-                idle = allocated * rng.uniform(0.5, 1.0) if rng.random() < 0.2 else 0.0
-            else:
-                busy = allocated * rng.uniform(0.0, 0.05)
-                idle = allocated * rng.uniform(0.0, 0.2)
-            return {
-                "cluster_id": cluster.pk,
-                "scope": scope,
-                "key": key,
-                "hour": hour,
-                "flavor": extra.pop("flavor", ""),
-                "gpu_model": "",
-                "capacity_gpu_hours": size,
-                "allocated_gpu_hours": allocated,
-                "telemetry_gpu_hours": telemetry,
-                "active_gpu_hours": telemetry * rng.uniform(0.2, 0.7),
-                "idle_gpu_hours": idle,
-                "busy_not_working_gpu_hours": busy,
-                "gpu_util_gpu_hours": telemetry * 0.6,
-                "gpu_util_covered_gpu_hours": telemetry,
-                "nominal_gpu_hours": size,
-                "peak_allocated_gpus": allocated,
-                "windows": 60,
-                **extra,
-            }
-
-        def rollup_rows():
-            # Hour by hour, as the hourly rollup writes them (rows of one hour sit together).
-            flavor_gpus = {name: NODES * GPUS_PER_NODE * weight for name, _m, weight in FLAVORS}
-            # Each workload ran 12 hours somewhere in the 30 days.
-            running_by_hour: dict[int, list[tuple]] = {}
-            for workload in workloads:
-                first = rng.randrange(0, len(hours) - 12)
-                for h in range(first, first + 12):
-                    running_by_hour.setdefault(h, []).append(workload)
-            for h, hour in enumerate(hours):
-                for flavor, size in flavor_gpus.items():
-                    yield rollup(RollupScope.FLEET, "bench", hour, size, flavor=flavor)
-                    yield rollup(RollupScope.FLAVOR, flavor, hour, size, flavor=flavor)
-                for pk, name in teams:
-                    yield rollup(RollupScope.TEAM, name, hour, 500.0, team_id=pk)
-                for _pk, name in cohorts:
-                    yield rollup(RollupScope.COHORT, name, hour, 1000.0)
-                for i, (pk, team_id) in enumerate(queues):
-                    yield rollup(
-                        RollupScope.CLUSTER_QUEUE,
-                        f"cq-{i:04d}",
-                        hour,
-                        50.0,
-                        cluster_queue_id=pk,
-                        team_id=team_id,
-                    )
-                for pk, namespace, name, cq, team_id, _state in running_by_hour.get(h, []):
-                    yield rollup(
-                        RollupScope.WORKLOAD,
-                        f"{namespace}/{name}",
-                        hour,
-                        8.0,
-                        workload_id=pk,
-                        cluster_queue_id=cq,
-                        team_id=team_id,
-                    )
-
-        count = copy_rows(HourlyRollup, rollup_rows())
+        rows = rollup_rows(cluster.pk, end, teams, cohorts, queues, workloads, rng)
+        count = copy_rows(HourlyRollup, rows)
         step(f"{count:,} hourly rollups")
-
-        def runs():
-            for minute in range(DAYS * 24 * 60):
-                moment = end - timedelta(minutes=minute)
-                yield {
-                    "cluster_id": cluster.pk,
-                    "source": IngestSource.DCGM,
-                    "status": IngestStatus.SUCCESS,
-                    "started_at": moment - timedelta(seconds=20),
-                    "finished_at": moment - timedelta(seconds=5),
-                    "window_start": moment - timedelta(minutes=1),
-                    "window_end": moment,
-                    "skip_reasons": {},
-                }
-
-        copy_rows(IngestRun, runs())
+        copy_rows(IngestRun, ingest_runs(cluster.pk, end))
         step("30 days of collection runs")
         generate_queue_history(end, step)
         user_model = get_user_model()
@@ -412,6 +191,300 @@ def generate(end: datetime) -> None:
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
     step("VACUUM ANALYZE")
+
+
+def generate_queues(cluster_id: int) -> tuple[list[tuple], list[tuple], list[tuple]]:
+    """TEAMS teams, COHORTS cohorts and CLUSTER_QUEUES queues spread over both, round robin.
+
+    Returns (pk, name) of the teams and cohorts and (pk, team_id) of the queues, in pk order.
+    """
+    from quotas.models import ClusterQueue, Cohort, Team
+
+    copy_rows(
+        Team, ({"name": f"team-{i:03d}", "display_name": f"Team {i:03d}"} for i in range(TEAMS))
+    )
+    teams = list(Team.objects.order_by("pk").values_list("pk", "name"))
+    copy_rows(
+        Cohort, ({"cluster_id": cluster_id, "name": f"cohort-{i:02d}"} for i in range(COHORTS))
+    )
+    cohorts = list(Cohort.objects.order_by("pk").values_list("pk", "name"))
+    copy_rows(
+        ClusterQueue,
+        (
+            {
+                "cluster_id": cluster_id,
+                "name": f"cq-{i:04d}",
+                "team_id": teams[i % TEAMS][0],
+                "cohort_id": cohorts[i % COHORTS][0],
+                "cohort_name": cohorts[i % COHORTS][1],
+            }
+            for i in range(CLUSTER_QUEUES)
+        ),
+    )
+    queues = list(ClusterQueue.objects.order_by("pk").values_list("pk", "team_id"))
+    return teams, cohorts, queues
+
+
+def flavor_of(i: int) -> tuple[str, str]:
+    """The (flavor, GPU model) of node ``i``: FLAVORS in order, each its weight of the nodes."""
+    share = i / NODES
+    cumulative = 0.0
+    for name, model, weight in FLAVORS:
+        cumulative += weight
+        if share < cumulative:
+            return name, model
+    return FLAVORS[-1][0], FLAVORS[-1][1]
+
+
+def generate_nodes(cluster_id: int) -> list[tuple]:
+    """NODES nodes of GPUS_PER_NODE GPUs each; returns (pk, name, flavor, model) of the nodes."""
+    from fleet.models import Gpu, Node
+
+    copy_rows(
+        Node,
+        (
+            {
+                "cluster_id": cluster_id,
+                "name": f"gpu-node-{i:05d}",
+                "flavor": flavor_of(i)[0],
+                "gpu_product": flavor_of(i)[1],
+                "node_pool": f"{flavor_of(i)[0]}-pool-{i % 4}",
+                "gpu_capacity": GPUS_PER_NODE,
+                "gpu_allocatable": GPUS_PER_NODE,
+            }
+            for i in range(NODES)
+        ),
+    )
+    nodes = list(Node.objects.order_by("pk").values_list("pk", "name", "flavor", "gpu_product"))
+    copy_rows(
+        Gpu,
+        (
+            {
+                "cluster_id": cluster_id,
+                "node_id": pk,
+                "host": name,
+                "uuid": f"GPU-{name}-{index}",
+                "gi_id": "",
+                "index": index,
+                "model_name": model,
+                "time_sliced": index == 7 and pk % 50 == 0,
+            }
+            for pk, name, _flavor, model in nodes
+            for index in range(GPUS_PER_NODE)
+        ),
+    )
+    return nodes
+
+
+def generate_workloads(cluster_id: int, queues: list[tuple], rng: random.Random) -> list[tuple]:
+    """WORKLOADS workloads over the queues (6 in 10 succeeded, 3 admitted, 1 pending).
+
+    Returns (pk, namespace, name, cluster_queue_id, team_id, state) of each, in pk order.
+    """
+    from quotas.choices import WorkloadState
+    from quotas.models import Workload
+
+    states = [WorkloadState.SUCCEEDED] * 6 + [WorkloadState.ADMITTED] * 3 + [WorkloadState.PENDING]
+    copy_rows(
+        Workload,
+        (
+            {
+                "cluster_id": cluster_id,
+                "namespace": f"ns-{i % TEAMS:03d}",
+                "name": f"job-{i:05d}",
+                "cluster_queue_id": queues[i % CLUSTER_QUEUES][0],
+                "state": states[i % len(states)],
+                "requested_gpus": float(rng.choice((1, 2, 4, 8, 16))),
+                "admitted_gpus": 8.0,
+                "pod_sets": [],
+                "flavors": {},
+            }
+            for i in range(WORKLOADS)
+        ),
+    )
+    return list(
+        Workload.objects.order_by("pk").values_list(
+            "pk", "namespace", "name", "cluster_queue_id", "cluster_queue__team_id", "state"
+        )
+    )
+
+
+def node_holders(nodes: list[tuple], workloads: list[tuple]) -> dict[str, tuple]:
+    """Newest windows: 8 of 10 nodes held whole by one running workload (by node name)."""
+    from quotas.choices import WorkloadState
+
+    running = [w for w in workloads if w[5] == WorkloadState.ADMITTED]
+    holders = {}
+    for n, (_pk, name, *_rest) in enumerate(nodes):
+        if n % 10 < 8:
+            holders[name] = running[n % len(running)]
+    return holders
+
+
+def usage_rows(
+    cluster_id: int,
+    end: datetime,
+    gpus: list[tuple],
+    holders: dict[str, tuple],
+    rng: random.Random,
+) -> Iterator[dict[str, Any]]:
+    """The newest USAGE_WINDOWS collection windows of the ``(pk, host, uuid, flavor)`` GPUs."""
+    for w in range(USAGE_WINDOWS):
+        window_end = end - timedelta(minutes=w)
+        window_start = window_end - timedelta(minutes=1)
+        for pk, host, uuid, flavor in gpus:
+            holder = holders.get(host)
+            activity = None if pk % 97 == 0 else round(rng.random(), 3)
+            row = {
+                "cluster_id": cluster_id,
+                "window_start": window_start,
+                "window_end": window_end,
+                "gpu_id": pk,
+                "gpu_key": f"{host}/{uuid}/",
+                "node_name": host,
+                "flavor": flavor,
+                "allocated": holder is not None,
+                "gpus": 1.0,
+                "capacity_gpus": 1.0,
+                "activity": activity,
+                "sm_active": activity,
+                "gpu_util": None if activity is None else round(rng.random() * 100, 1),
+                "fb_used_mib": 20000.0,
+                "activity_source": "none" if activity is None else "sm_active",
+                "samples": 0 if activity is None else 4,
+                "expected_samples": 4,
+            }
+            if holder is not None:
+                row.update(
+                    namespace=holder[1],
+                    pod=f"{holder[2]}-0",
+                    workload_id=holder[0],
+                    cluster_queue_id=holder[3],
+                    team_id=holder[4],
+                )
+            yield row
+
+
+def rollup_row(
+    rng: random.Random,
+    cluster_id: int,
+    scope: str,
+    key: str,
+    hour: datetime,
+    size: float,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One hourly rollup of ``size`` GPU-hours of capacity, with drawn allocation and activity."""
+    from ledger.choices import RollupScope
+
+    allocated = size * rng.uniform(0.5, 0.9)
+    telemetry = allocated * 0.97
+    if scope == RollupScope.WORKLOAD:
+        # One workload-hour in ten is input-bound (busy but not working), one in five idle.
+        busy = allocated * rng.uniform(0.3, 0.9) if rng.random() < 0.1 else 0.0
+        idle = allocated * rng.uniform(0.5, 1.0) if rng.random() < 0.2 else 0.0
+    else:
+        busy = allocated * rng.uniform(0.0, 0.05)
+        idle = allocated * rng.uniform(0.0, 0.2)
+    return {
+        "cluster_id": cluster_id,
+        "scope": scope,
+        "key": key,
+        "hour": hour,
+        "flavor": extra.pop("flavor", ""),
+        "gpu_model": "",
+        "capacity_gpu_hours": size,
+        "allocated_gpu_hours": allocated,
+        "telemetry_gpu_hours": telemetry,
+        "active_gpu_hours": telemetry * rng.uniform(0.2, 0.7),
+        "idle_gpu_hours": idle,
+        "busy_not_working_gpu_hours": busy,
+        "gpu_util_gpu_hours": telemetry * 0.6,
+        "gpu_util_covered_gpu_hours": telemetry,
+        "nominal_gpu_hours": size,
+        "peak_allocated_gpus": allocated,
+        "windows": 60,
+        **extra,
+    }
+
+
+def workload_hours(
+    workloads: list[tuple], hours: int, rng: random.Random
+) -> dict[int, list[tuple]]:
+    """Each workload ran 12 hours somewhere in the ``hours``: the workloads of each hour index."""
+    running_by_hour: dict[int, list[tuple]] = {}
+    for workload in workloads:
+        first = rng.randrange(0, hours - 12)
+        for h in range(first, first + 12):
+            running_by_hour.setdefault(h, []).append(workload)
+    return running_by_hour
+
+
+def rollup_rows(
+    cluster_id: int,
+    end: datetime,
+    teams: list[tuple],
+    cohorts: list[tuple],
+    queues: list[tuple],
+    workloads: list[tuple],
+    rng: random.Random,
+) -> Iterator[dict[str, Any]]:
+    """DAYS of hourly rollups of every scope, hour by hour as the hourly rollup writes them."""
+    from ledger.choices import RollupScope
+
+    last_hour = end.replace(minute=0, second=0, microsecond=0)
+    hours = [last_hour - timedelta(hours=h) for h in range(DAYS * 24, 0, -1)]
+    flavor_gpus = {name: NODES * GPUS_PER_NODE * weight for name, _m, weight in FLAVORS}
+    running_by_hour = workload_hours(workloads, len(hours), rng)
+
+    def row(scope: str, key: str, hour: datetime, size: float, **extra: Any) -> dict[str, Any]:
+        return rollup_row(rng, cluster_id, scope, key, hour, size, **extra)
+
+    for h, hour in enumerate(hours):
+        for flavor, size in flavor_gpus.items():
+            yield row(RollupScope.FLEET, "bench", hour, size, flavor=flavor)
+            yield row(RollupScope.FLAVOR, flavor, hour, size, flavor=flavor)
+        for pk, name in teams:
+            yield row(RollupScope.TEAM, name, hour, 500.0, team_id=pk)
+        for _pk, name in cohorts:
+            yield row(RollupScope.COHORT, name, hour, 1000.0)
+        for i, (pk, team_id) in enumerate(queues):
+            yield row(
+                RollupScope.CLUSTER_QUEUE,
+                f"cq-{i:04d}",
+                hour,
+                50.0,
+                cluster_queue_id=pk,
+                team_id=team_id,
+            )
+        for pk, namespace, name, cq, team_id, _state in running_by_hour.get(h, []):
+            yield row(
+                RollupScope.WORKLOAD,
+                f"{namespace}/{name}",
+                hour,
+                8.0,
+                workload_id=pk,
+                cluster_queue_id=cq,
+                team_id=team_id,
+            )
+
+
+def ingest_runs(cluster_id: int, end: datetime) -> Iterator[dict[str, Any]]:
+    """One successful collection run per minute of the DAYS before ``end``, newest first."""
+    from fleet.choices import IngestSource, IngestStatus
+
+    for minute in range(DAYS * 24 * 60):
+        moment = end - timedelta(minutes=minute)
+        yield {
+            "cluster_id": cluster_id,
+            "source": IngestSource.DCGM,
+            "status": IngestStatus.SUCCESS,
+            "started_at": moment - timedelta(seconds=20),
+            "finished_at": moment - timedelta(seconds=5),
+            "window_start": moment - timedelta(minutes=1),
+            "window_end": moment,
+            "skip_reasons": {},
+        }
 
 
 def generate_queue_history(end: datetime, step: Callable[[str], None]) -> None:

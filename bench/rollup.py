@@ -33,7 +33,7 @@ import statistics
 import sys
 import time
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -166,16 +166,13 @@ def _kueue_objects(cluster, rng: random.Random) -> dict[str, list]:
     return {"queues": queues, "local_queues": local_queues}
 
 
-def _slots(cluster, gpus: int, rng: random.Random) -> list[Slot]:
-    """Every usage row of the hour, with the windows it lives in."""
-    from quotas.models import Workload
+# (gpu_key, node name, (flavor, GPU model), capacity in GPUs, reports GR_ENGINE_ACTIVE only)
+Device = tuple[str, str, tuple[str, str], float, bool]
 
-    objects = _kueue_objects(cluster, rng)
-    queues, local_queues = objects["queues"], objects["local_queues"]
-    now = datetime.now(UTC).isoformat()
 
-    # Physical GPUs (and MIG instances), node by node.
-    devices = []  # (gpu_key, node, flavor, capacity, GR_ENGINE_ACTIVE only)
+def _devices(gpus: int, rng: random.Random) -> tuple[list[Device], set[int]]:
+    """Physical GPUs (and MIG instances), node by node, and the nodes without dcgm-exporter."""
+    devices: list[Device] = []
     nodes = max(1, gpus // GPUS_PER_NODE)
     dark_nodes = set(range(7, nodes, 200))  # no dcgm-exporter on these
     for node in range(nodes):
@@ -189,11 +186,32 @@ def _slots(cluster, gpus: int, rng: random.Random) -> list[Slot]:
                     devices.append((key, host, flavor, slices / 7, rng.random() < 0.06))
             else:
                 devices.append((f"{host}/{uuid}/", host, flavor, 1.0, rng.random() < 0.06))
+    return devices, dark_nodes
 
-    def static(device, **fields) -> str:
+
+def _kind_of(device: Device) -> str:
+    return "gr" if device[4] else "sm"
+
+
+def _source_of(kind: str) -> dict[str, str]:
+    return {"activity_source": "gr_engine_active" if kind == "gr" else "sm_active"}
+
+
+@dataclass
+class _SlotBuilder:
+    """The slots of one hour as they are drawn: the cluster, creation time and random draws."""
+
+    cluster_id: int
+    now: str
+    rng: random.Random
+    dark_nodes: set[int]
+    slots: list[Slot] = field(default_factory=list)
+    notebook: int = 0  # notebook pods so far (their names count up)
+
+    def static(self, device: Device, **fields: Any) -> str:
         key, host, (flavor, model), capacity, _gr = device
         values = {
-            "cluster_id": cluster.pk,
+            "cluster_id": self.cluster_id,
             "gpu_key": key,
             "namespace": "",
             "pod": "",
@@ -212,55 +230,122 @@ def _slots(cluster, gpus: int, rng: random.Random) -> list[Slot]:
             "activity_source": "none",
             "samples": 4,
             "expected_samples": 4,
-            "created_at": now,
+            "created_at": self.now,
         }
         values.update(fields)
         return "\t".join(_text(values[column]) for column in STATIC_COLUMNS)
 
-    def lifetime() -> tuple[int, int]:
-        if rng.random() < 0.85:
+    def lifetime(self) -> tuple[int, int]:
+        if self.rng.random() < 0.85:
             return 1, WINDOWS
-        first, last = sorted(rng.sample(range(1, WINDOWS + 1), 2))
+        first, last = sorted(self.rng.sample(range(1, WINDOWS + 1), 2))
         return first, last
 
-    def kind_of(device) -> str:
-        return "gr" if device[4] else "sm"
+    def holder_base(self) -> tuple[float, bool]:
+        if self.rng.random() < 0.2:
+            return 0.003, self.rng.random() < 0.3
+        return self.rng.uniform(0.05, 0.95), False
 
-    def source_of(kind: str) -> dict[str, str]:
-        return {"activity_source": "gr_engine_active" if kind == "gr" else "sm_active"}
+    def add_free(self, device: Device) -> None:
+        """An unallocated GPU."""
+        if device[1] not in self.dark_nodes:
+            line = self.static(device, activity_source="sm_active")
+            self.slots.append(Slot(line, 1, WINDOWS, "free", 0.0, False))
 
-    def holder_base() -> tuple[float, bool]:
-        if rng.random() < 0.2:
-            return 0.003, rng.random() < 0.3
-        return rng.uniform(0.05, 0.95), False
+    def add_notebook(self, device: Device) -> None:
+        """A notebook pod outside Kueue holding one device."""
+        self.notebook += 1
+        fields = {"namespace": f"notebooks-{self.notebook % 40}", "pod": f"nb-{self.notebook}"}
+        base, busy = self.holder_base()
+        first, last = self.lifetime()
+        if device[1] in self.dark_nodes:
+            line = self.static(device, allocated=True, gpu_key="", capacity_gpus=0.0, **fields)
+            self.slots.append(Slot(line, first, last, "none", 0.0, False))
+        else:
+            kind = _kind_of(device)
+            line = self.static(device, allocated=True, **_source_of(kind), **fields)
+            self.slots.append(Slot(line, first, last, kind, base, busy))
 
-    slots: list[Slot] = []
-    workloads: list[Workload] = []
-    pending: list[tuple[int, list, dict]] = []  # (workload index, devices, pod fields)
+    def add_workload(self, workload: Any, queue: Any, local_queue: Any, held: list[Device]) -> None:
+        """The rows of a Kueue workload's pods: one pod per node it holds devices on."""
+        fields = {
+            "namespace": workload.namespace,
+            "workload_id": workload.pk,
+            "local_queue_id": local_queue.pk,
+            "cluster_queue_id": queue.pk,
+            "team_id": queue.team_id,
+            "allocated": True,
+        }
+        first, last = self.lifetime()
+        base, busy = self.holder_base()
+        by_node: dict[str, list[Device]] = {}
+        for device in held:
+            by_node.setdefault(device[1], []).append(device)
+        for pod_index, (host, on_node) in enumerate(by_node.items()):
+            pod = f"{workload.name}-{pod_index}"
+            if host in self.dark_nodes:
+                # No DCGM series: one row for the pod's allocation, no telemetry, no capacity.
+                device = ("", host, on_node[0][2], 0.0, False)
+                count = sum(d[3] for d in on_node)
+                line = self.static(device, pod=pod, gpus=count, capacity_gpus=0.0, **fields)
+                self.slots.append(Slot(line, first, last, "none", 0.0, False))
+                continue
+            for device in on_node:
+                self.add_pod_device(device, pod, fields, (first, last, base, busy))
+
+    def add_pod_device(
+        self,
+        device: Device,
+        pod: str,
+        fields: dict[str, Any],
+        life: tuple[int, int, float, bool],
+    ) -> None:
+        """One device of a workload pod; 2 % of whole GPUs are time-sliced with a notebook."""
+        first, last, base, busy = life
+        kind = _kind_of(device)
+        source = _source_of(kind)
+        if device[3] == 1.0 and self.rng.random() < 0.02:
+            # Time-sliced with a notebook: two rows, half a GPU each, one capacity.
+            self.notebook += 1
+            shared = self.static(device, pod=pod, gpus=0.5, shared=True, **source, **fields)
+            self.slots.append(Slot(shared, first, last, kind, base, busy))
+            notebook = self.static(
+                device,
+                namespace=f"notebooks-{self.notebook % 40}",
+                pod=f"nb-{self.notebook}",
+                allocated=True,
+                gpus=0.5,
+                capacity_gpus=0.0,
+                shared=True,
+                **source,
+            )
+            self.slots.append(Slot(notebook, first, last, kind, base, busy))
+            return
+        line = self.static(device, pod=pod, **source, **fields)
+        self.slots.append(Slot(line, first, last, kind, base, busy))
+
+
+def _hold_devices(
+    builder: _SlotBuilder, cluster: Any, devices: list[Device], objects: dict[str, list]
+) -> list[tuple[Any, int, list[Device]]]:
+    """Walk the devices: leave each free, give it to a notebook, or start a workload on it.
+
+    Returns the (unsaved) workloads with their queue index and the devices they hold.
+    """
+    from quotas.models import Workload
+
+    queues, local_queues = objects["queues"], objects["local_queues"]
+    rng = builder.rng
+    held_by: list[tuple[Any, int, list[Device]]] = []
     position = 0
-    notebook = 0
     while position < len(devices):
         draw = rng.random()
         if draw >= 0.78:  # unallocated
-            device = devices[position]
-            if device[1] not in dark_nodes:
-                line = static(device, activity_source="sm_active")
-                slots.append(Slot(line, 1, WINDOWS, "free", 0.0, False))
+            builder.add_free(devices[position])
             position += 1
             continue
         if draw >= 0.75:  # a notebook pod outside Kueue
-            device = devices[position]
-            notebook += 1
-            fields = {"namespace": f"notebooks-{notebook % 40}", "pod": f"nb-{notebook}"}
-            base, busy = holder_base()
-            first, last = lifetime()
-            if device[1] in dark_nodes:
-                line = static(device, allocated=True, gpu_key="", capacity_gpus=0.0, **fields)
-                slots.append(Slot(line, first, last, "none", 0.0, False))
-            else:
-                kind = kind_of(device)
-                line = static(device, allocated=True, **source_of(kind), **fields)
-                slots.append(Slot(line, first, last, kind, base, busy))
+            builder.add_notebook(devices[position])
             position += 1
             continue
         size = rng.choice(WORKLOAD_SIZES)
@@ -269,83 +354,31 @@ def _slots(cluster, gpus: int, rng: random.Random) -> list[Slot]:
             held = held[:1]
         position += len(held)
         queue_index = rng.randrange(QUEUES)
-        workloads.append(
-            Workload(
-                cluster=cluster,
-                namespace=local_queues[queue_index].namespace,
-                name=f"job-{len(workloads):06d}",
-                cluster_queue=queues[queue_index],
-                local_queue=local_queues[queue_index],
-            )
+        workload = Workload(
+            cluster=cluster,
+            namespace=local_queues[queue_index].namespace,
+            name=f"job-{len(held_by):06d}",
+            cluster_queue=queues[queue_index],
+            local_queue=local_queues[queue_index],
         )
-        pending.append((len(workloads) - 1, held, {"queue": queue_index}))
-    Workload.objects.bulk_create(workloads, batch_size=5_000)
+        held_by.append((workload, queue_index, held))
+    return held_by
 
-    for workload_index, held, extra in pending:
-        workload = workloads[workload_index]
-        queue = queues[extra["queue"]]
-        fields = {
-            "namespace": workload.namespace,
-            "workload_id": workload.pk,
-            "local_queue_id": local_queues[extra["queue"]].pk,
-            "cluster_queue_id": queue.pk,
-            "team_id": queue.team_id,
-            "allocated": True,
-        }
-        first, last = lifetime()
-        base, busy = holder_base()
-        by_node: dict[str, list] = {}
-        for device in held:
-            by_node.setdefault(device[1], []).append(device)
-        for pod_index, (host, on_node) in enumerate(by_node.items()):
-            pod = f"{workload.name}-{pod_index}"
-            if host in dark_nodes:
-                # No DCGM series: one row for the pod's allocation, no telemetry, no capacity.
-                key = ""
-                device = (key, host, on_node[0][2], 0.0, False)
-                count = sum(d[3] for d in on_node)
-                line = static(device, pod=pod, gpus=count, capacity_gpus=0.0, **fields)
-                slots.append(Slot(line, first, last, "none", 0.0, False))
-                continue
-            for device in on_node:
-                kind = kind_of(device)
-                source = source_of(kind)
-                if device[3] == 1.0 and rng.random() < 0.02:
-                    # Time-sliced with a notebook: two rows, half a GPU each, one capacity.
-                    notebook += 1
-                    slots.append(
-                        Slot(
-                            static(device, pod=pod, gpus=0.5, shared=True, **source, **fields),
-                            first,
-                            last,
-                            kind,
-                            base,
-                            busy,
-                        )
-                    )
-                    slots.append(
-                        Slot(
-                            static(
-                                device,
-                                namespace=f"notebooks-{notebook % 40}",
-                                pod=f"nb-{notebook}",
-                                allocated=True,
-                                gpus=0.5,
-                                capacity_gpus=0.0,
-                                shared=True,
-                                **source,
-                            ),
-                            first,
-                            last,
-                            kind,
-                            base,
-                            busy,
-                        )
-                    )
-                    continue
-                line = static(device, pod=pod, **source, **fields)
-                slots.append(Slot(line, first, last, kind, base, busy))
-    return slots
+
+def _slots(cluster, gpus: int, rng: random.Random) -> list[Slot]:
+    """Every usage row of the hour, with the windows it lives in."""
+    from quotas.models import Workload
+
+    objects = _kueue_objects(cluster, rng)
+    queues, local_queues = objects["queues"], objects["local_queues"]
+    now = datetime.now(UTC).isoformat()
+    devices, dark_nodes = _devices(gpus, rng)
+    builder = _SlotBuilder(cluster.pk, now, rng, dark_nodes)
+    held_by = _hold_devices(builder, cluster, devices, objects)
+    Workload.objects.bulk_create([workload for workload, _q, _held in held_by], batch_size=5_000)
+    for workload, queue_index, held in held_by:
+        builder.add_workload(workload, queues[queue_index], local_queues[queue_index], held)
+    return builder.slots
 
 
 def _window_fields(slot: Slot, rng: random.Random) -> str:
