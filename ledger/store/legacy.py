@@ -63,7 +63,17 @@ def exists() -> bool:
     global _absent
     if _absent:
         return False
-    present = LEGACY_TABLE in connection.introspection.table_names()
+    # One table looked up, not the whole catalog (which holds a partition per day on PostgreSQL).
+    if connection.vendor == "postgresql":
+        sql, params = "SELECT to_regclass(%s) IS NOT NULL", [LEGACY_TABLE]
+    else:
+        sql, params = (
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = %s",
+            [LEGACY_TABLE],
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        present = bool(cursor.fetchone()[0])
     _absent = not present
     return present
 

@@ -74,6 +74,11 @@ def a_day_of_the_demo():
     call_command("simulate", "--days", "1", "--end", END, stdout=StringIO(), stderr=StringIO())
     yield
     _migrate(_latest())
+    # The flush after a transactional test empties the models' tables only: rows a test left in
+    # the wide table would be moved by the next test that migrates, naming a flushed cluster.
+    if legacy.exists():
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {legacy.LEGACY_TABLE}")
 
 
 @pytest.mark.django_db(transaction=True)
