@@ -18,6 +18,7 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
+from dashboard.fleet_map import NO_TELEMETRY, STATE_COLORS
 from fleet.models import Node
 
 pytestmark = pytest.mark.django_db
@@ -86,3 +87,6 @@ def test_both_legends_draw_free_as_a_white_cell_crossed_by_one_grey_diagonal(
     (rule,) = re.findall(r"\.swatch-free \{([^}]*)\}", css)
     assert "repeating" not in rule
     assert "to top right" in rule and "#9ca3af" in rule and "#ffffff" in rule
+    # "No telemetry" too: the swatch is the cells' colour.
+    (nodata,) = re.findall(r"\.swatch-nodata \{([^}]*)\}", css)
+    assert STATE_COLORS[NO_TELEMETRY] in nodata
