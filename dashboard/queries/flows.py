@@ -118,7 +118,8 @@ def fit_matrix(
     the total exactly (the queue borrowed in some minutes and lent in all the others) the
     matrix is unique: the queue lent to every borrower what it borrowed and borrowed from every
     lender what it lent. Otherwise it is fitted by iterative proportional fitting from the
-    proportional split, until every column is within 1e-9 of its sum (``rounds`` bounds it),
+    proportional split, until every column is within 1e-7 × the hour's total of its sum
+    (``rounds`` bounds it),
     ending on a row pass, so each lender's total is what it lent.
     """
     total = sum(columns.values())
@@ -146,6 +147,6 @@ def fit_matrix(
         taken_sums: dict[int, float] = defaultdict(float)
         for (_, borrower), value in cells.items():
             taken_sums[borrower] += value
-        if max(abs(taken_sums[b] - t) for b, t in columns.items()) <= tolerance:
+        if max(abs(taken_sums[b] - t) for b, t in columns.items()) <= 100 * tolerance:
             break
     return cells
