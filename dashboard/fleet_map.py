@@ -222,6 +222,33 @@ def node_label(node: Node, query: MapQuery) -> str:
     return plotting.plain(f"{prefix}{node.name}")
 
 
+@dataclass(frozen=True)
+class NodeCapacity:
+    """A node's GPUs, said one way on the fleet map and the node page."""
+
+    gpus: float
+    devices: int
+
+
+def node_capacity(node: Node, states: Iterable[GpuState]) -> NodeCapacity:
+    """The node's physical GPUs as capacity GPU-hours count them (docs/architecture.md
+    "Figures"): a whole GPU 1, a MIG instance its slices/7, a time-sliced GPU once whatever its
+    replicas; and the devices DCGM reports (each MIG instance one). Kubernetes' advertised
+    ``nvidia.com/gpu`` counts neither way (a MIG node in the mixed strategy advertises 0, a
+    time-sliced GPU once per replica), so it counts only for a node DCGM has not reported yet.
+    """
+    seen = list(states)
+    if not seen:
+        return NodeCapacity(float(node.gpu_capacity), 0)
+    return NodeCapacity(sum(state.gpu.fraction for state in seen), len(seen))
+
+
+def node_capacities(nodes: list[Node], states: GpuStates) -> dict[int, NodeCapacity]:
+    """node id → ``node_capacity`` of each node, from the page's GPU states."""
+    by_node = states_by_node(states)
+    return {node.pk: node_capacity(node, by_node.get(node.pk, [])) for node in nodes}
+
+
 def node_slots(node: Node, states: list[GpuState]) -> int:
     """Columns a node needs: its physical GPUs. A time-sliced GPU's replicas inflate the
     node's advertised ``nvidia.com/gpu`` capacity, so such a node counts the GPUs seen."""
@@ -245,6 +272,13 @@ STATE_LEGEND = {
     NO_TELEMETRY: "No telemetry (holder unknown; never free or idle)",
 }
 OTHER_TEAMS_COLOR = "#94a3b8"
+# The mark drawn over a free GPU's white cell, and the legend's free entry.
+FREE_MARK = {
+    "symbol": "line-ne-open",
+    "size": 12,
+    "color": "#9ca3af",
+    "line": {"width": 1, "color": "#9ca3af"},
+}
 
 
 def _team_colors(cells: dict[int, list[GpuState]]) -> dict[str, str]:
@@ -409,7 +443,8 @@ def _heatmaps(grid: _Grid, colors: list[str], query: MapQuery) -> list[dict[str,
 def _legend(
     shown: list[str], teams: dict[str, str], colors: list[str], category_index: dict[str, int]
 ) -> list[dict[str, Any]]:
-    """Legend entries for the categories shown (heatmaps carry none of their own)."""
+    """Legend entries for the categories shown (heatmaps carry none of their own). Free's is
+    the free mark (``FREE_MARK``), as drawn over a free GPU's white cell."""
     return [
         {
             "type": "scatter",
@@ -418,7 +453,9 @@ def _legend(
             "legendgroup": "teams" if name in teams else "states",
             "x": [None],
             "y": [None],
-            "marker": {
+            "marker": FREE_MARK
+            if name == FREE
+            else {
                 "symbol": "square",
                 "size": 12,
                 "color": colors[category_index[name]],
@@ -448,20 +485,12 @@ def _mark(
 
 
 def _marks(grid: _Grid) -> list[dict[str, Any]]:
-    """The marks drawn over the cells: free hatched, held-silent crossed, time-sliced diamond."""
+    """The marks drawn over the cells: free a diagonal, held-silent crossed, time-sliced
+    diamond."""
     return [
-        # Free must look free, whatever the colour mode.
-        _mark(
-            "free (hatched)",
-            grid.free,
-            {
-                "symbol": "line-ne-open",
-                "size": 12,
-                "color": "#9ca3af",
-                "line": {"width": 1, "color": "#9ca3af"},
-            },
-            legend=False,
-        ),
+        # Free must look free, whatever the colour mode: a white cell crossed by one grey
+        # diagonal, in the legend as on the cells and as the page's legend (``.swatch-free``).
+        _mark("free (hatched)", grid.free, FREE_MARK, legend=False),
         # Slate alone is close to the scale's blues.
         _mark(
             "held · no telemetry (crossed)",
@@ -534,9 +563,10 @@ def map_figure(
 ) -> dict[str, Any]:
     """Nodes × GPUs heatmap. MIG instances fill their share of the GPU's 7 compute slices.
 
-    Colours: by state now (free hatched white, idle red, held without telemetry slate, silent
-    light grey; held and active by SM_ACTIVE), by the holder's team (``colour=team``), or by the
-    mean SM_ACTIVE over the range (``value=mean``; GPUs free now still hatched).
+    Colours: by state now (free white crossed by a grey diagonal, idle red, held without
+    telemetry slate, silent light grey; held and active by SM_ACTIVE), by the holder's team
+    (``colour=team``), or by the mean SM_ACTIVE over the range (``value=mean``; GPUs free now
+    still crossed).
     """
     any_mig = any(state.gpu.gi_id for states in cells.values() for state in states)
     sub = MIG_COMPUTE_SLICES if any_mig else 1

@@ -1,5 +1,10 @@
 """The episode page's evidence chart: the GPUs' SM_ACTIVE over the episode, from the stored
-windows (per window up to 12 hours, hourly means beyond), with the idle threshold."""
+windows (per window up to 12 hours, hourly means beyond), with the idle threshold.
+
+The time axis is a date axis over the episode and its margins whatever the points: an episode
+without a stored sample (a ghost reservation's pods never ran) still draws its band, and the
+band's dates are never read as numbers on an axis Plotly would otherwise guess from no data.
+"""
 
 from __future__ import annotations
 
@@ -78,6 +83,8 @@ def episode_evidence_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
         "SM_ACTIVE of the episode's GPUs" + (" (hourly means)" if stop - start > RAW_SPAN else ""),
         x_title=TIME_AXIS,
         y_title="SM_ACTIVE (0-1)",
+        xaxis={"type": "date", "range": [plotting.iso(start), plotting.iso(stop)]},
+        yaxis={"range": [0, 1.02]},
         shapes=[
             {
                 "type": "rect",

@@ -13,12 +13,12 @@ from core.ratios import allocation_rate
 from dashboard.access import allowed_team_ids, get_cluster_queue_for_user
 from dashboard.decorators import dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
-from dashboard.pending import free_in_quota, workload_reason
 from dashboard.queries import cluster_queues as queries
 from dashboard.templatetags.formatting import duration, figure, percent, quantity
 from quotas.access import leads_team
 from quotas.choices import TransitionKind
 from quotas.now import gpu_quotas, holding_gpus, latest_samples
+from quotas.pending import free_in_quota, workload_reason
 from quotas.writeback.service import can_apply
 
 

@@ -189,11 +189,15 @@ def _member_row(
     }
 
 
-def flow_matrix(flows: BorrowingFlows, members: list[ClusterQueue]) -> dict[str, Any]:
+def flow_matrix(
+    flows: BorrowingFlows, members: list[ClusterQueue], *, own_quota: bool = False
+) -> dict[str, Any]:
     """The lender → borrower matrix of the template: names, cells, row and column totals (built
-    only for users who see every member)."""
+    only for users who see every member). Borrowing no member lent is the cohort's own quota's
+    when it has some; otherwise it was recorded before the sync credited every borrowed GPU to
+    a lender, and says so."""
     names = {queue.pk: queue.name for queue in members}
-    names[POOL] = "cohort's own pool"
+    names[POOL] = "cohort's own pool" if own_quota else "no lender recorded"
     borrowers = flows.borrowers
     rows = [
         {
@@ -365,7 +369,7 @@ def cohort_detail(
         "hidden_lenders": _lending_count(hidden, samples),
         "another_teams_queue": ANOTHER_TEAMS_QUEUE,
         "another_teams_workload": ANOTHER_TEAMS_WORKLOAD,
-        "flows": flow_matrix(flows, members) if flows is not None else None,
+        "flows": flow_matrix(flows, members, own_quota=bool(pool)) if flows is not None else None,
         "pace": pace,
         "statuses": ReclaimStatus,
         "samples_seen": bool(samples),

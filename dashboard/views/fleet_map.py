@@ -15,7 +15,9 @@ from dashboard.decorators import dashboard_page
 from dashboard.fleet_map import (
     MAP_NODES_PER_PAGE,
     MapQuery,
+    NodeCapacity,
     map_page,
+    node_capacities,
     node_choices,
     node_summaries,
     page_states,
@@ -24,6 +26,7 @@ from dashboard.fleet_map import (
 from dashboard.frame import chart_url
 from dashboard.queries.gpu_states import NodeStory
 from dashboard.queries.now import latest_windows
+from dashboard.templatetags.formatting import gpus as fmt_gpus
 from fleet.models import Node
 
 
@@ -35,6 +38,7 @@ def fleet_map(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     nodes = list(page.object_list)
     states = page_states(nodes, windows, allowed_team_ids(request), holders=False)
     summaries = node_summaries(nodes, states)
+    capacities = node_capacities(nodes, states)
     rows = []
     for node in nodes:
         story = summaries[node.pk]
@@ -46,7 +50,7 @@ def fleet_map(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
             "utilization_pct": None if utilization is None else utilization * 100,
             "no_data": story.no_telemetry,
         }
-        rows.append({**row, "cells": _cells(node, row, story)})
+        rows.append({**row, "cells": _cells(node, row, story, capacities[node.pk])})
     flavors, pools = node_choices()
     context = {
         "nav": "map",
@@ -67,10 +71,14 @@ def fleet_map(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     return render(request, "dashboard/fleet_map.html", context)
 
 
-def _cells(node: Node, row: dict[str, Any], story: NodeStory) -> dict[str, str]:
+def _cells(
+    node: Node, row: dict[str, Any], story: NodeStory, capacity: NodeCapacity
+) -> dict[str, str]:
     """A node table row's texts, formatted here once (as the template's filters would): 100
     rows of template lookups and filters cost more than the rest of the page."""
     return {
+        "gpus": fmt_gpus(capacity.gpus),
+        "devices": f"{capacity.devices} devices",
         "url": reverse("dashboard:node", args=[node.pk]),
         "cluster": str(node.cluster),
         "held": "" if row["allocated"] is None else floatformat(row["allocated"], "-1"),

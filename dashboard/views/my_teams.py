@@ -16,13 +16,13 @@ from django.utils import timezone
 from core.ranges import TimeRange
 from dashboard.decorators import dashboard_page
 from dashboard.frame import utilization_tone
-from dashboard.pending import free_in_quota, workload_reason
 from dashboard.queries import my_teams as queries
 from dashboard.queries.teams import figures_by_team
 from dashboard.templatetags.formatting import figure, percent
 from ledger.range_figures import Figures
 from quotas.models import Team
 from quotas.now import latest_samples
+from quotas.pending import free_in_quota, workload_reason
 
 
 def flavor_rows(uses: list[queries.FlavorUse]) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404, render
 from core.ranges import TimeRange
 from dashboard.access import allowed_team_ids
 from dashboard.decorators import dashboard_page
+from dashboard.fleet_map import node_capacity
 from dashboard.frame import chart_url, stat
 from dashboard.queries.gpu_states import gpu_states, node_story
 from dashboard.queries.gpus import HOLDERS_LIMIT, gpu_rows, holders_over_range
@@ -37,13 +38,15 @@ def node_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpRes
     with_data = [row for row in rows if row["activity_pct"] is not None]
     silent_held = sum(1 for row in rows if row["state"] == "held_no_telemetry")
     unplaced = states.unplaced_on(node.cluster_id, node.name)
+    capacity = node_capacity(node, states.values())
     cards = [
         stat(
             "GPUs",
-            fmt_gpus(story.gpus),
+            fmt_gpus(capacity.gpus),
             unit="GPUs",
-            note=f"{len(gpus)} devices · {node.gpu_product or 'unknown model'}",
+            note=f"{capacity.devices} devices · {node.gpu_product or 'unknown model'}",
             tone="neutral",
+            testid="node-gpus",
         ),
         stat(
             "Held now",

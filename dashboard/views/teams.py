@@ -16,7 +16,6 @@ from core.ranges import TimeRange, hidden_params
 from dashboard.access import allowed_team_ids, get_team_for_user, sees_team
 from dashboard.decorators import choice_param, dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
-from dashboard.pending import free_in_quota, workload_reason
 from dashboard.queries import teams as queries
 from dashboard.queries.my_teams import flavor_use_by_team, pod_gpus_by_team
 from dashboard.queries.workload_list import workload_charges
@@ -28,6 +27,7 @@ from quotas.access import PUBLIC, leads_team, led_team_ids, other_teams_label, t
 from quotas.choices import HOLDING_STATES
 from quotas.models import ClusterQueue, ClusterQueueQuota, Team, Workload
 from quotas.now import QueueNow, gpu_quotas, holding_gpus, latest_samples
+from quotas.pending import free_in_quota, workload_reason
 from quotas.writeback.service import can_apply
 
 

@@ -19,7 +19,6 @@ from dashboard.access import allowed_team_ids, get_workload_for_user, sees_team
 from dashboard.decorators import dashboard_page
 from dashboard.frame import LIST_LIMIT, range_query, stat, utilization_tone
 from dashboard.live import WORKLOAD_LIVE_SPAN
-from dashboard.pending import free_in_quota, workload_reason
 from dashboard.queries import workloads as queries
 from dashboard.queries.teams import PENDING_STATES
 from dashboard.templatetags.formatting import duration, figure, percent
@@ -28,6 +27,7 @@ from quotas.access import ANOTHER_TEAMS_WORKLOAD, hide_queue_path
 from quotas.choices import FINISHED_STATES, HOLDING_STATES, WorkloadState
 from quotas.models import Allocation, Workload
 from quotas.now import latest_samples
+from quotas.pending import free_in_quota, workload_reason
 
 # A workload page opens on the workload's whole life, at most this long (a serving deployment
 # may live for months: its last 30 days).

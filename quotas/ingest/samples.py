@@ -81,10 +81,13 @@ def build_queue_samples(batch: KueueBatch, resource: str = GPU_RESOURCE) -> list
       Workload would get is not knowable here).
     * ``admitted_workloads``: admitted Workloads holding ``resource`` in that flavor.
     * ``lent`` is inferred per direct cohort and flavor: what members borrow is first taken from
-      the cohort's own quota, and the rest is attributed to member queues in proportion to their
-      unused lendable quota, ``min(nominal - reserved, lendingLimit)`` (no lendingLimit: all of
-      the unused nominal), never more than that lendable amount. Nested cohorts are not
-      followed: borrowing is matched with lenders of the same cohort.
+      the cohort's own quota, and the rest is attributed to the members that do not borrow:
+      in proportion to their unused lendable quota, ``min(nominal - reserved, lendingLimit)``
+      (no lendingLimit: all of the unused nominal), then, for borrowing that stands on quota a
+      lender took back, in proportion to what they can still lend (``place_borrowing``). So
+      the members' lent GPUs add up to their borrowed GPUs beyond the cohort's own quota
+      (docs/architecture.md "Figures"). Nested cohorts are not followed: borrowing is matched
+      with lenders of the same cohort.
     """
     pending: dict[str, tuple[Decimal, int]] = defaultdict(lambda: (ZERO, 0))
     admitted: Counter[tuple[str, str]] = Counter()
@@ -156,14 +159,57 @@ def attribute_lending(
         to_place = sum((m.borrowed for m in members), ZERO) - own_quota.get(key, ZERO)
         if to_place <= 0:
             continue
-        lendable = {}
-        for member in members:
-            unused = max(ZERO, member.nominal - member.reserved)
-            cap = member.lending_limit
-            lendable[id(member)] = unused if cap is None else min(unused, max(ZERO, cap))
-        pool = sum(lendable.values(), ZERO)
-        if pool <= 0:
+        lenders = [member for member in members if member.borrowed <= 0]
+        lent = place_borrowing(
+            to_place,
+            [(_unused_lendable(member), _lendable(member)) for member in lenders],
+        )
+        for member, amount in zip(lenders, lent, strict=True):
+            member.lent = amount
+
+
+def _lendable(member: QueueSampleRow) -> Decimal:
+    """The part of a member's nominal quota it may lend: ``lendingLimit``, else all of it."""
+    cap = member.lending_limit
+    return member.nominal if cap is None else min(member.nominal, max(ZERO, cap))
+
+
+def _unused_lendable(member: QueueSampleRow) -> Decimal:
+    """What the member lends without taking anything from its own workloads now."""
+    return min(max(ZERO, member.nominal - member.reserved), _lendable(member))
+
+
+_PLACES = Decimal("0.000001")
+
+
+def place_borrowing(to_place: Decimal, lenders: list[tuple[Decimal, Decimal]]) -> list[Decimal]:
+    """What each lender lent of ``to_place`` borrowed GPUs; ``lenders`` is (unused lendable
+    quota, lendable quota) per member that does not borrow itself.
+
+    First, members' unused lendable quota, in proportion to it. What is left is borrowing that
+    stands on quota a lender has taken back (its own workloads use it again while the borrower
+    still runs, until Kueue reclaims it): it is credited to the members whose lendable quota it
+    stands on, in proportion to what they can still lend (lendable quota less what they already
+    lent). Each lender's share is rounded to 0.000001 GPU and the rounding rest goes to the
+    largest one, so the shares add up to exactly what was placed. Borrowing beyond every
+    lender's lendable quota (Kueue does not admit it) stays unattributed.
+    """
+    lent = [ZERO] * len(lenders)
+    rest = to_place
+    for stage in (0, 1):
+        room = [
+            max(ZERO, unused if stage == 0 else lendable - lent[i])
+            for i, (unused, lendable) in enumerate(lenders)
+        ]
+        pool = sum(room, ZERO)
+        if rest <= 0 or pool <= 0:
             continue
-        share = min(Decimal(1), to_place / pool)
-        for member in members:
-            member.lent = (lendable[id(member)] * share).quantize(Decimal("0.000001"))
+        placed = min(rest, pool)
+        for i, amount in enumerate(room):
+            lent[i] += amount * placed / pool
+        rest -= placed
+    rounded = [amount.quantize(_PLACES) for amount in lent]
+    if rounded:
+        largest = max(range(len(rounded)), key=lambda i: rounded[i])
+        rounded[largest] += (to_place - max(rest, ZERO)).quantize(_PLACES) - sum(rounded, ZERO)
+    return rounded

@@ -12,6 +12,7 @@ from core.mig import GPU_RESOURCE
 from core.quantity import display_quantity, parse_quantity
 from quotas.models import ClusterQueue, ClusterQueueQuota, Cohort, ResourceFlavor, Workload
 from quotas.now import eviction_pace, latest_samples
+from quotas.pending import free_in_quota, pending_reason
 from quotas.reclaim import termination_grace_seconds
 from quotas.writeback.edits import Cell, live_cells
 from quotas.writeback.whatif import Limits, MemberView, WhatIfInputs, WorkloadView
@@ -121,12 +122,16 @@ def whatif_inputs(
             "name", "node_labels"
         )
     )
+    found = latest_samples(Q(cluster_queue=queue), now).get(queue.pk)
+    # Why each waits now: the words of every page (``quotas.pending``).
+    free = free_in_quota(found)
     pending = [
         WorkloadView(
             f"{w.namespace}/{w.name}",
             w.priority,
             float(w.requested_gpus),
             flavors=allowed_flavors(w.pod_sets, flavor_labels),
+            reason=pending_reason(w, free),
         )
         for w in pending_rows
     ]
@@ -175,7 +180,6 @@ def whatif_inputs(
         if queue.cohort is not None:
             pool = pool_of(queue.cohort.resource_groups)
         pace = eviction_pace(Q(workload__cluster_queue__cohort_id=queue.cohort_id), now)
-    found = latest_samples(Q(cluster_queue=queue), now).get(queue.pk)
     lent = {flavor: values["lent"] for flavor, values in (found.flavors if found else {}).items()}
     order = [cell.flavor for cell in before if cell.resource == GPU_RESOURCE]
     return WhatIfInputs(

@@ -8,10 +8,13 @@ GPU quota only (the resource workloads are counted in here); other resources sho
   quota evicts nothing (Kueue #5176): those workloads keep running, now on borrowed quota, and
   cohort members may reclaim them under their ``reclaimWithinCohort`` (``Any``: always;
   ``LowerPriority``: by a pending workload of higher priority; ``Never``: not at all).
-* **Pending that would fit.** In Kueue's queue order, each pending workload takes the first flavor
-  (in the queue's flavor order, among those its node selector allows) with room as Kueue counts
-  it (``admissible``). A workload that fits already under the current quota waits for something
-  else (backoff, admission checks, topology): the page says so rather than promise it.
+* **Pending that would fit.** Why a workload waits now is Kueue's answer, said as every page
+  says it (``quotas.pending``): a workload whose message names a shortfall is short now, and
+  the change admits it when it adds at least that shortfall to the room (``admissible``) of a
+  flavor Kueue tried. The others, in Kueue's queue order, take the first flavor (in the queue's
+  flavor order, among those its node selector allows) with room as Kueue counts it; one that
+  fits already under the current quota waits for something else (backoff, admission checks,
+  topology): the page says so rather than promise it.
 * **Lendable.** A member lends ``lendingLimit`` when set, else all its nominal quota.
 * **Reclaim time.** ``quotas.reclaim`` for what the queue lends now, with the lendable quota before
   and after.
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from quotas.pending import PendingReason
 from quotas.reclaim import Borrower, ReclaimEstimate, ReclaimInputs, estimate_reclaim
 
 NO_EVICTION_NOTE = (
@@ -54,6 +58,8 @@ class WorkloadView:
     grace_seconds: float = 30.0
     # Flavors its node selector allows (None: any).
     flavors: tuple[str, ...] | None = None
+    # A pending workload's reason now (``quotas.pending``): Kueue's shortfalls.
+    reason: PendingReason = PendingReason()
 
 
 @dataclass(frozen=True)
@@ -170,21 +176,69 @@ def admissible(
     return max(0.0, room)
 
 
-def pending_fit(inputs: WhatIfInputs, limits: Mapping[str, Limits]) -> dict[str, str]:
-    """Pending workload name -> "nominal" / "borrowing" for those that would be admitted, in
-    queue order, each in the first flavor (queue order, node selector allowing) with room."""
+def pending_fit(
+    inputs: WhatIfInputs, limits: Mapping[str, Limits], now: Mapping[str, Limits] | None = None
+) -> dict[str, str]:
+    """Pending workload name -> "nominal" / "borrowing" for those that would be admitted under
+    ``limits``, in queue order.
+
+    A workload Kueue says is short (``WorkloadView.reason``) fits when ``limits`` give a flavor
+    it tried at least the shortfall more room than the quota ``now`` (the current one; under
+    the current quota itself it does not fit). The others take the first flavor (queue order,
+    node selector allowing) with room.
+    """
     used = used_by_flavor(inputs.admitted)
+    current = inputs.before if now is None else now
     fits: dict[str, str] = {}
     for workload in inputs.pending:
-        for flavor in inputs.flavor_order:
-            if workload.flavors is not None and flavor not in workload.flavors:
-                continue
-            if workload.gpus <= admissible(inputs, limits, used, flavor) + 1e-9:
+        if workload.reason.quota_bound:
+            more = {
+                flavor: admissible(inputs, limits, used, flavor)
+                - admissible(inputs, current, used, flavor)
+                for flavor in inputs.flavor_order
+            }
+            chosen = workload.reason.fits_with(more)
+            candidates = [chosen] if chosen else []
+        else:
+            candidates = [
+                flavor
+                for flavor in inputs.flavor_order
+                if workload.flavors is None or flavor in workload.flavors
+            ]
+        for flavor in candidates:
+            if (
+                workload.reason.quota_bound
+                or workload.gpus <= admissible(inputs, limits, used, flavor) + 1e-9
+            ):
                 used[flavor] = used.get(flavor, 0.0) + workload.gpus
-                within = used[flavor] <= limits[flavor].nominal + 1e-9
+                within = flavor in limits and used[flavor] <= limits[flavor].nominal + 1e-9
                 fits[workload.name] = "nominal" if within else "borrowing"
                 break
     return fits
+
+
+def _pending_rows(inputs: WhatIfInputs) -> list[dict[str, Any]]:
+    """The preview's pending rows: now (Kueue's reason, as every page says it) and after."""
+    fit_before = pending_fit(inputs, inputs.before)
+    fit_after = pending_fit(inputs, inputs.after)
+    used = used_by_flavor(inputs.admitted)
+    more = {
+        flavor: admissible(inputs, inputs.after, used, flavor)
+        - admissible(inputs, inputs.before, used, flavor)
+        for flavor in inputs.flavor_order
+    }
+    return [
+        {
+            "name": w.name,
+            "gpus": w.gpus,
+            "priority": w.priority,
+            "reason": w.reason.text,
+            "before": fit_before.get(w.name, ""),
+            "after": fit_after.get(w.name, ""),
+            "still_short": w.reason.still_short(more) if w.reason.quota_bound else None,
+        }
+        for w in inputs.pending
+    ]
 
 
 def _estimate(
@@ -234,18 +288,7 @@ def what_if(inputs: WhatIfInputs) -> dict[str, Any]:
     for row in after_borrowers:
         row["new"] = row["name"] not in was
         row["reclaimable_by"] = reclaimers(row["priority"], inputs.members) if inputs.cohort else []
-    fit_before = pending_fit(inputs, inputs.before)
-    fit_after = pending_fit(inputs, inputs.after)
-    pending_rows = [
-        {
-            "name": w.name,
-            "gpus": w.gpus,
-            "priority": w.priority,
-            "before": fit_before.get(w.name, ""),
-            "after": fit_after.get(w.name, ""),
-        }
-        for w in inputs.pending
-    ]
+    pending_rows = _pending_rows(inputs)
     used = used_by_flavor(inputs.admitted)
     room = {
         flavor: {

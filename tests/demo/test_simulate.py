@@ -8,7 +8,6 @@ from django.core.management import CommandError, call_command
 from django.db.models import Sum
 
 from alerts.models import Episode
-from dashboard.pending import short_reason
 from demo.simulation import FleetSimulator
 from fleet.choices import ActivitySource, IngestSource, IngestStatus
 from fleet.models import Gpu, IngestRun, Node
@@ -16,6 +15,7 @@ from ledger.choices import RollupScope
 from ledger.models import GpuUsage, HourlyRollup
 from quotas.choices import TransitionKind, WorkloadState
 from quotas.models import Allocation, ClusterQueue, Team, Workload, WorkloadTransition
+from quotas.pending import short_reason
 
 END = datetime.fromisoformat("2026-06-15T12:00:00+00:00")
 

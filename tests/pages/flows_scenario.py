@@ -1,7 +1,8 @@
 """A cohort whose members borrowed from each other in two hours: a fixture for the lender →
 borrower tests (tests/pages/test_borrowing_flows.py and the browser tests).
 
-Hour 1 (h100): queue-a borrowed 4 GPU-hours, queue-b lent 3: b → a 3, the cohort's pool → a 1.
+Hour 1 (h100): queue-a borrowed 4 GPU-hours, queue-b lent 3: b → a 3, the cohort's pool → a 1
+(the cohort has 1 h100 GPU of its own quota).
 Hour 2 (h100): queue-a and queue-c borrowed 2 each, queue-b lent 4: b → a 2, b → c 2.
 Hour 2 (a100): queue-c borrowed 1, queue-a lent 1: a → c 1 (flavors never mix).
 """
@@ -32,7 +33,10 @@ def flows_scenario(db, cluster) -> FlowScenario:
     from ledger.models import HourlyRollup
     from quotas.models import ClusterQueue, Cohort
 
-    cohort = Cohort.objects.create(cluster=cluster, name="lending")
+    GPU = "nvidia.com/gpu"
+
+    pool = [{"flavors": [{"name": "h100", "resources": [{"name": GPU, "nominalQuota": "1"}]}]}]
+    cohort = Cohort.objects.create(cluster=cluster, name="lending", resource_groups=pool)
     queues = {
         name: ClusterQueue.objects.create(
             cluster=cluster, name=f"queue-{name}", cohort=cohort, cohort_name="lending"

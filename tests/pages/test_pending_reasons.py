@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from dashboard.pending import short_reason, shortfalls
+from quotas.pending import short_reason, shortfalls
 from tests.pages.built_once import build_once
 from tests.pages.quota_pages.world import NOW, new_world
 
