@@ -1,5 +1,6 @@
-"""What every page shares, in headless Chromium: the login title, 403 and 404 inside the frame,
-the custom-range and Sources popovers inside the viewport, the footer's link to the figures.
+"""What every page shares, in headless Chromium: the login title, the 404 inside the frame (the
+same for a missing object and another team's), the custom-range and Sources popovers inside the
+viewport, the footer's link to the figures.
 
 Every test also asserts no console error and no request to a host that is not loopback.
 """

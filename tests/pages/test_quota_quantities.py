@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.urls import reverse
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from quotas.models import ClusterQueue, QuotaChange, Team
 from tests.api.conftest import client_for
@@ -112,3 +114,47 @@ def test_the_admin_edit_form_shows_a_field_error(kube, superuser, value: str) ->
     assert field in page.context["form"].errors
     assert not QuotaChange.objects.exists()
     assert kube.writes("clusterqueues") == []
+
+
+QUANTITIES = st.one_of(
+    st.text(max_size=70),
+    st.from_regex(
+        r"\A[+-]?(?:[0-9]{1,30}(?:\.[0-9]{0,12})?|\.[0-9]{1,12})"
+        r"(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]{1,4})?\Z"
+    ),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.none(),
+)
+
+
+def test_the_api_answers_any_quantity_without_a_server_error(kube, superuser) -> None:
+    """Hypothesis examples of quantities through POST /api/v1/quota-changes/ (dry runs)."""
+    client = client_for(superuser)
+    statuses: set[int] = set()
+
+    @given(
+        nominal=QUANTITIES,
+        lending=QUANTITIES,
+        resource=st.sampled_from([GPU, "cpu", "memory"]),
+    )
+    @settings(
+        max_examples=60,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    def post(nominal: object, lending: object, resource: str) -> None:
+        cell = {"flavor": "h100", "resource": resource, "nominal": nominal}
+        cell["lending_limit"] = lending
+        answer = client.post(
+            "/api/v1/quota-changes/",
+            {"cluster": "gpu-east", "cluster_queue": "team-a", "changes": [cell], "reason": "r"},
+            format="json",
+        )
+        assert answer.status_code in (201, 400), (cell, answer.status_code)
+        statuses.add(answer.status_code)
+
+    post()
+    # Both kinds of answer were reached: the examples are not all refused by the serializer.
+    assert statuses == {201, 400}
