@@ -522,3 +522,30 @@ if GPULEDGER_TEAM_VISIBILITY not in ("private", "public"):
     raise ImproperlyConfigured(
         f"GPULEDGER_TEAM_VISIBILITY={GPULEDGER_TEAM_VISIBILITY!r} must be private or public"
     )
+
+
+def quantity_setting(name: str, text: str) -> int:
+    """A positive Kubernetes quantity setting ("64Pi", "1E") as a whole number of units."""
+    from core.quantity import parse_quantity
+
+    try:
+        amount = parse_quantity(text)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={text!r} is not a Kubernetes quantity") from None
+    if not 1 <= amount <= 2**63 - 1:
+        raise ImproperlyConfigured(f"{name}={text!r} must be from 1 to 2^63-1")
+    return int(amount)
+
+
+# Plausibility ceilings of a quota typed in the API or a quota form (core/quantity.py
+# quota_quantity): a larger value is refused with an error naming the field. GPUs (any resource
+# naming "gpu" or a MIG profile) and CPU cores are counts; memory (and hugepages) and every other
+# resource take a quantity.
+GPULEDGER_QUOTA_MAX_GPUS = env_int("GPULEDGER_QUOTA_MAX_GPUS", 100_000, minimum=1)
+GPULEDGER_QUOTA_MAX_CPUS = env_int("GPULEDGER_QUOTA_MAX_CPUS", 10_000_000, minimum=1)
+GPULEDGER_QUOTA_MAX_MEMORY = quantity_setting(
+    "GPULEDGER_QUOTA_MAX_MEMORY", env_str("GPULEDGER_QUOTA_MAX_MEMORY", "64Pi")
+)
+GPULEDGER_QUOTA_MAX_OTHER = quantity_setting(
+    "GPULEDGER_QUOTA_MAX_OTHER", env_str("GPULEDGER_QUOTA_MAX_OTHER", "1E")
+)

@@ -1,15 +1,18 @@
-"""The object a quota page or chart URL names, for the user who asks (404 or 403 otherwise).
+"""The object a quota page or chart URL names, for the user who asks (404 otherwise).
 
 The policy is ``quotas.access`` (staff and finance see everything; a team lead the detail of
 their teams, or of every team with ``GPULEDGER_TEAM_VISIBILITY=public``); this module applies
 it to requests, so a page and its charts open and refuse the same things. ``allowed_team_ids``
 asks the policy once per request; everything else here reuses that answer.
+
+An object the user may not see is refused exactly as one that does not exist: ``Http404`` with
+``NOT_YOURS``, the same status and the same page or JSON whichever it is, so that walking ids or
+names reveals neither which exist nor whose they are (docs/architecture.md "Refusals").
 """
 
 from __future__ import annotations
 
-from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 
 from alerts.models import Episode
@@ -17,6 +20,7 @@ from quotas.access import Roles, sees_team, user_roles, visible_team_ids
 from quotas.models import ClusterQueue, Cohort, Team, Workload
 
 __all__ = [
+    "NOT_YOURS",
     "allowed_team_ids",
     "request_roles",
     "get_cluster_queue_for_user",
@@ -25,6 +29,10 @@ __all__ = [
     "get_workload_for_user",
     "sees_team",
 ]
+
+
+# The one answer to "no such object" and "not yours": it names nothing.
+NOT_YOURS = "Not found, or not yours to see."
 
 
 def request_roles(request: HttpRequest) -> Roles:
@@ -46,31 +54,26 @@ def allowed_team_ids(request: HttpRequest) -> set[int] | None:
     return cached  # type: ignore[return-value]
 
 
-def owner_sentence(what: str, team: Team | None) -> str:
-    """Why a 403: whose the object is, and whom to ask (shown on the 403 page)."""
-    if team is None:
-        return f"This {what} belongs to no team; only staff see it."
-    return f"This {what} belongs to team {team.name}; ask an admin for access."
+def refuse() -> Http404:
+    """The refusal of an object the user may not see: the same as for one that does not exist."""
+    return Http404(NOT_YOURS)
 
 
 def get_team_for_user(request: HttpRequest, name: str) -> Team:
-    team = get_object_or_404(Team, name=name)
-    if not sees_team(allowed_team_ids(request), team.pk):
-        raise PermissionDenied(
-            f"Only the leads of team {team.name} (and staff) see its detail; ask an admin "
-            "to add you as a lead."
-        )
+    team = Team.objects.filter(name=name).first()
+    if team is None or not sees_team(allowed_team_ids(request), team.pk):
+        raise refuse()
     return team
 
 
 def get_cluster_queue_for_user(request: HttpRequest, cluster: str, name: str) -> ClusterQueue:
-    cluster_queue = get_object_or_404(
-        ClusterQueue.objects.select_related("cluster", "cohort", "team"),
-        cluster__name=cluster,
-        name=name,
+    cluster_queue = (
+        ClusterQueue.objects.select_related("cluster", "cohort", "team")
+        .filter(cluster__name=cluster, name=name)
+        .first()
     )
-    if not sees_team(allowed_team_ids(request), cluster_queue.team_id):
-        raise PermissionDenied(owner_sentence("queue", cluster_queue.team))
+    if cluster_queue is None or not sees_team(allowed_team_ids(request), cluster_queue.team_id):
+        raise refuse()
     return cluster_queue
 
 
@@ -83,21 +86,23 @@ def get_cohort_for_user(request: HttpRequest, cluster: str, name: str) -> Cohort
 
 
 def get_workload_for_user(request: HttpRequest, pk: int) -> Workload:
-    workload = get_object_or_404(
+    workload = (
         Workload.objects.select_related(
             "cluster", "cluster_queue", "cluster_queue__team", "local_queue"
-        ),
-        pk=pk,
+        )
+        .filter(pk=pk)
+        .first()
     )
+    if workload is None:
+        raise refuse()
     team_id = workload.cluster_queue.team_id if workload.cluster_queue else None
     if not sees_team(allowed_team_ids(request), team_id):
-        owner = workload.cluster_queue.team if workload.cluster_queue else None
-        raise PermissionDenied(owner_sentence("workload", owner))
+        raise refuse()
     return workload
 
 
 def get_episode_for_user(request: HttpRequest, pk: int) -> Episode:
-    episode = get_object_or_404(
+    episode = (
         Episode.objects.select_related(
             "cluster",
             "team",
@@ -106,9 +111,10 @@ def get_episode_for_user(request: HttpRequest, pk: int) -> Episode:
             "workload",
             "node",
             "acknowledged_by",
-        ),
-        pk=pk,
+        )
+        .filter(pk=pk)
+        .first()
     )
-    if not sees_team(allowed_team_ids(request), episode.team_id):
-        raise PermissionDenied("Only the owning team's leads (and staff) see this alert.")
+    if episode is None or not sees_team(allowed_team_ids(request), episode.team_id):
+        raise refuse()
     return episode

@@ -9,7 +9,9 @@ range says ``@dashboard_page(uses_range=False)`` and takes no ``time_range``. A 
 
 ``@chart_view``: the same for the small JSON views behind each Plotly figure; the view returns a
 dict (a Plotly figure from ``core.plotting``) and errors become ``{"error": ...}`` with 400.
-Unauthenticated chart requests get 401 JSON rather than a redirect to the login form.
+Unauthenticated chart requests get 401 JSON rather than a redirect to the login form. An object
+that does not exist or that the user may not see (``dashboard.access``) is one JSON 404,
+``{"error": "Not found, or not yours to see."}``, whichever it is.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_http_methods, require_safe
 
 from core.params import InvalidParameter, check_all, check_int
 from core.ranges import RangeError, parse_range
+from dashboard.access import NOT_YOURS
 from fleet.freshness import current_freshness
 
 logger = logging.getLogger(__name__)
@@ -130,6 +133,8 @@ def chart_view(view: Callable[..., Any] | None = None, *, uses_range: bool = Tru
             except (RangeError, BadParameter) as exc:
                 logger.info("bad chart parameters %s: %s", request.get_full_path(), exc)
                 return JsonResponse({"error": str(exc)}, status=400)
+            except Http404:
+                return JsonResponse({"error": NOT_YOURS}, status=404)
             if isinstance(result, HttpResponse):
                 return result
             response = JsonResponse(result)

@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 
-from quotas.models import Team
+from quotas.models import ClusterQueue, Team
 
 PRIVATE = "private"
 PUBLIC = "public"
@@ -154,3 +154,38 @@ def role_label(user: Any, roles: Callable[[], Roles] | None = None) -> str:
     if team_visibility() == PUBLIC:
         return "Member: leads no team; sees every team's figures"
     return "Member: leads no team; sees fleet totals"
+
+
+def shown_preview(preview: Any, cluster_id: int, allowed: set[int] | None) -> Any:
+    """A quota change's stored preview as a user who sees ``allowed`` teams may see it.
+
+    The cohort members that may reclaim a borrower (``borrowers_after[].reclaimable_by``) are
+    named only when their team is visible; the others are summed into one unnamed entry, with
+    neither their policy nor whether they have pending work (one query per preview).
+    """
+    if allowed is None or not isinstance(preview, dict):
+        return preview
+    rows = preview.get("borrowers_after") or []
+    named = {
+        entry.get("queue")
+        for row in rows
+        if isinstance(row, dict)
+        for entry in row.get("reclaimable_by") or []
+        if isinstance(entry, dict)
+    }
+    if not named:
+        return preview
+    visible = set(
+        ClusterQueue.objects.filter(
+            cluster_id=cluster_id, name__in=named, team_id__in=allowed
+        ).values_list("name", flat=True)
+    )
+    shown_rows = []
+    for row in rows:
+        entries = (row.get("reclaimable_by") or []) if isinstance(row, dict) else []
+        kept = [e for e in entries if isinstance(e, dict) and e.get("queue") in visible]
+        hidden = len(entries) - len(kept)
+        if hidden:
+            kept.append({"queue": other_members_label(hidden), "policy": "", "pending_now": None})
+        shown_rows.append({**row, "reclaimable_by": kept} if isinstance(row, dict) else row)
+    return {**preview, "borrowers_after": shown_rows}

@@ -57,11 +57,10 @@ def open_for(allowed_team_ids: set[int] | None, **where: object) -> list[Episode
     return list(queryset.order_by("-idle_gpu_hours", "-started_at")[:SHORT_LIST])
 
 
-def history(episode: Episode, limit: int = 20) -> list[Episode]:
-    """Earlier and later episodes of the same rule and subject."""
-    return list(
-        Episode.objects.fired()
-        .filter(rule=episode.rule, subject_key=episode.subject_key)
-        .exclude(pk=episode.pk)
-        .order_by("-started_at")[:limit]
-    )
+def history(episode: Episode, allowed: set[int] | None, limit: int = 20) -> list[Episode]:
+    """Earlier and later episodes of the same rule and subject, of the teams in ``allowed``
+    (``None``: all): a node's history holds other teams' episodes on it."""
+    episodes = Episode.objects.fired().filter(rule=episode.rule, subject_key=episode.subject_key)
+    if allowed is not None:
+        episodes = episodes.filter(team_id__in=allowed)
+    return list(episodes.exclude(pk=episode.pk).order_by("-started_at")[:limit])

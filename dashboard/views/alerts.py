@@ -119,7 +119,7 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "stats": stats,
         "gpus": gpus,
         "evidence": evidence,
-        "history": queries.history(episode),
+        "history": queries.history(episode, allowed_team_ids(request)),
         "chart_end": end,
         "now": now,
         "silenced": episode.is_silenced(now),

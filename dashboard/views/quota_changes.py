@@ -10,13 +10,13 @@ from typing import Any
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 
-from dashboard.access import get_cluster_queue_for_user
-from dashboard.decorators import BadParameter, dashboard_form, dashboard_page, int_param
+from dashboard.access import allowed_team_ids, get_cluster_queue_for_user, refuse
+from dashboard.decorators import dashboard_form, dashboard_page, int_param
 from dashboard.frame import paginate
 from ledger.quota_usage import queue_utilization
-from quotas.access import leads_team
+from quotas.access import leads_team, shown_preview
 from quotas.choices import QuotaChangeStatus
 from quotas.models import ClusterQueue, QuotaChange, Team
 from quotas.writeback import service
@@ -29,19 +29,27 @@ def _leads(user: Any, queue: ClusterQueue) -> bool:
 
 
 def _get_change_for_user(request: HttpRequest, pk: int) -> QuotaChange:
-    change = get_object_or_404(
+    change = (
         QuotaChange.objects.select_related(
             "cluster", "cluster_queue", "cluster_queue__team", "requested_by", "decided_by"
-        ),
-        pk=pk,
+        )
+        .filter(pk=pk)
+        .first()
     )
+    if change is None:
+        raise refuse()
     user = request.user
     if service.can_apply(user) or getattr(user, "is_staff", False):
         return change
     queue = change.cluster_queue
     if change.requested_by_id == user.pk or (queue is not None and _leads(user, queue)):
         return change
-    raise PermissionDenied("Only admins, the requester and the team's leads see this change.")
+    raise refuse()  # the same 404 as a change that does not exist
+
+
+def _shown_teams(request: HttpRequest) -> set[int] | None:
+    """Whose queues a change's preview names for this user: all for quota admins."""
+    return None if service.can_apply(request.user) else allowed_team_ids(request)
 
 
 @dashboard_form
@@ -72,7 +80,7 @@ def quota_change_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "nav": "queues",
         "page_title": f"Quota change #{change.pk}: {change.target_kind} {change.target_name}",
         "change": change,
-        "summary": change.preview,
+        "summary": shown_preview(change.preview, change.cluster_id, _shown_teams(request)),
         "cells": change.cells(),
         "utilization": queue_utilization(queue) if queue is not None else None,
         "can_apply": service.can_apply(request.user),
@@ -128,15 +136,19 @@ def quota_change_list(request: HttpRequest) -> HttpResponse:
     queue_id = int_param(request, "queue")
     team = request.GET.get("team", "").strip()[:100]
     subject = ""
+    # A filter names its queue or team only when the user may see it; any other id or name
+    # (missing, or another team's) lists nothing under a neutral title, the same either way.
+    allowed = _shown_teams(request)
     if queue_id is not None:
         changes = changes.filter(cluster_queue_id=queue_id)
         found = ClusterQueue.objects.filter(pk=queue_id).first()
-        subject = f"ClusterQueue {found.name}" if found else ""
+        seen = found is not None and (allowed is None or found.team_id in allowed)
+        subject = f"ClusterQueue {found.name}" if seen and found else "the queue asked for"
     if team:
-        if not Team.objects.filter(name=team).exists():
-            raise BadParameter(f"team={team!r} does not exist")
         changes = changes.filter(cluster_queue__team__name=team)
-        subject = f"team {team}"
+        found_team = Team.objects.filter(name=team).first()
+        seen = found_team is not None and (allowed is None or found_team.pk in allowed)
+        subject = f"team {found_team.name}" if seen and found_team else "the team asked for"
     pending = list(changes.pending_requests()[:100]) if service.can_apply(request.user) else []
     page, page_query = paginate(request, changes)
     context = {

@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from core.api import ApiViewMixin
 from ledger.api import serializers
 from ledger.quota_usage import queue_utilization
-from quotas.access import leads_team
+from quotas.access import leads_team, sees_team, visible_team_ids
 from quotas.choices import QuotaChangeSource, QuotaChangeStatus
 from quotas.models import ApiToken, ClusterQueue, Cohort, QuotaChange
 from quotas.writeback import service
@@ -50,6 +50,17 @@ class QuotaChangeViewSet(
     filterset_class = QuotaChangeFilterSet
     ordering_fields = ["created_at", "target_name", "status"]
     ordering = ["-created_at", "-id"]
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        # The teams whose queues a preview names (``quotas.access.shown_preview``).
+        context = dict(super().get_serializer_context())
+        user = self.request.user
+        context["shown_teams"] = (
+            None
+            if getattr(self, "swagger_fake_view", False) or service.can_apply(user)
+            else visible_team_ids(user)
+        )
+        return context
 
     def get_queryset(self) -> QuerySet[QuotaChange]:
         queryset = QuotaChange.objects.select_related("cluster", "requested_by", "decided_by")
@@ -80,12 +91,16 @@ class QuotaChangeViewSet(
             .filter(cluster__name=values["cluster"], name=values["cluster_queue"])
             .first()
         )
-        if queue is None:
+        applies = service.can_apply(request.user)
+        # Another team's queue the user may not see is refused as a missing one: same status,
+        # same body (docs/architecture.md "Refusals").
+        if queue is None or not (
+            applies or sees_team(visible_team_ids(request.user), queue.team_id)
+        ):
             return Response(
-                {"cluster_queue": ["No such ClusterQueue in this cluster."]},
+                {"cluster_queue": ["No such ClusterQueue in this cluster, or not yours to see."]},
                 status=status.HTTP_404_NOT_FOUND,
             )
-        applies = service.can_apply(request.user)
         if not applies and not leads_team(request.user, queue.team_id):
             raise PermissionDenied("Only quota admins and the queue's team leads change quotas.")
         if not values["dry_run"] and not applies:
@@ -103,7 +118,7 @@ class QuotaChangeViewSet(
                 change = service.apply(change, request.user)
         except EditError as exc:
             raise ValidationError(exc.errors) from None
-        body = dict(serializers.QuotaChangeSerializer(change).data)
+        body = dict(self.get_serializer(change).data)
         body["utilization"] = queue_utilization(queue)
         return Response(body, status=status.HTTP_201_CREATED)
 

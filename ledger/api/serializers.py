@@ -10,6 +10,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from quotas.access import shown_preview
 from quotas.models import QuotaChange
 
 
@@ -188,3 +189,11 @@ class QuotaChangeSerializer(serializers.ModelSerializer):
             "created_at",
         ]
         read_only_fields = fields
+
+    def to_representation(self, instance: QuotaChange) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        if "shown_teams" in self.context:
+            data["preview"] = shown_preview(
+                data["preview"], instance.cluster_id, self.context["shown_teams"]
+            )
+        return data

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from core.quantity import canonical_quantity, parse_quantity
+from core.quantity import QuantityError, canonical_quantity, parse_quantity, quota_quantity
 from quotas.choices import STOP_POLICIES
 
 LIMITS = ("nominal", "borrowing_limit", "lending_limit")
@@ -84,7 +84,8 @@ def parse_edit(
     """Validate ``[{flavor, resource, nominal, borrowing_limit, lending_limit}]``.
 
     Empty strings and None unset a limit; nominal is required. Raises ``EditError`` naming each
-    bad field.
+    bad field; every value goes through ``core.quantity.quota_quantity`` (grammar, ASCII
+    digits, the resource's ceiling).
     """
     errors: dict[str, list[str]] = {}
     cells = []
@@ -111,18 +112,9 @@ def parse_edit(
                 values[name] = None
                 continue
             try:
-                canonical = canonical_quantity(text)
-            except ValueError:
-                errors.setdefault(cell_field(flavor, resource, name), []).append(
-                    f"{text!r} is not a Kubernetes quantity (e.g. 16, 500m, 64Gi)."
-                )
-                continue
-            if parse_quantity(canonical) < 0:
-                errors.setdefault(cell_field(flavor, resource, name), []).append(
-                    "Must not be negative."
-                )
-                continue
-            values[name] = canonical
+                values[name] = quota_quantity(text, resource)
+            except QuantityError as exc:
+                errors.setdefault(cell_field(flavor, resource, name), []).append(str(exc))
         if not has_cohort:
             for name in ("borrowing_limit", "lending_limit"):
                 if values.get(name) is not None:

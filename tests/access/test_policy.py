@@ -5,7 +5,7 @@ JSON, the REST API with its format suffixes, chargeback, OpenCost, the schema, t
 its access is checked:
 
 - ``TEAM_SCOPED``: the URL names one team's object. Under ``private`` aspen's lead gets 200 on
-  aspen's object and 403/404 on birch's (and birch's lead 403/404 on aspen's); under ``public``
+  aspen's object and 404 on birch's (and birch's lead 404 on aspen's); under ``public``
   200 on both. Staff and finance get 200 on both either way.
 - ``AGGREGATE``: every signed-in user gets 200. Under ``private`` nothing of birch (its name,
   queue, namespace, workloads, figures: ``birch_markers``) is in aspen's lead's body, nor
@@ -19,18 +19,25 @@ its access is checked:
 
 Every other kind refuses anonymous users. A URL pattern with no entry fails
 ``test_every_url_pattern_has_an_access_policy``: a new URL needs its policy here first.
+
+Every object-bearing URL (``TEAM_SCOPED`` and ``ACTION``) is also asked, under ``private``, by
+the lead who may not see the object and, for the same URL naming an object that does not exist
+(``missing``): both answers must be the same 404 with the same body once the address itself is
+taken out, naming neither the object nor its team (docs/architecture.md "Refusals").
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
+from urllib.parse import quote, urlsplit
 
 import pytest
 from django.conf import settings
 from django.test import Client, override_settings
-from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.urls import URLPattern, URLResolver, get_resolver, resolve, reverse
 
 from tests.access.conftest import World, birch_markers
 
@@ -456,7 +463,7 @@ def test_private_a_lead_sees_nothing_of_another_team(key, world, client_of):
         for path in policy.own(world):
             assert_hidden(fetch(lead, path), birch_markers(), path)
         for path in policy.other(world):
-            fetch(lead, path, status=(403, 404))
+            fetch(lead, path, status=(404,))
 
 
 @pytest.mark.parametrize("key", SIGNED_IN)
@@ -466,7 +473,7 @@ def test_private_the_other_lead_sees_nothing_of_the_first(key, world, client_of)
     with override_settings(GPULEDGER_TEAM_VISIBILITY="private"):
         for path in policy.own(world):
             if policy.kind == TEAM_SCOPED:
-                fetch(lead, path, status=(403, 404))
+                fetch(lead, path, status=(404,))
             else:
                 assert_hidden(fetch(lead, path), ["aspen"], path)
 
@@ -548,3 +555,51 @@ def test_the_owning_lead_may_open_the_team_s_forms(key, world, client_of):
     with override_settings(GPULEDGER_TEAM_VISIBILITY="private"):
         for path in POLICY[key].own(world):
             assert lead.get(path).status_code == 200, path
+
+
+# --- Refusals name nobody ----------------------------------------------------------------------
+OBJECT_BEARING = [key for key in KEYS if POLICY[key].kind in (TEAM_SCOPED, ACTION)]
+NO_SUCH_ID = "987654321"
+
+
+def missing(path: str) -> str:
+    """``path`` naming an object that does not exist: every id or name in it (the cluster and
+    the format suffix stay) replaced."""
+    parts = urlsplit(path)
+    match = resolve(parts.path)
+    kwargs = {
+        name: value
+        if name in ("cluster", "format")
+        else (NO_SUCH_ID if str(value).isdigit() else f"no-such-{value}")
+        for name, value in match.kwargs.items()
+    }
+    built = reverse(match.view_name, kwargs=kwargs)
+    assert built != parts.path, path
+    return built + (f"?{parts.query}" if parts.query else "")
+
+
+def shape(response, path: str) -> tuple[int, str, str]:
+    """Status, content type and body, with the address asked for and per-request tokens out."""
+    text = body(response)
+    for spelling in sorted({path, quote(path), quote(path, safe="")}, key=len, reverse=True):
+        text = text.replace(spelling, "{path}")
+    text = re.sub(r'(csrfmiddlewaretoken" value=|csrf-token" content=)"[^"]*"', r"\1", text)
+    return response.status_code, response.get("Content-Type", ""), text
+
+
+@pytest.mark.parametrize("key", OBJECT_BEARING)
+def test_private_another_teams_object_is_refused_as_one_that_does_not_exist(key, world, client_of):
+    policy = POLICY[key]
+    # A scoped page: aspen's lead asks for birch's object. An action: birch's lead acts on
+    # aspen's object (a change request, an alert).
+    if policy.kind == TEAM_SCOPED:
+        lead, paths, secret = client_of("lead_a"), policy.other(world), birch_markers()
+    else:
+        lead, paths, secret = client_of("lead_b"), policy.own(world), ["aspen"]
+    with override_settings(GPULEDGER_TEAM_VISIBILITY="private"):
+        for path in paths:
+            hidden = getattr(lead, policy.method)(path)
+            absent = getattr(lead, policy.method)(missing(path))
+            assert hidden.status_code == 404, f"{path}: {hidden.status_code}"
+            assert shape(hidden, path) == shape(absent, missing(path)), path
+            assert_hidden(shape(hidden, path)[2].lower(), secret, path)

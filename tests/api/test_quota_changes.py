@@ -95,8 +95,11 @@ def test_a_lead_can_request_but_not_apply(kube) -> None:
     answer = client.post(URL, body(), format="json")
     assert answer.status_code == 201
     assert answer.json()["status"] == QuotaChangeStatus.REQUESTED
-    # Another team's queue: no.
-    assert client.post(URL, body(cluster_queue="team-b"), format="json").status_code == 403
+    # Another team's queue: no, and the same answer as for a queue that does not exist.
+    other = client.post(URL, body(cluster_queue="team-b"), format="json")
+    missing = client.post(URL, body(cluster_queue="no-such-queue"), format="json")
+    assert other.status_code == missing.status_code == 404
+    assert other.json() == missing.json()
     # The lead sees their request in the trail.
     listed = client.get(URL).json()
     assert [row["target_name"] for row in listed["results"]] == ["team-a"]

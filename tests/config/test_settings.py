@@ -94,3 +94,19 @@ def test_an_unknown_cache_url_is_a_clear_error():
 
     assert result.returncode != 0
     assert "CACHE_URL='memcached://x' must be redis://, rediss:// or locmem://" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("lots", "GPULEDGER_QUOTA_MAX_MEMORY='lots' is not a Kubernetes quantity"),
+        ("０", "GPULEDGER_QUOTA_MAX_MEMORY='０' is not a Kubernetes quantity"),
+        ("0", "GPULEDGER_QUOTA_MAX_MEMORY='0' must be from 1 to 2^63-1"),
+        ("10Ei", "GPULEDGER_QUOTA_MAX_MEMORY='10Ei' must be from 1 to 2^63-1"),
+    ],
+)
+def test_a_bad_quota_ceiling_is_a_clear_error(value, message):
+    result = load_settings(SECRET_KEY=REAL_KEY, GPULEDGER_QUOTA_MAX_MEMORY=value)
+
+    assert result.returncode != 0
+    assert message in result.stderr

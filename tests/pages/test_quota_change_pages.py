@@ -162,9 +162,10 @@ def test_a_lead_requests_for_their_queue_only_and_cannot_apply(kube, lead) -> No
     apply_url = reverse("dashboard:quota-change-apply", args=[change.pk])
     assert client.post(apply_url, {"action": "approve"}).status_code == 403
     other = ClusterQueue.objects.get(name="team-b")
+    # Another team's queue is refused as a missing one (dashboard.access).
     assert (
         client.get(reverse("dashboard:quota-change-new", args=["gpu-east", other.name])).status_code
-        == 403
+        == 404
     )
 
 

@@ -84,18 +84,21 @@ def test_every_chart_has_a_title_axis_titles_and_a_legend(staff_client, world, n
 
 
 @pytest.mark.parametrize("name", ["team", "queue", "workload"])
-def test_another_teams_lead_gets_403_on_team_queue_and_workload_pages(beta_client, world, name):
+def test_another_teams_lead_gets_404_on_team_queue_and_workload_pages(beta_client, world, name):
+    # The same answer as for an object that does not exist (dashboard.access).
     response = beta_client.get(page_urls(world)[name])
 
-    assert response.status_code == 403
+    assert response.status_code == 404
 
 
 @pytest.mark.parametrize(
     "name",
     ["team-allocation", "team-queues", "queue-usage", "queue-evictions", "workload-timeline"],
 )
-def test_another_teams_lead_gets_403_on_their_charts(beta_client, world, name):
-    assert beta_client.get(chart_urls(world)[name]).status_code == 403
+def test_another_teams_lead_gets_404_on_their_charts(beta_client, world, name):
+    response = beta_client.get(chart_urls(world)[name])
+    assert response.status_code == 404
+    assert response.json() == {"error": "Not found, or not yours to see."}
 
 
 @pytest.mark.parametrize("name", ["team", "queue", "workload"])
