@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,18 @@ class Reads:
 
 
 _reads: ContextVar[Reads | None] = ContextVar("gpuledger_reads", default=None)
+
+
+@contextmanager
+def request_reads(replica: bool) -> Iterator[Reads]:
+    """Within this, reads follow ``replica`` (until something is written): what the middleware
+    sets around a request."""
+    reads = Reads(replica=replica)
+    token = _reads.set(reads)
+    try:
+        yield reads
+    finally:
+        _reads.reset(token)
 
 
 def replica_configured() -> bool:
@@ -126,19 +139,16 @@ class ReplicaReadsMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if not replica_configured():
             return self.get_response(request)
-        reads = Reads(replica=request.method in SAFE_METHODS and not pinned(request))
-        token = _reads.set(reads)
+        replica = request.method in SAFE_METHODS and not pinned(request)
+        with request_reads(replica) as reads:
 
-        def watch(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-            if not reads.wrote and is_write(sql):
-                reads.wrote = True
-            return execute(sql, params, many, context)
+            def watch(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+                if not reads.wrote and is_write(sql):
+                    reads.wrote = True
+                return execute(sql, params, many, context)
 
-        try:
             with connections[DEFAULT_DB_ALIAS].execute_wrapper(watch):
                 response = self.get_response(request)
-        finally:
-            _reads.reset(token)
         if reads.wrote:
             self._pin(request, response)
         return response
