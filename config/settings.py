@@ -360,7 +360,7 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Results name the worker that ran the task and its queue (config/routing.py).
+# Results name the worker that ran the task and its queue (fleet/routing.py).
 CELERY_RESULT_EXTENDED = True
 # A queue per cluster (docs/architecture.md "Scale-out"): the clusters named here (comma-
 # separated names, or * for every cluster) have their tasks on queue cluster.<name>, served by
@@ -371,7 +371,7 @@ for _name in GPULEDGER_CLUSTER_QUEUES:
         raise ImproperlyConfigured(
             f"GPULEDGER_CLUSTER_QUEUES: {_name!r} is not a cluster name (letters, digits, - _) or *"
         )
-CELERY_TASK_ROUTES = ("config.routing.route_task",)
+CELERY_TASK_ROUTES = ("fleet.routing.route_task",)
 
 # --- GPU Ledger -----------------------------------------------------------------------------
 # Default Prometheus and kube context for the cluster that ``manage.py`` creates on first use

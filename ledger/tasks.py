@@ -15,7 +15,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from config import routing
+from fleet import routing
 from fleet.models import Cluster, IngestRun
 from fleet.prometheus import PrometheusError
 from ledger import partitions, rollup
@@ -88,7 +88,7 @@ def roll_up_dirty_hours() -> dict[str, Any]:
     queued: list[int] = []
     for cluster_id in sweep.clusters_with_due_hours(now):
         if routing.queue_for_cluster(cluster_id) is not None:
-            # The cluster's own worker rolls its hours up (config/routing.py).
+            # The cluster's own worker rolls its hours up (fleet/routing.py).
             roll_up_cluster_hours.apply_async(
                 args=[cluster_id], expires=float(settings.GPULEDGER_ROLLUP_SWEEP_SECONDS)
             )

@@ -1,4 +1,4 @@
-"""A queue per cluster (config/routing.py): two real Celery worker processes, each consuming one
+"""A queue per cluster (fleet/routing.py): two real Celery worker processes, each consuming one
 cluster's queue on Redis, collect their clusters from a real Prometheus at the same time; a
 cluster without a queue of its own stays on the default queue."""
 
@@ -19,11 +19,11 @@ import redis
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from config.celery import app
-from config.routing import route_task
 from core.timewindows import floor_time
 from fleet.choices import IngestSource, IngestStatus
 from fleet.constants import COLLECT_DELAY_SECONDS
 from fleet.models import Cluster, CollectionCursor, IngestRun
+from fleet.routing import route_task
 from ledger.models import RollupHour
 from ledger.tasks import collect_metrics, roll_up_cluster_hours, roll_up_dirty_hours
 from tests.databases import child_database_url

@@ -20,6 +20,8 @@ from typing import Any
 
 from django.conf import settings
 
+from fleet.models import Cluster
+
 logger = logging.getLogger(__name__)
 
 # Tasks whose first argument (or ``cluster_id`` keyword) is the id of the cluster they work on.
@@ -51,8 +53,6 @@ def queue_for_cluster(cluster_id: int) -> str | None:
     own, or no such cluster: the task itself then says the cluster is gone)."""
     if not settings.GPULEDGER_CLUSTER_QUEUES:
         return None
-    from fleet.models import Cluster
-
     name = Cluster.objects.filter(pk=cluster_id).values_list("name", flat=True).first()
     if name is None or not has_own_queue(name):
         return None
