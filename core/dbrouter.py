@@ -41,6 +41,7 @@ PIN_CACHE_PREFIX = "gpuledger:primary-pin:"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Read on the primary whatever the request: who is signed in, with which rights and tokens.
 PRIMARY_APPS = frozenset({"auth", "sessions", "admin", "contenttypes", "axes", "authtoken"})
+PRIMARY_MODELS = frozenset({"quotas.apitoken"})
 WRITE_STATEMENTS = ("INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE", "COPY")
 
 
@@ -86,7 +87,7 @@ class ReplicaRouter:
         reads = _reads.get()
         if reads is None or not reads.replica or reads.wrote:
             return DEFAULT_DB_ALIAS
-        if model._meta.app_label in PRIMARY_APPS:
+        if model._meta.app_label in PRIMARY_APPS or model._meta.label_lower in PRIMARY_MODELS:
             return DEFAULT_DB_ALIAS
         if connections[DEFAULT_DB_ALIAS].in_atomic_block:
             return DEFAULT_DB_ALIAS

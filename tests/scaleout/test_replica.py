@@ -31,7 +31,7 @@ from core.dbrouter import (
     request_reads,
 )
 from fleet.models import Cluster
-from quotas.models import QuotaChange
+from quotas.models import ApiToken, QuotaChange
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = "nvidia.com/gpu"
@@ -205,6 +205,7 @@ def test_transactions_accounts_and_writes_stay_on_the_primary(replica) -> None:
     with request_reads(replica=True) as reads:
         assert routing.db_for_read(Cluster) == REPLICA
         assert routing.db_for_read(User) == "default"  # who is signed in, at once
+        assert routing.db_for_read(ApiToken) == "default"  # a revoked token, at once
         assert routing.db_for_write(Cluster) == "default"
         with transaction.atomic():
             assert routing.db_for_read(Cluster) == "default"
