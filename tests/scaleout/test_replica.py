@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,14 @@ from core.dbrouter import (
     request_reads,
 )
 from fleet.models import Cluster
+from ledger.choices import RollupScope
+from ledger.models import HourlyRollup
 from quotas.models import ApiToken, QuotaChange
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = "nvidia.com/gpu"
+# A complete hour inside the last 24 hours.
+HOUR = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
 
 
 def _copy_database(primary: Any) -> dict[str, Any]:
@@ -94,7 +99,10 @@ def replica(replica_database: str, settings: Any) -> Iterator[str]:
     """The replica holding one cluster the primary does not have, and nothing else of ours
     (the test database's flush leaves the replica alone: no migration runs there)."""
     Cluster.objects.using(REPLICA).all().delete()
-    Cluster.objects.using(REPLICA).create(name="only-on-the-replica")
+    cluster = Cluster.objects.using(REPLICA).create(name="only-on-the-replica")
+    HourlyRollup.objects.using(REPLICA).create(
+        cluster=cluster, scope=RollupScope.FLEET, key="", hour=HOUR, capacity_gpu_hours=77.0
+    )
     settings.GPULEDGER_REPLICA_PIN_SECONDS = 30
     cache.clear()
     yield REPLICA
@@ -129,6 +137,14 @@ def cluster_names(client: APIClient) -> list[str]:
     return [row["name"] for row in answer.json()["results"]]
 
 
+def plotted_capacity(client: APIClient) -> list[float]:
+    """The capacity chart's plotted values (the chart JSON behind the overview)."""
+    answer = client.get("/fleet/charts/capacity.json", {"range": "24h"})
+    assert answer.status_code == 200, answer.content[:300]
+    trace = next(trace for trace in answer.json()["data"] if trace["name"] == "Capacity")
+    return [y for y in trace["y"] if y is not None]
+
+
 def change_reasons(client: APIClient) -> list[str]:
     answer = client.get("/api/v1/quota-changes/")
     assert answer.status_code == 200, answer.content[:300]
@@ -139,7 +155,11 @@ def change_reasons(client: APIClient) -> list[str]:
 def test_pages_read_the_replica_and_a_client_that_wrote_reads_its_own_writes(
     replica, quota_admin, gpu_east, kube
 ) -> None:
-    # given the primary with cluster gpu-east and the replica with only its own cluster
+    # given the primary with cluster gpu-east and the replica with only its own cluster, each
+    # with a fleet rollup of its own for the same hour
+    HourlyRollup.objects.create(
+        cluster=gpu_east, scope=RollupScope.FLEET, key="", hour=HOUR, capacity_gpu_hours=11.0
+    )
     assert sorted(Cluster.objects.using("default").values_list("name", flat=True)) == ["gpu-east"]
     reader = signed_in(quota_admin)
 
@@ -148,6 +168,8 @@ def test_pages_read_the_replica_and_a_client_that_wrote_reads_its_own_writes(
     page = reader.get("/quota-changes/")
     assert page.status_code == 200
     assert PIN_COOKIE not in page.cookies
+
+    assert plotted_capacity(reader) == [77.0]
 
     # but the admin and a form that edits what it shows read the primary
     admin = reader.get("/admin/fleet/cluster/")
@@ -165,6 +187,7 @@ def test_pages_read_the_replica_and_a_client_that_wrote_reads_its_own_writes(
     # then that client reads the primary while pinned: its own change is there, pages too
     assert change_reasons(writer) == ["grow team-a"]
     assert cluster_names(writer) == ["gpu-east"]
+    assert plotted_capacity(writer) == [11.0]
     assert b"grow team-a" in writer.get("/quota-changes/").content
     # another client, never pinned, reads the replica, where the change has not arrived
     assert change_reasons(reader) == []
