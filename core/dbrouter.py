@@ -23,6 +23,7 @@ opinion (Django's default database for everything) and the middleware does nothi
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -43,6 +44,7 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 PRIMARY_APPS = frozenset({"auth", "sessions", "admin", "contenttypes", "axes", "authtoken"})
 PRIMARY_MODELS = frozenset({"quotas.apitoken"})
 WRITE_STATEMENTS = ("INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE", "COPY")
+WRITE_IN_CTE = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE)\b")
 
 
 @dataclass
@@ -108,7 +110,9 @@ def is_write(sql: str) -> bool:
     """Whether a statement changes rows (or locks them to change them)."""
     head = sql.lstrip().upper()
     locks = " FOR UPDATE" in head or " FOR NO KEY UPDATE" in head
-    return head.startswith(WRITE_STATEMENTS) or locks
+    # A common table expression can write: WITH moved AS (DELETE ... RETURNING ...) INSERT ...
+    writes_in_cte = head.startswith("WITH") and WRITE_IN_CTE.search(head) is not None
+    return head.startswith(WRITE_STATEMENTS) or locks or writes_in_cte
 
 
 def _pin_key(request: HttpRequest) -> str | None:

@@ -261,6 +261,8 @@ def test_without_a_replica_the_router_has_no_opinion(db) -> None:
         ('  update "t" SET a = 1', True),
         ('DELETE FROM "t"', True),
         ('SELECT * FROM "t" WHERE id = 1 FOR UPDATE', True),
+        ('WITH gone AS (DELETE FROM "t" RETURNING id) SELECT count(*) FROM gone', True),
+        ('WITH recent AS (SELECT * FROM "t") SELECT * FROM recent', False),
         ('SELECT * FROM "t"', False),
         ("SAVEPOINT s1", False),
     ],
