@@ -8,6 +8,7 @@ README.
 """
 
 import os
+import re
 import secrets
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -138,6 +139,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Which database a request reads (core/dbrouter.py): nothing without DATABASE_REPLICA_URL.
+    "core.dbrouter.ReplicaReadsMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -183,6 +186,25 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 20,
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+# A read replica of the PostgreSQL database (docs/architecture.md "Scale-out"): page reads (GET
+# pages, chart JSON, the read-only API) go to it; writes, transactions, accounts, admin and quota
+# edits stay on the primary, and so does a client for GPULEDGER_REPLICA_PIN_SECONDS after a
+# request of its wrote (read-your-own-writes). Empty: everything on DATABASE_URL. Migrations run
+# only on the primary.
+DATABASE_REPLICA_URL = env_secret("DATABASE_REPLICA_URL", "")
+GPULEDGER_REPLICA_PIN_SECONDS = env_int("GPULEDGER_REPLICA_PIN_SECONDS", 10, minimum=0)
+if DATABASE_REPLICA_URL:
+    try:
+        DATABASES["replica"] = dj_database_url.parse(DATABASE_REPLICA_URL, conn_max_age=60)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_REPLICA_URL cannot be parsed: {exc}") from exc
+    if DATABASES["replica"]["ENGINE"] != DATABASES["default"]["ENGINE"]:
+        raise ImproperlyConfigured(
+            "DATABASE_REPLICA_URL must be a replica of DATABASE_URL (the same database engine)"
+        )
+    # Django's test runner mirrors the replica onto the test database instead of creating one.
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+DATABASE_ROUTERS = ["core.dbrouter.ReplicaRouter"]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -338,6 +360,18 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Results name the worker that ran the task and its queue (fleet/routing.py).
+CELERY_RESULT_EXTENDED = True
+# A queue per cluster (docs/architecture.md "Scale-out"): the clusters named here (comma-
+# separated names, or * for every cluster) have their tasks on queue cluster.<name>, served by
+# `celery -A config worker -Q cluster.<name>`; the others stay on the default queue (celery).
+GPULEDGER_CLUSTER_QUEUES = env_list("GPULEDGER_CLUSTER_QUEUES", [])
+for _name in GPULEDGER_CLUSTER_QUEUES:
+    if _name != "*" and not re.fullmatch(r"[-a-zA-Z0-9_]+", _name):
+        raise ImproperlyConfigured(
+            f"GPULEDGER_CLUSTER_QUEUES: {_name!r} is not a cluster name (letters, digits, - _) or *"
+        )
+CELERY_TASK_ROUTES = ("fleet.routing.route_task",)
 
 # --- GPU Ledger -----------------------------------------------------------------------------
 # Default Prometheus and kube context for the cluster that ``manage.py`` creates on first use

@@ -33,7 +33,7 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 from django.core.exceptions import EmptyResultSet, FieldDoesNotExist
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import BooleanField, DecimalField, Field, JSONField, Model, Q, QuerySet
 from django.db.models.base import ModelState
 from django.db.models.expressions import RawSQL
@@ -104,13 +104,13 @@ def fetch_rows(queryset: QuerySet, *fields: str) -> list[tuple]:
     path and its converters.
     """
     values = queryset.values_list(*fields)
-    if connection.vendor != "postgresql":
+    if connections[values.db].vendor != "postgresql":
         return list(values)
     try:
         sql, params = values.query.sql_with_params()
     except EmptyResultSet:
         return []
-    rows = fetch_sql(sql, params)
+    rows = fetch_sql(sql, params, using=values.db)
     decoded = [
         (position, field.decoder)
         for position, name in enumerate(fields)
@@ -163,12 +163,14 @@ def _model_field(model: type[Model], name: str) -> Field | None:
     return found if isinstance(found, Field) else None
 
 
-def fetch_sql(sql: str, params: Sequence[Any]) -> list[tuple]:
-    """All rows of one SQL statement; on PostgreSQL ``timestamptz`` columns load with psycopg's
-    C loader (aware, UTC: see ``fetch_rows``). Elsewhere the database driver's values as they
-    come: the caller converts what it selects."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+def fetch_sql(sql: str, params: Sequence[Any], using: str = DEFAULT_DB_ALIAS) -> list[tuple]:
+    """All rows of one SQL statement on database ``using`` (a read replica for a page:
+    ``queryset.db``); on PostgreSQL ``timestamptz`` columns load with psycopg's C loader (aware,
+    UTC: see ``fetch_rows``). Elsewhere the database driver's values as they come: the caller
+    converts what it selects."""
+    database = connections[using]
+    with database.cursor() as cursor:
+        if database.vendor == "postgresql":
             from psycopg import postgres, pq
 
             # The cursor's own adapters map: the connection keeps Django's loader.

@@ -27,6 +27,7 @@ from django.shortcuts import render
 from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_http_methods, require_safe
 
+from core.dbrouter import primary_reads
 from core.params import InvalidParameter, check_all, check_int
 from core.ranges import RangeError, parse_range
 from dashboard.access import NOT_YOURS
@@ -119,7 +120,8 @@ def dashboard_form(func: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
                 status=400,
             )
 
-    return login_required(require_http_methods(["GET", "HEAD", "POST"])(wrapper))
+    # A form shows what it edits: its GET reads the primary, never a lagging replica.
+    return primary_reads(login_required(require_http_methods(["GET", "HEAD", "POST"])(wrapper)))
 
 
 def chart_view(view: Callable[..., Any] | None = None, *, uses_range: bool = True) -> Any:

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connections, router
 from django.db.models import OuterRef, Q, Subquery
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
@@ -151,9 +151,11 @@ def current_freshness(now: datetime | None = None) -> Freshness:
     now = now or timezone.now()
     stale_after = settings.GPULEDGER_STALE_SECONDS
     sources = list(IngestSource)
-    clusters_sql, global_sql = _statements(connection.vendor)
+    # The database a page reads (a read replica, core/dbrouter.py): the raw statement too.
+    using = router.db_for_read(Cluster)
+    clusters_sql, global_sql = _statements(connections[using].vendor)
     names = ("pk", "name", "prometheus_url", *RUN_COLUMNS)
-    clusters = [dict(zip(names, row, strict=True)) for row in fetch_sql(*clusters_sql)]
+    clusters = [dict(zip(names, row, strict=True)) for row in fetch_sql(*clusters_sql, using=using)]
     run_ids = {row[key] for row in clusters for key in RUN_COLUMNS if row[key] is not None}
     global_ids = RawSQL(*global_sql)
     runs: dict[int, IngestRun] = {

@@ -244,7 +244,7 @@ class HourlyRollupQuerySet(models.QuerySet["HourlyRollup"]):
             sql += f" LIMIT {int(limit)}"
         planner = {"jit": "off"} if big_scan else {}
         with transaction.atomic(using=self.db), local_settings(self.db, planner):
-            return [row[0] for row in fetch_sql(sql, params)]
+            return [row[0] for row in fetch_sql(sql, params, using=self.db)]
 
     def _rank_keys(
         self, group_by: str, by: str, priced: Sequence[tuple[str, Any, int]]

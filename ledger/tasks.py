@@ -15,6 +15,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
+from fleet import routing
 from fleet.models import Cluster, IngestRun
 from fleet.prometheus import PrometheusError
 from ledger import partitions, rollup
@@ -84,7 +85,15 @@ def roll_up_dirty_hours() -> dict[str, Any]:
     now = timezone.now()
     rolled: dict[str, list[str]] = {}
     failed = 0
+    queued: list[int] = []
     for cluster_id in sweep.clusters_with_due_hours(now):
+        if routing.queue_for_cluster(cluster_id) is not None:
+            # The cluster's own worker rolls its hours up (fleet/routing.py).
+            roll_up_cluster_hours.apply_async(
+                args=[cluster_id], expires=float(settings.GPULEDGER_ROLLUP_SWEEP_SECONDS)
+            )
+            queued.append(cluster_id)
+            continue
         swept = sweep.roll_up_due_hours(cluster_id, now)
         failed += len(swept.failed)
         if swept.rolled_up:
@@ -95,7 +104,23 @@ def roll_up_dirty_hours() -> dict[str, Any]:
             sum(len(hours) for hours in rolled.values()),
             failed,
         )
-    return {"rolled_up": rolled, "failed": failed}
+    answer: dict[str, Any] = {"rolled_up": rolled, "failed": failed}
+    if queued:
+        answer["queued"] = queued
+    return answer
+
+
+@shared_task(name="ledger.tasks.roll_up_cluster_hours")
+def roll_up_cluster_hours(cluster_id: int) -> dict[str, Any]:
+    """Roll up one cluster's due hours: what ``roll_up_dirty_hours`` publishes for a cluster
+    with a queue of its own, so that its worker does the work (docs/architecture.md
+    "Scale-out")."""
+    swept = sweep.roll_up_due_hours(cluster_id, timezone.now())
+    return {
+        "cluster_id": cluster_id,
+        "rolled_up": [hour.isoformat() for hour in swept.rolled_up],
+        "failed": len(swept.failed),
+    }
 
 
 @shared_task(name="ledger.tasks.prune_usage")

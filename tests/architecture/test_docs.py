@@ -48,6 +48,7 @@ ARCHITECTURE_SECTIONS = [
     "Hoarding alerts",
     "Notifications and remediation",
     "Quota write-back",
+    "Scale-out",
 ]
 CONVENTIONS_SECTIONS = [
     "Layout",
