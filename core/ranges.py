@@ -173,6 +173,19 @@ def parse_range(params: QueryDict | dict[str, str], now: datetime | None = None)
     return TimeRange(start, end, CUSTOM)
 
 
+def form_hidden(
+    params: QueryDict, current: TimeRange, owned: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    """Hidden inputs of a page's own GET form (filters, grouping): the shown range, and every
+    other parameter except the form's ``owned`` fields and the page number, so submitting the
+    form keeps the range the page shows."""
+    dropped = {*RANGE_PARAMS, *RESET_ON_CHANGE, *owned}
+    kept = [(key, value) for key, value in current.query().items()]
+    return kept + [
+        (key, value) for key, values in params.lists() if key not in dropped for value in values
+    ]
+
+
 def picker_links(params: QueryDict, current: TimeRange) -> list[dict[str, object]]:
     """One link per preset, keeping every other query parameter (filters, grouping)."""
     links = []

@@ -4,4 +4,5 @@ from core import views
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
+    path("favicon.ico", views.favicon, name="favicon"),
 ]

@@ -12,5 +12,6 @@ notification.
 
 The rest of the app: ``routing`` (routes -> receivers), ``messages`` (what each kind of
 receiver is sent; pure), ``recipients`` (email addresses), ``transports`` (SMTP and HTTP with
-deadlines and the transient/permanent split).
+deadlines and the transient/permanent split), ``explain`` (a failed test delivery as a sentence
+for the admin).
 """

@@ -14,6 +14,7 @@ from django.utils.html import format_html
 from alerts.choices import Rule, Severity
 from core.admin import ReadOnlyAdmin, ReadOnlyInline
 from notifications.choices import DeliveryOutcome
+from notifications.explain import failure_sentence
 from notifications.messages import episode_path
 from notifications.models import AlertContact, Delivery, DeliveryAttempt, Receiver, Route
 from notifications.notify import queue_test
@@ -119,10 +120,8 @@ class ReceiverAdmin(admin.ModelAdmin):
                 self.message_user(
                     request,
                     format_html(
-                        '{}: test {} — {} (<a href="{}">delivery</a>).',
-                        receiver.name,
-                        delivery.get_outcome_display().lower(),
-                        delivery.error,
+                        '{} (<a href="{}">delivery</a>)',
+                        failure_sentence(receiver, delivery),
                         link,
                     ),
                     messages.ERROR,

@@ -53,6 +53,7 @@ class QuotaChangeStatus(models.TextChoices):
     PREVIEWED = "previewed", "Previewed, not applied"
     REQUESTED = "requested", "Requested by a team lead"
     DECLINED = "declined", "Declined"
+    APPROVED_GITOPS = "approved_gitops", "Approved, apply via GitOps"
     REFUSED = "refused", "Refused (read-only cluster or GitOps-managed)"
     APPLIED = "applied", "Applied, not yet observed"
     APPLIED_OBSERVED = "applied_observed", "Applied and observed"

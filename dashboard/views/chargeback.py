@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from core.ranges import TimeRange, hidden_params
+from core.ranges import TimeRange, form_hidden
 from dashboard.access import allowed_team_ids
 from dashboard.decorators import BadParameter, choice_param, dashboard_page, int_param
 from dashboard.frame import PAGE_SIZE
@@ -122,7 +122,7 @@ def chargeback_page(request: HttpRequest, time_range: TimeRange) -> HttpResponse
         "api_url": request.build_absolute_uri(api_path),
         "csv_url": api_path + "&format=csv",
         "time_range": time_range,
-        "range_hidden": hidden_params(request.GET),
+        "form_hidden": form_hidden(request.GET, time_range, ("group_by", "step")),
         "quota_model": report.model == "quota",
         "user_sees_all": allowed_team_ids(request) is None,
     }

@@ -4,16 +4,18 @@ workloads and pending work; the fleet overview is one click away."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth.views import LoginView
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render, resolve_url
+from django.shortcuts import redirect, render, resolve_url
 from django.urls import reverse
 from django.utils import timezone
 
 from core.ranges import TimeRange
+from dashboard.access import request_roles
 from dashboard.decorators import dashboard_page
 from dashboard.frame import utilization_tone
 from dashboard.queries import my_teams as queries
@@ -44,6 +46,9 @@ def flavor_rows(uses: list[queries.FlavorUse]) -> list[dict[str, Any]]:
 @dashboard_page
 def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     teams = list(Team.objects.filter(leads__pk=request.user.pk or 0).order_by("name"))
+    if not teams and request_roles(request).finance:
+        # Finance leads no team: its page is the chargeback, not an empty My teams.
+        return redirect(f"{reverse('dashboard:chargeback')}?{urlencode(time_range.query())}")
     if not teams:
         return render(
             request,

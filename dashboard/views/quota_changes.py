@@ -9,7 +9,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from dashboard.access import allowed_team_ids, get_cluster_queue_for_user, refuse
@@ -86,6 +86,8 @@ def quota_change_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_apply": service.can_apply(request.user),
         "open": change.status == QuotaChangeStatus.PREVIEWED,
         "requested": change.status == QuotaChangeStatus.REQUESTED,
+        # Read-only cluster or GitOps-owned queue: the patch is offered, Apply is not.
+        "writable": service.writable(change),
     }
     return render(request, "dashboard/quota_change_detail.html", context)
 
@@ -102,9 +104,15 @@ def quota_change_apply(request: HttpRequest, pk: int) -> HttpResponse:
     comment = request.POST.get("comment", "")[:2000]
     try:
         if action == "decline":
-            service.decide(change, request.user, approve=False, comment=comment)
+            change = service.decide(change, request.user, approve=False, comment=comment)
+        elif action == "approve_gitops":
+            change = service.approve_for_gitops(change, request.user, comment=comment)
+        elif not service.writable(change):
+            raise EditError(
+                {"__all__": ["This queue is not written from here: commit the patch below."]}
+            )
         elif change.status == QuotaChangeStatus.REQUESTED:
-            service.decide(change, request.user, approve=True, comment=comment)
+            change = service.decide(change, request.user, approve=True, comment=comment)
         else:
             service.apply(change, request.user)
     except EditError as exc:
@@ -112,6 +120,8 @@ def quota_change_apply(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         change.refresh_from_db()
         messages.info(request, f"Quota change #{change.pk}: {change.get_status_display()}.")
+        if change.notify_error:
+            messages.warning(request, f"The requester was not told: {change.notify_error}")
     return redirect("dashboard:quota-change-detail", pk)
 
 
@@ -120,6 +130,9 @@ def quota_change_patch(request: HttpRequest, pk: int) -> HttpResponse:
     """The change as a YAML document to commit to the repository that owns the queue."""
     change = _get_change_for_user(request, pk)
     text = str(change.preview.get("yaml") or "")
+    if not text:
+        # A change seen made elsewhere has no patch of ours: no empty file.
+        raise Http404("This change has no patch: it was not made from GPU Ledger.")
     response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
     filename = f"{change.target_kind.lower()}-{change.target_name}-quota-{change.pk}.yaml"
     response["Content-Disposition"] = f'attachment; filename="{filename}"'

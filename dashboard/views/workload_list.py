@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.mig import GPU_RESOURCE
-from core.ranges import TimeRange, hidden_params
+from core.ranges import TimeRange, form_hidden
 from dashboard.access import allowed_team_ids
 from dashboard.decorators import choice_param, dashboard_page, int_param
 from dashboard.frame import PAGE_SIZE
@@ -124,7 +124,10 @@ def workload_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "team": team,
         "currency": settings.GPULEDGER_CURRENCY,
         "time_range": time_range,
-        "range_hidden": hidden_params(request.GET),
+        "form_hidden": form_hidden(
+            request.GET, time_range, ("q", "state", "queue", "owner_kind", "team", "sort")
+        ),
+        "range_query": urlencode(time_range.query()),
         "user_sees_all": allowed is None,
         "filtered": bool(search or state != "all" or queue or owner_kind or team),
     }

@@ -21,7 +21,9 @@ from dashboard.frame import LIST_LIMIT, range_query, stat, utilization_tone
 from dashboard.live import WORKLOAD_LIVE_SPAN
 from dashboard.queries import workloads as queries
 from dashboard.queries.teams import PENDING_STATES
+from dashboard.queries.workload_list import workload_charges
 from dashboard.templatetags.formatting import duration, figure, percent
+from ledger.chargeback import Charge
 from ledger.range_figures import Figures
 from quotas.access import ANOTHER_TEAMS_WORKLOAD, hide_queue_path
 from quotas.choices import FINISHED_STATES, HOLDING_STATES, WorkloadState
@@ -156,14 +158,45 @@ def _waiting_reason(workload: Workload, now: datetime) -> tuple[bool, str]:
     return waiting, workload_reason(workload, free_in_quota(samples.get(workload.cluster_queue_id)))
 
 
+def _charge_cards(charge: Charge, over: str) -> list[dict[str, Any]]:
+    """GPU-hours held and their cost over the range, priced as the workload list and the
+    chargeback API price them (``dashboard.queries.workload_list.workload_charges``)."""
+    total = charge.money()["total"]
+    currency = settings.GPULEDGER_CURRENCY
+    if charge.unpriced_gpu_hours:
+        cost_note = f"{figure(charge.unpriced_gpu_hours)} GPU-h have no rate card (0.00)"
+    else:
+        cost_note = f"{currency}, from the rate cards, {over}"
+    return [
+        stat(
+            "GPU-hours",
+            figure(charge.allocated_gpu_hours),
+            "GPU-h",
+            f"allocated, {over}",
+            testid="stat-gpu-hours",
+        ),
+        stat(
+            "Cost",
+            f"{total:,.2f}",
+            currency,
+            cost_note,
+            tone="warn" if charge.unpriced_gpu_hours else None,
+            testid="stat-cost",
+        ),
+    ]
+
+
 def _workload_stats(
     workload: Workload,
     figures: Figures,
     allocations: list[Allocation],
     sm_note: str,
     end: datetime,
+    charge: Charge,
+    over: str,
 ) -> list[dict[str, Any]]:
-    """The workload page's cards: state, GPUs, activity over the range, age and pods."""
+    """The workload page's cards: state, GPUs, GPU-hours and cost, activity over the range,
+    age and pods."""
     pods_running = sum(1 for a in allocations if a.ended_at is None)
     gpus = workload.admitted_gpus or workload.requested_gpus
     return [
@@ -176,6 +209,7 @@ def _workload_stats(
             testid="stat-state",
         ),
         _gpus_card(workload, allocations),
+        *_charge_cards(charge, over),
         stat(
             "SM activity",
             percent(figures.utilization),
@@ -230,16 +264,20 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
         and life.start > floor_time(workload.observed_at, 60)
     )
     if life is None:
+        over = f"over {time_range.label.lower()}"
         sm_note = f"mean, {time_range.label}"
     else:
-        sm_note = "mean over its last 30 days" if life_capped else "mean over its whole life"
-    figures = queries.workload_total(workload, time_range.covered_hours())
+        over = "over its last 30 days" if life_capped else "over its whole life"
+        sm_note = f"mean {over}"
+    span = time_range.covered_hours()
+    figures = queries.workload_total(workload, span)
+    charge = workload_charges(span, Q(workload_id=workload.pk)).get(workload.pk, Charge())
     transition_rows = _transition_rows(workload, allowed)
     caused = _caused_rows(workload, allowed)
     waiting, reason = _waiting_reason(workload, now)
     allocations = queries.workload_allocations(workload)
     end = workload.finished_at or now
-    stats = _workload_stats(workload, figures, allocations, sm_note, end)
+    stats = _workload_stats(workload, figures, allocations, sm_note, end, charge, over)
     context = {
         "nav": "teams",
         "page_title": f"{workload.namespace}/{workload.name}",

@@ -5,6 +5,13 @@ the preview, the 7-day utilization (``ledger.quota_usage``) and the API server's
 answer; ``dry_run: false`` then applies it, which needs ``quotas.apply_quota_change``. A team
 lead without it may POST for their own teams' queues: the change is recorded as a request for the
 admins. API tokens (``Bearer glt_…``, any scope) never write: a write needs a signed-in user.
+
+In ``changes`` an omitted ``borrowing_limit`` / ``lending_limit`` keeps the live limit and
+``null`` removes it; unknown fields are a 400. ``POST {id}/apply/`` applies a previewed change (or
+approves and applies a request) at the previewed ``resourceVersion``; a direct apply may carry
+``resource_version``. A write that did not happen answers 409 with the change and its patch: a
+conflict (the queue changed since; the live values are in ``api_answer.live``) or a refusal
+(read-only cluster, GitOps-managed queue). See README "Quota changes over the API".
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import django_filters
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,6 +35,14 @@ from quotas.choices import QuotaChangeSource, QuotaChangeStatus
 from quotas.models import ApiToken, ClusterQueue, Cohort, QuotaChange
 from quotas.writeback import service
 from quotas.writeback.edits import EditError
+
+WRITE_REFUSED = (
+    "Nothing was written: a conflict (the object changed since the preview or since the given "
+    "resource_version; its live values are in api_answer.live) or a refusal (read-only cluster, "
+    "GitOps-managed object). The body is the change with its patch (patch.yaml, patch.kubectl)."
+)
+# What became of a write -> the answer's HTTP status (docs/architecture.md "Quota write-back").
+NOT_WRITTEN = {QuotaChangeStatus.CONFLICT, QuotaChangeStatus.REFUSED}
 
 
 class QuotaChangeFilterSet(django_filters.FilterSet):
@@ -72,9 +88,17 @@ class QuotaChangeViewSet(
         request=serializers.QuotaChangeRequestSerializer,
         responses={
             201: serializers.QuotaChangeSerializer,
-            400: OpenApiResponse(description="Invalid change: field → reasons."),
+            400: OpenApiResponse(description="Invalid change or unknown field: field → reasons."),
             403: OpenApiResponse(description="No permission, or an API token."),
             404: OpenApiResponse(description="No such ClusterQueue."),
+            409: OpenApiResponse(
+                response=serializers.QuotaChangeSerializer,
+                description=WRITE_REFUSED,
+            ),
+            502: OpenApiResponse(
+                response=serializers.QuotaChangeSerializer,
+                description="The Kubernetes API server failed the write (api_answer).",
+            ),
         },
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -115,12 +139,54 @@ class QuotaChangeViewSet(
                 request_only=not applies,
             )
             if not values["dry_run"]:
+                change = _apply_at(change, request.user, values["resource_version"])
+        except EditError as exc:
+            raise ValidationError(exc.errors) from None
+        return _answer(
+            self.get_serializer(change).data,
+            change,
+            status.HTTP_201_CREATED,
+            utilization=queue_utilization(queue),
+        )
+
+    @extend_schema(
+        request=serializers.QuotaChangeApplySerializer,
+        responses={
+            200: serializers.QuotaChangeSerializer,
+            400: OpenApiResponse(description="The change is not open (already decided)."),
+            403: OpenApiResponse(description="No apply_quota_change permission, or an API token."),
+            404: OpenApiResponse(description="No such change (or not visible to you)."),
+            409: OpenApiResponse(
+                response=serializers.QuotaChangeSerializer,
+                description=WRITE_REFUSED,
+            ),
+            502: OpenApiResponse(
+                response=serializers.QuotaChangeSerializer,
+                description="The Kubernetes API server failed the write (api_answer).",
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def apply(self, request: Request, pk: str | None = None) -> Response:
+        """Apply a previewed change, or approve and apply a team lead's request, at the
+        ``resourceVersion`` it was previewed at: 409 when the queue changed since."""
+        if isinstance(request.auth, ApiToken):
+            raise PermissionDenied("API tokens cannot change quotas; sign in.")
+        change = self.get_object()
+        if not service.can_apply(request.user):
+            raise PermissionDenied("Applying needs the apply_quota_change permission.")
+        data = serializers.QuotaChangeApplySerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            if change.status == QuotaChangeStatus.REQUESTED:
+                change = service.decide(
+                    change, request.user, approve=True, comment=data.validated_data["comment"]
+                )
+            else:
                 change = service.apply(change, request.user)
         except EditError as exc:
             raise ValidationError(exc.errors) from None
-        body = dict(self.get_serializer(change).data)
-        body["utilization"] = queue_utilization(queue)
-        return Response(body, status=status.HTTP_201_CREATED)
+        return _answer(self.get_serializer(change).data, change, status.HTTP_200_OK)
 
     def _create_for_cohort(self, request: Request, values: dict[str, Any]) -> Response:
         """A Cohort's own quota: quota admins only (no team owns a cohort)."""
@@ -147,9 +213,33 @@ class QuotaChangeViewSet(
                 user=request.user,
             )
             if not values["dry_run"]:
-                change = service.apply(change, request.user)
+                change = _apply_at(change, request.user, values["resource_version"])
         except EditError as exc:
             raise ValidationError(exc.errors) from None
-        return Response(
-            serializers.QuotaChangeSerializer(change).data, status=status.HTTP_201_CREATED
-        )
+        return _answer(self.get_serializer(change).data, change, status.HTTP_201_CREATED)
+
+
+def _apply_at(change: QuotaChange, user: Any, resource_version: str) -> QuotaChange:
+    """Apply ``change``; with ``resource_version`` the write is sent at the client's version,
+    so the API server answers 409 if the object changed since the client read it."""
+    if resource_version and resource_version != change.resource_version:
+        change.resource_version = resource_version
+        change.save(update_fields=["resource_version", "updated_at"])
+    return service.apply(change, user)
+
+
+def _answer(shown: Any, change: QuotaChange, ok_status: int, **extra: Any) -> Response:
+    """The change as the API shows it (``shown``: the view's serializer data, whose preview names
+    only what the user may see): ``ok_status`` unless a write was asked for and did not happen
+    (409 with the patch) or failed upstream (502)."""
+    body = dict(shown)
+    body.update(extra)
+    code = ok_status
+    if change.status in NOT_WRITTEN:
+        code = status.HTTP_409_CONFLICT
+    elif change.status == QuotaChangeStatus.FAILED:
+        code = status.HTTP_502_BAD_GATEWAY
+    if code != ok_status:
+        preview = change.preview or {}
+        body["patch"] = {"yaml": preview.get("yaml", ""), "kubectl": preview.get("kubectl", "")}
+    return Response(body, status=code)

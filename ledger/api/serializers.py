@@ -104,21 +104,42 @@ class AllocationResponseSerializer(serializers.Serializer):
 # --- quota changes ----------------------------------------------------------------------------
 
 
-class QuotaCellSerializer(serializers.Serializer):
-    """One flavor x resource: Kubernetes quantities; empty or null limits are unset."""
+class StrictSerializer(serializers.Serializer):
+    """A request body that names only known fields: a misspelt key (``borrowingLimit``,
+    ``dryrun``) is a 400 naming it, not silently ignored."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(str(key) for key in data if key not in self.fields)
+            if unknown:
+                raise serializers.ValidationError(
+                    {key: ["Unknown field."] for key in unknown}, code="unknown_field"
+                )
+        return super().to_internal_value(data)
+
+
+LIMIT_HELP = (
+    "A Kubernetes quantity; null or empty removes the limit (unlimited); omitted leaves the "
+    "limit as it is now."
+)
+
+
+class QuotaCellSerializer(StrictSerializer):
+    """One flavor x resource: Kubernetes quantities. An omitted limit stays as it is; a null
+    (or empty) limit is removed."""
 
     flavor = serializers.CharField(max_length=253)
     resource = serializers.CharField(max_length=253)
     nominal = serializers.CharField(max_length=64)
     borrowing_limit = serializers.CharField(
-        max_length=64, required=False, allow_blank=True, allow_null=True, default=None
+        max_length=64, required=False, allow_blank=True, allow_null=True, help_text=LIMIT_HELP
     )
     lending_limit = serializers.CharField(
-        max_length=64, required=False, allow_blank=True, allow_null=True, default=None
+        max_length=64, required=False, allow_blank=True, allow_null=True, help_text=LIMIT_HELP
     )
 
 
-class QuotaChangeRequestSerializer(serializers.Serializer):
+class QuotaChangeRequestSerializer(StrictSerializer):
     """``POST /api/v1/quota-changes/``: one change of one ClusterQueue's quotas (or of a
     Cohort's own quota: give ``cohort`` instead of ``cluster_queue``)."""
 
@@ -136,13 +157,38 @@ class QuotaChangeRequestSerializer(serializers.Serializer):
         default=True,
         help_text="True: preview and the API server's dryRun=All answer only. False: apply.",
     )
+    resource_version = serializers.CharField(
+        max_length=64,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="With dry_run false: the metadata.resourceVersion the client read; the write "
+        "is sent at it and answers 409 when the queue changed since.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if bool(attrs.get("cluster_queue")) == bool(attrs.get("cohort")):
             raise serializers.ValidationError(
                 {"cluster_queue": ["Give either cluster_queue or cohort."]}
             )
+        if attrs.get("resource_version") and attrs.get("dry_run", True):
+            raise serializers.ValidationError(
+                {"resource_version": ["Only a direct apply (dry_run false) carries one."]}
+            )
         return attrs
+
+
+class QuotaChangeApplySerializer(StrictSerializer):
+    """``POST /api/v1/quota-changes/{id}/apply/``: apply a previewed change (or approve and
+    apply a team lead's request) at the resourceVersion it was previewed at."""
+
+    comment = serializers.CharField(
+        max_length=2000,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="For a team lead's request: the comment emailed with the decision.",
+    )
 
 
 class QuotaChangeSerializer(serializers.ModelSerializer):

@@ -1,7 +1,8 @@
 """What a quota edit is, and the one write that carries it.
 
 An edit names flavor x resource cells with their new ``nominalQuota``, ``borrowingLimit`` and
-``lendingLimit`` (``None`` = unset) and maybe a new ``stopPolicy``. Values are validated as
+``lendingLimit`` (``None`` or empty = unset; a limit the cell does not name at all keeps its live
+value, ``keep_limits``) and maybe a new ``stopPolicy``. Values are validated as
 Kubernetes quantities and written in canonical form (``12``, never ``12000m``), so a GitOps diff
 does not flap between spellings of one number.
 
@@ -71,6 +72,8 @@ class Edit:
 
     cells: list[Cell] = field(default_factory=list)
     stop_policy: str | None = None
+    # (flavor, resource, limit) the request did not name: they keep their live values.
+    kept: frozenset[tuple[str, str, str]] = frozenset()
 
 
 def cell_field(flavor: str, resource: str, name: str) -> str:
@@ -83,12 +86,14 @@ def parse_edit(
 ) -> Edit:
     """Validate ``[{flavor, resource, nominal, borrowing_limit, lending_limit}]``.
 
-    Empty strings and None unset a limit; nominal is required. Raises ``EditError`` naming each
-    bad field; every value goes through ``core.quantity.quota_quantity`` (grammar, ASCII
-    digits, the resource's ceiling).
+    Empty strings and None unset a limit; a limit whose key is absent is kept as it is live
+    (``keep_limits`` fills it in); nominal is required. Raises ``EditError`` naming each bad
+    field; every value goes through ``core.quantity.quota_quantity`` (grammar, ASCII digits, the
+    resource's ceiling).
     """
     errors: dict[str, list[str]] = {}
     cells = []
+    kept: set[tuple[str, str, str]] = set()
     seen: set[tuple[str, str]] = set()
     for index, raw in enumerate(raw_cells):
         flavor = str(raw.get("flavor") or "").strip()
@@ -102,6 +107,10 @@ def parse_edit(
         seen.add((flavor, resource))
         values: dict[str, str | None] = {}
         for name in LIMITS:
+            if name != "nominal" and name not in raw:
+                kept.add((flavor, resource, name))
+                values[name] = None
+                continue
             value = raw.get(name)
             text = "" if value is None else str(value).strip()
             if not text:
@@ -140,7 +149,36 @@ def parse_edit(
         errors.setdefault("stop_policy", []).append(f"Must be one of {', '.join(STOP_POLICIES)}.")
     if errors:
         raise EditError(errors)
-    return Edit(cells, stop_policy or None)
+    return Edit(cells, stop_policy or None, frozenset(kept))
+
+
+def keep_limits(edit: Edit, before: list[Cell]) -> Edit:
+    """The edit with every limit it did not name set to its live value.
+
+    A client that sends only ``nominal`` must not turn ``borrowingLimit: 0`` into unlimited
+    borrowing. Raises ``EditError`` when a kept lending limit exceeds the new nominal quota.
+    """
+    if not edit.kept:
+        return edit
+    current = {cell.key: cell for cell in before}
+    cells, errors = [], {}
+    for cell in edit.cells:
+        was = current.get(cell.key)
+        values = {name: getattr(cell, name) for name in LIMITS}
+        for name in ("borrowing_limit", "lending_limit"):
+            if was is not None and (cell.flavor, cell.resource, name) in edit.kept:
+                values[name] = getattr(was, name)
+        nominal, lending = values["nominal"], values["lending_limit"]
+        if nominal is not None and lending is not None:
+            if parse_quantity(lending) > parse_quantity(nominal):
+                errors[cell_field(cell.flavor, cell.resource, "lending_limit")] = [
+                    f"The lending limit ({lending}) must not exceed the nominal quota: lower "
+                    "it in the same change."
+                ]
+        cells.append(Cell(cell.flavor, cell.resource, **values))
+    if errors:
+        raise EditError(errors)
+    return Edit(cells, edit.stop_policy)
 
 
 def live_cells(obj: dict[str, Any]) -> list[Cell]:

@@ -18,8 +18,10 @@ class QuotaChangeQuerySet(models.QuerySet["QuotaChange"]):
         return self.filter(status=QuotaChangeStatus.REQUESTED)
 
     def awaiting_observation(self) -> QuotaChangeQuerySet:
-        """Applied changes the sync has not seen yet."""
-        return self.filter(status=QuotaChangeStatus.APPLIED)
+        """Applied changes, and requests approved for GitOps, the sync has not seen yet."""
+        return self.filter(
+            status__in=[QuotaChangeStatus.APPLIED, QuotaChangeStatus.APPROVED_GITOPS]
+        )
 
 
 class QuotaChange(models.Model):
@@ -114,6 +116,11 @@ class QuotaChange(models.Model):
         on_delete=models.SET_NULL,
     )
     decision_comment = models.TextField(blank=True)
+    notify_error = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Why the requester could not be emailed the decision (shown to the admin).",
+    )
     decided_at = models.DateTimeField(null=True, blank=True)
     applied_at = models.DateTimeField(null=True, blank=True)
     observed_at = models.DateTimeField(

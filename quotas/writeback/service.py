@@ -31,6 +31,7 @@ from quotas.writeback.edits import (
     Cell,
     EditError,
     changed_cells,
+    keep_limits,
     live_cells,
     live_stop_policy,
     parse_edit,
@@ -42,7 +43,7 @@ from quotas.writeback.gitops import (
     kubectl_command,
     patch_yaml,
 )
-from quotas.writeback.state import synced_cells, whatif_inputs
+from quotas.writeback.state import synced_cells, synced_object, whatif_inputs
 from quotas.writeback.whatif import NO_EVICTION_NOTE, what_if
 
 logger = logging.getLogger(__name__)
@@ -222,6 +223,7 @@ def preview(
     edit = parse_edit(changes, stop_policy, has_cohort=has_cohort)
     cluster = target.cluster
     before = _read_before(kind, target, cluster_queue, client_factory)
+    edit = keep_limits(edit, before.cells)
     live, stop_before = before.live, before.stop_policy
     old, new = changed_cells(before.cells, edit)
     stop_after = edit.stop_policy if edit.stop_policy and edit.stop_policy != stop_before else None
@@ -243,11 +245,14 @@ def preview(
     if cluster_queue is not None:
         summary = what_if(whatif_inputs(cluster_queue, before.cells, after_all, now))
     owner = gitops_owner(live) if live is not None else None
-    body = patch_body(live, new, stop_after, before.resource_version) if live is not None else {}
+    # Unreadable live object: the patch is built from the synced quotas, so it is never empty.
+    source = live if live is not None else synced_object(cluster_queue)
+    body = patch_body(source, new, stop_after, before.resource_version) if source else {}
     spec_patch = body.get("spec", {})
     summary.update(
         {
             "live_read": live is not None,
+            "patch_from": "live" if live is not None else "synced",
             "live_error": before.live_error,
             "synced_resource_version": getattr(target, "resource_version", ""),
             "gitops": {"tool": owner.tool, "name": owner.name, "detail": owner.detail}
@@ -404,6 +409,16 @@ def _already_written(live: dict[str, Any], after: list[Cell], stop_after: str | 
     return all(current.get(cell.key) == cell.as_dict() for cell in after)
 
 
+def writable(change: QuotaChange) -> bool:
+    """Whether GPU Ledger may write ``change`` now: write-back on for its cluster, and the
+    object not owned by GitOps (unless the cluster allows writing anyway). Otherwise the page
+    offers the patch and no Apply."""
+    cluster = change.cluster
+    if not cluster.quota_write_enabled:
+        return False
+    return not (change.preview or {}).get("gitops") or cluster.quota_write_gitops_allowed
+
+
 def decide(
     change: QuotaChange,
     user: Any,
@@ -412,7 +427,9 @@ def decide(
     comment: str = "",
     client_factory: ClientFactory | None = None,
 ) -> QuotaChange:
-    """An admin's answer to a lead's request: approve (apply it) or decline; the lead is told."""
+    """An admin's answer to a lead's request: approve (apply it) or decline; the lead is told.
+
+    Whether the lead could be emailed is on ``change.notify_error`` ("" when told)."""
     if not can_apply(user):
         raise PermissionDenied("Deciding quota requests needs the apply_quota_change permission.")
     if change.status != QuotaChangeStatus.REQUESTED:
@@ -424,26 +441,55 @@ def decide(
     else:
         if not comment.strip():
             raise EditError({"comment": ["Say why the request is declined."]})
-        updated = QuotaChange.objects.filter(
-            pk=change.pk, status=QuotaChangeStatus.REQUESTED
-        ).update(
-            status=QuotaChangeStatus.DECLINED,
-            decided_by=user,
-            decided_at=timezone.now(),
-            decision_comment=comment.strip(),
-        )
-        if not updated:
-            raise EditError({"__all__": ["This request was decided meanwhile."]})
-        change.refresh_from_db()
-    notify_requester(change)
+        _close_request(change, user, QuotaChangeStatus.DECLINED, comment)
+    _record_notification(change)
     return change
 
 
-def notify_requester(change: QuotaChange) -> None:
-    """Email the lead who asked for a change what became of it (Django's mail settings)."""
+def approve_for_gitops(change: QuotaChange, user: Any, *, comment: str = "") -> QuotaChange:
+    """Approve a lead's request without writing it: status "approved, apply via GitOps".
+
+    For a queue GPU Ledger does not write (read-only cluster, GitOps-owned object): the admin
+    commits the previewed patch to the repository; the sync marks the change applied and
+    observed once the live object carries its values. The lead is told, as for any decision.
+    """
+    if not can_apply(user):
+        raise PermissionDenied("Deciding quota requests needs the apply_quota_change permission.")
+    if change.status != QuotaChangeStatus.REQUESTED:
+        raise EditError({"__all__": [f"This change is {change.get_status_display()}."]})
+    _close_request(change, user, QuotaChangeStatus.APPROVED_GITOPS, comment)
+    _record_notification(change)
+    return change
+
+
+def _close_request(change: QuotaChange, user: Any, status: str, comment: str) -> None:
+    """Move a request to ``status`` once: a concurrent decision finds it no longer open."""
+    updated = QuotaChange.objects.filter(pk=change.pk, status=QuotaChangeStatus.REQUESTED).update(
+        status=status,
+        decided_by=user,
+        decided_at=timezone.now(),
+        decision_comment=comment.strip(),
+    )
+    if not updated:
+        raise EditError({"__all__": ["This request was decided meanwhile."]})
+    change.refresh_from_db()
+
+
+def _record_notification(change: QuotaChange) -> None:
+    change.notify_error = notify_requester(change)
+    change.save(update_fields=["notify_error", "updated_at"])
+
+
+def notify_requester(change: QuotaChange) -> str:
+    """Email the lead who asked for a change what became of it (Django's mail settings).
+
+    Returns "" when the email went out (or nobody asked), else a sentence saying why the lead
+    was not told, for the admin who decided."""
     lead = change.requested_by
-    if lead is None or not lead.email:
-        return
+    if lead is None:
+        return ""
+    if not lead.email:
+        return f"{lead} has no email address: tell them yourself."
     subject = f"Quota request for {change.target_name}: {change.get_status_display()}"
     lines = [
         f"Your quota change request for {change.target_kind} {change.target_name} on cluster "
@@ -457,5 +503,7 @@ def notify_requester(change: QuotaChange) -> None:
         lines.append(f"Kubernetes answered: {change.api_answer['message']}")
     try:
         send_mail(subject, "\n".join(lines), None, [lead.email])
-    except OSError:
-        logger.warning("quota change %s: could not email %s", change.pk, lead.email)
+    except OSError as exc:
+        logger.warning("quota change %s: could not email %s: %s", change.pk, lead.email, exc)
+        return f"The email to {lead.email} could not be sent ({exc}): tell them yourself."
+    return ""

@@ -37,6 +37,47 @@ def synced_cells(queue: ClusterQueue) -> list[Cell]:
     ]
 
 
+def synced_object(queue: ClusterQueue | None) -> dict[str, object] | None:
+    """The queue's ``spec.resourceGroups`` rebuilt from its synced quotas, for a patch when the
+    live object cannot be read: flavors covering the same resources form one group, in Kueue's
+    flavor order. None without a queue or quotas."""
+    if queue is None:
+        return None
+    flavors: dict[str, list[ClusterQueueQuota]] = defaultdict(list)
+    positions: dict[str, int] = {}
+    for quota in queue.quotas.order_by("position", "flavor_name", "resource"):
+        flavors[quota.flavor_name].append(quota)
+        positions.setdefault(quota.flavor_name, quota.position)
+    if not flavors:
+        return None
+    groups: dict[tuple[str, ...], list[dict[str, object]]] = {}
+    for name in sorted(flavors, key=lambda f: (positions[f], f)):
+        quotas = sorted(flavors[name], key=lambda q: q.resource)
+        resources = []
+        for q in quotas:
+            entry: dict[str, object] = {
+                "name": q.resource,
+                "nominalQuota": display_quantity(q.nominal, q.resource) or "0",
+            }
+            for crd, value in (
+                ("borrowingLimit", q.borrowing_limit),
+                ("lendingLimit", q.lending_limit),
+            ):
+                if value is not None:
+                    entry[crd] = display_quantity(value, q.resource)
+            resources.append(entry)
+        covered = tuple(q.resource for q in quotas)
+        groups.setdefault(covered, []).append({"name": name, "resources": resources})
+    return {
+        "spec": {
+            "resourceGroups": [
+                {"coveredResources": list(covered), "flavors": members}
+                for covered, members in groups.items()
+            ]
+        }
+    }
+
+
 def limits_of(cells: list[Cell], resource: str = GPU_RESOURCE) -> dict[str, Limits]:
     return {
         cell.flavor: Limits(

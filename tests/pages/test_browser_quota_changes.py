@@ -211,7 +211,7 @@ def test_conflicts_refusals_and_invalid_values_are_shown(
     )
     _shot(page, "quota-conflict")
 
-    # 3. Flux manages the queue: refused, the YAML offered.
+    # 3. Flux manages the queue: no Apply, the YAML and the kubectl command offered.
     def flux(obj: dict) -> None:
         obj["metadata"]["labels"]["kustomize.toolkit.fluxcd.io/name"] = "kueue-queues"
         obj["metadata"]["labels"]["kustomize.toolkit.fluxcd.io/namespace"] = "flux-system"
@@ -224,9 +224,7 @@ def test_conflicts_refusals_and_invalid_values_are_shown(
     assert "Flux Kustomization flux-system/kueue-queues" in page.inner_text("[data-testid=gitops]")
     assert page.locator("[data-testid=yaml-download]").count() == 1
     _shot(page, "quota-gitops")
-    writes = len(kube.writes("clusterqueues"))
-    page.click("[data-testid=apply-button]")
-    page.wait_for_selector("[data-testid=api-answer]")
-    assert page.inner_text("[data-testid=change-status]").startswith("Refused")
-    assert len(kube.writes("clusterqueues")) == writes
+    assert page.locator("[data-testid=apply-button]").count() == 0
+    assert "kubectl patch" in page.inner_text("[data-testid=kubectl]")
+    assert page.inner_text("[data-testid=change-status]").startswith("Previewed")
     assert console_errors == []

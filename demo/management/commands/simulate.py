@@ -9,7 +9,6 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.db.models import Q
@@ -18,24 +17,14 @@ from django.utils.dateparse import parse_datetime
 from tqdm import tqdm
 
 from alerts.evaluate import evaluate_range
+from demo.follow import follow, history_written, ingest_window
 from demo.rates import seed_rate_cards
-from demo.simulation import SCRAPE_SECONDS, FleetSimulator
+from demo.simulation import FleetSimulator
 from fleet.choices import IngestSource, IngestStatus
-from fleet.constants import DCGM_METRICS
-from fleet.ingest import IngestStats, WindowInput, build_window
+from fleet.ingest import IngestStats
 from fleet.models import Cluster, IngestRun
 from ledger.rollup import roll_up_range
-from ledger.store import write_window
-from quotas.ingest import build_queue_samples, build_snapshot, snapshot_from_lists
-from quotas.ingest.metrics import build_metric_samples
 from quotas.models import Team
-from quotas.store import (
-    metric_sample_context,
-    write_metric_samples,
-    write_queue_samples,
-    write_snapshot,
-)
-from quotas.sync import pending_positions, write_pending_positions
 
 
 class Command(BaseCommand):
@@ -69,6 +58,20 @@ class Command(BaseCommand):
             action="store_true",
             help="Delete the cluster's data (and teams left without queues) first.",
         )
+        parser.add_argument(
+            "--follow",
+            action="store_true",
+            help="After the history, keep the fleet moving: one window a minute up to now, "
+            "through the same ingest path, until SIGTERM / SIGINT (or the parent process ends). "
+            "With the same --seed, --days, --step and --end as a history already written, "
+            "that history is replayed in memory and not written again (make demo).",
+        )
+        parser.add_argument(
+            "--max-windows",
+            type=int,
+            default=None,
+            help="With --follow: stop after writing this many live windows (tests).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         days = options["days"]
@@ -89,6 +92,12 @@ class Command(BaseCommand):
             for name in ("fleet", "quotas", "ledger"):
                 logging.getLogger(name).setLevel(logging.WARNING)
         sim = FleetSimulator(seed=options["seed"], end=end, days=days, step_seconds=step)
+        if options["follow"] and not options["reset"] and history_written(cluster, sim):
+            # make demo: the history is in the tables; replay it in memory and go on live.
+            for window in sim.windows():
+                sim.advance(window.start)
+            self._follow(cluster, sim, options)
+            return
         windows = list(sim.windows())
         run = IngestRun.objects.create(
             cluster=cluster,
@@ -106,42 +115,16 @@ class Command(BaseCommand):
         rows = 0
         try:
             for window in tqdm(windows, desc="simulating", unit="window", disable=None):
-                sim.advance(window.start)
-                snapshot = snapshot_from_lists(window.end, **sim.kube_lists(window.end))
-                batch = build_snapshot(snapshot, settings.GPULEDGER_TEAM_LABELS)
-                kube_skipped += batch.stats.skipped
-                if sim.changed or window is windows[-1]:
-                    write_snapshot(cluster, batch, snapshot.complete)
-                    sim.changed = False
-                # Kueue's metrics for every window, the API server's status once the sync "runs"
-                # (it wins where both exist): the backfill path of a fresh install.
-                order, pools = metric_sample_context(cluster)
-                metric = build_metric_samples(
-                    sim.kueue_window(window), flavor_order=order, cohort_quota=pools
+                written = ingest_window(
+                    cluster,
+                    sim,
+                    window,
+                    synced=window.end >= synced_from,
+                    last=window is windows[-1],
                 )
-                rows += write_metric_samples(cluster, metric.samples, window.end, window.seconds)
-                if window.end >= synced_from:
-                    rows += write_queue_samples(
-                        cluster, build_queue_samples(batch), window.end, window.seconds
-                    )
-                    # As the sync does after each sample: positions from the visibility API.
-                    positions = {}
-                    for summary in sim.pending_workloads(window.end).values():
-                        positions.update(pending_positions(summary["items"]))
-                    rows += write_pending_positions(cluster, positions)
-                answers = sim.prometheus_window(window)
-                window_batch = build_window(
-                    WindowInput(
-                        window=window,
-                        dcgm_avg={key: answers.get(f"avg:{key}", []) for key in DCGM_METRICS},
-                        dcgm_count={key: answers.get(f"count:{key}", []) for key in DCGM_METRICS},
-                        gpu_requests=answers["gpu_requests"],
-                        pod_labels=answers["pod_labels"],
-                        expected_samples=window.seconds // SCRAPE_SECONDS,
-                    )
-                )
-                stats.merge(window_batch.stats)
-                rows += write_window(cluster, window_batch).rows_written
+                rows += written.rows
+                kube_skipped += written.kube_skipped
+                stats.merge(written.stats)
             rows += roll_up_range(cluster.id, sim.start, sim.end)
             # Evaluated here, as a backfill, not queued for a worker: the demo shows last week's
             # hoarding episodes as soon as it is loaded, with or without a worker running.
@@ -167,6 +150,15 @@ class Command(BaseCommand):
                 f"{rows} rows written; {cards} demo rate cards (per flavor, one price change)."
             )
         )
+        if options["follow"]:
+            self._follow(cluster, sim, options)
+
+    def _follow(self, cluster: Cluster, sim: FleetSimulator, options: dict[str, Any]) -> None:
+        self.stdout.write(
+            f"Following: one window a minute on cluster {cluster.name} (Ctrl-C stops)."
+        )
+        written = follow(cluster, sim, max_windows=options["max_windows"])
+        self.stdout.write(f"Stopped following after {written} live windows.")
 
     def _parse_end(self, raw: str | None) -> datetime:
         if not raw:

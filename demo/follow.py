@@ -1,0 +1,206 @@
+"""Write simulated windows through the real ingest path, and keep the demo fleet moving.
+
+``ingest_window`` hands one window of the simulator's upstream answers (Kubernetes LISTs,
+Kueue's metrics, the visibility API, DCGM and kube-state-metrics) to the same pure ingest
+functions and writers the collectors use. ``follow`` does it once a minute, up to the current
+minute, so ``make demo`` does not turn "Stale" after ``GPULEDGER_STALE_SECONDS``: each live
+window leaves a successful ``IngestRun`` (source simulation), rolls its hours up and lets the
+simulated Kueue admit, finish and preempt. It stops between windows on SIGTERM or SIGINT, or
+when the process that started it is gone (``make demo`` stops it with the server).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from types import FrameType
+
+from django.conf import settings
+from django.db.models import Max
+from django.utils import timezone
+
+from core.timewindows import Window, floor_time
+from demo.simulation import SCRAPE_SECONDS, FleetSimulator
+from fleet.choices import IngestSource, IngestStatus
+from fleet.constants import DCGM_METRICS
+from fleet.ingest import IngestStats, WindowInput, build_window
+from fleet.models import Cluster, IngestRun
+from ledger.rollup import roll_up_range
+from ledger.store import write_window
+from quotas.ingest import build_queue_samples, build_snapshot, snapshot_from_lists
+from quotas.ingest.metrics import build_metric_samples
+from quotas.store import (
+    metric_sample_context,
+    write_metric_samples,
+    write_queue_samples,
+    write_snapshot,
+)
+from quotas.sync import pending_positions, write_pending_positions
+
+logger = logging.getLogger(__name__)
+
+# One live window a minute: the demo's collection interval while it follows.
+LIVE_SECONDS = 60
+# A follower started long after its history catches up at most this much (older minutes are
+# played in memory only, so the fleet's state is right but the gap shows as a gap).
+CATCH_UP = timedelta(hours=1)
+
+
+@dataclass
+class Written:
+    rows: int = 0
+    kube_skipped: int = 0
+    stats: IngestStats = field(default_factory=IngestStats)
+
+
+def ingest_window(
+    cluster: Cluster, sim: FleetSimulator, window: Window, *, synced: bool, last: bool
+) -> Written:
+    """Move ``sim`` to ``window`` and write what the collectors would for it.
+
+    ``synced``: the API server sync "runs" (queue samples and pending positions from it, not
+    only Kueue's metrics); ``last``: write the Kueue snapshot even if nothing changed.
+    """
+    out = Written()
+    sim.advance(window.start)
+    snapshot = snapshot_from_lists(window.end, **sim.kube_lists(window.end))
+    batch = build_snapshot(snapshot, settings.GPULEDGER_TEAM_LABELS)
+    out.kube_skipped = batch.stats.skipped
+    if sim.changed or last:
+        write_snapshot(cluster, batch, snapshot.complete)
+        sim.changed = False
+    # Kueue's metrics for every window, the API server's status once the sync "runs" (it wins
+    # where both exist): the backfill path of a fresh install.
+    order, pools = metric_sample_context(cluster)
+    metric = build_metric_samples(sim.kueue_window(window), flavor_order=order, cohort_quota=pools)
+    out.rows += write_metric_samples(cluster, metric.samples, window.end, window.seconds)
+    if synced:
+        out.rows += write_queue_samples(
+            cluster, build_queue_samples(batch), window.end, window.seconds
+        )
+        # As the sync does after each sample: positions from the visibility API.
+        positions = {}
+        for summary in sim.pending_workloads(window.end).values():
+            positions.update(pending_positions(summary["items"]))
+        out.rows += write_pending_positions(cluster, positions)
+    answers = sim.prometheus_window(window)
+    window_batch = build_window(
+        WindowInput(
+            window=window,
+            dcgm_avg={key: answers.get(f"avg:{key}", []) for key in DCGM_METRICS},
+            dcgm_count={key: answers.get(f"count:{key}", []) for key in DCGM_METRICS},
+            gpu_requests=answers["gpu_requests"],
+            pod_labels=answers["pod_labels"],
+            expected_samples=window.seconds // SCRAPE_SECONDS,
+        )
+    )
+    out.stats.merge(window_batch.stats)
+    out.rows += write_window(cluster, window_batch).rows_written
+    return out
+
+
+def history_written(cluster: Cluster, sim: FleetSimulator) -> bool:
+    """Whether ``sim``'s history is already in the tables (a simulation run reaching its end)."""
+    return IngestRun.objects.filter(
+        cluster=cluster,
+        source=IngestSource.SIMULATION,
+        status__in=[IngestStatus.SUCCESS, IngestStatus.PARTIAL],
+        window_start__lte=sim.start,
+        window_end__gte=sim.end,
+    ).exists()
+
+
+def _last_written(cluster: Cluster, sim: FleetSimulator) -> datetime:
+    newest = IngestRun.objects.filter(
+        cluster=cluster,
+        source=IngestSource.SIMULATION,
+        status__in=[IngestStatus.SUCCESS, IngestStatus.PARTIAL],
+    ).aggregate(end=Max("window_end"))["end"]
+    return max(newest or sim.end, sim.end)
+
+
+class _Stop:
+    """Set by SIGTERM / SIGINT; the loop checks it between windows and while it waits."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.parent = os.getppid()
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals reach only the main thread; a test's thread stops on max_windows
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        logger.info("follow: signal %d, stopping after this window", signum)
+        self.event.set()
+
+    def wanted(self) -> bool:
+        if os.getppid() != self.parent:
+            logger.info("follow: the process that started it is gone; stopping")
+            self.event.set()
+        return self.event.is_set()
+
+
+def _live_window(cluster: Cluster, sim: FleetSimulator, window: Window) -> int:
+    """One live window: ingest, its IngestRun, and the roll-up of the hour it ends in."""
+    run = IngestRun.objects.create(
+        cluster=cluster,
+        source=IngestSource.SIMULATION,
+        started_at=timezone.now(),
+        window_start=window.start,
+        window_end=window.end,
+    )
+    try:
+        written = ingest_window(cluster, sim, window, synced=True, last=False)
+        hour = floor_time(window.start, 3600)
+        written.rows += roll_up_range(cluster.id, hour, hour + timedelta(hours=1))
+    except Exception as exc:
+        run.status = IngestStatus.FAILED
+        run.error = f"{type(exc).__name__}: {exc}"
+        run.finished_at = timezone.now()
+        run.save()
+        raise
+    run.records_read = written.stats.records_read
+    run.rows_written = written.rows
+    run.skipped = written.stats.skipped + written.kube_skipped
+    run.skip_reasons = dict(written.stats.skip_reasons)
+    run.status = IngestStatus.PARTIAL if run.skipped else IngestStatus.SUCCESS
+    run.finished_at = timezone.now()
+    run.save()
+    return written.rows
+
+
+def follow(cluster: Cluster, sim: FleetSimulator, *, max_windows: int | None = None) -> int:
+    """Write one window a minute from the last one written up to now, until stopped.
+
+    ``sim`` stands at its history's end. Returns the number of live windows written.
+    """
+    stop = _Stop()
+    stop.install()
+    sim.step = LIVE_SECONDS  # the scheduler counts run time in steps
+    cursor = floor_time(_last_written(cluster, sim), LIVE_SECONDS)
+    horizon = floor_time(timezone.now(), LIVE_SECONDS) - CATCH_UP
+    while cursor < horizon:  # minutes already written, or too old to catch up: memory only
+        sim.advance(cursor)
+        cursor += timedelta(seconds=LIVE_SECONDS)
+    written = 0
+    while not stop.wanted():
+        now = timezone.now()
+        if cursor + timedelta(seconds=LIVE_SECONDS) <= now:
+            window = Window(cursor, cursor + timedelta(seconds=LIVE_SECONDS))
+            rows = _live_window(cluster, sim, window)
+            logger.info("follow: window %s..%s, %d rows", window.start, window.end, rows)
+            cursor = window.end
+            written += 1
+            if max_windows is not None and written >= max_windows:
+                break
+            continue
+        wait = (cursor + timedelta(seconds=LIVE_SECONDS) - now).total_seconds()
+        stop.event.wait(min(max(wait, 0.1), 5.0))  # wake at least every 5 s to see the parent
+    return written
