@@ -7,6 +7,7 @@ folder and Redis on 127.0.0.1 otherwise. Every variable is listed in ``.env.exam
 README.
 """
 
+import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -450,6 +451,16 @@ GPULEDGER_NOTIFY_MAX_ATTEMPTS = env_int("GPULEDGER_NOTIFY_MAX_ATTEMPTS", 10, min
 # Live episodes that resolved within this many hours before anyone heard of them (a worker outage)
 # are still announced (fired, then resolved); older ones are history.
 GPULEDGER_NOTIFY_LOOKBACK_HOURS = env_int("GPULEDGER_NOTIFY_LOOKBACK_HOURS", 24, minimum=1)
+# Receivers are never sent to loopback, link-local, private, multicast or metadata addresses;
+# these networks (CIDRs, comma-separated) are allowed anyway, e.g. an in-house chat server.
+GPULEDGER_NOTIFY_ALLOWED_NETWORKS = env_list("GPULEDGER_NOTIFY_ALLOWED_NETWORKS", [])
+for _cidr in GPULEDGER_NOTIFY_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_cidr, strict=False)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(
+            f"GPULEDGER_NOTIFY_ALLOWED_NETWORKS: {_cidr!r} is not a network ({_exc})"
+        ) from _exc
 # Alertmanager: open alerts re-sent this often, with endsAt this many intervals ahead.
 GPULEDGER_ALERTMANAGER_RESEND_SECONDS = env_int(
     "GPULEDGER_ALERTMANAGER_RESEND_SECONDS", 60, minimum=10

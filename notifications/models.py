@@ -24,6 +24,7 @@ from django.db.models import Q
 from alerts.choices import Rule, Severity
 from fleet.secrets import validate_secret_env_name
 from notifications.choices import DeliveryEvent, DeliveryOutcome, ReceiverKind
+from notifications.outbound import RefusedTarget, check_url
 
 DEFAULT_RENOTIFY = timedelta(hours=24)
 
@@ -92,8 +93,10 @@ class Receiver(models.Model):
         if self.kind in (ReceiverKind.WEBHOOK, ReceiverKind.SLACK) and len(targets) > 1:
             raise ValidationError({"targets": "One URL: make one receiver per webhook."})
         for url in targets:
-            if not url.startswith(("http://", "https://")):
-                raise ValidationError({"targets": f"{url!r} is not an http(s) URL"})
+            try:
+                check_url(url)
+            except RefusedTarget as exc:
+                raise ValidationError({"targets": str(exc)}) from exc
 
 
 class Route(models.Model):
