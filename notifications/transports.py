@@ -17,7 +17,7 @@ from typing import Any
 
 import requests
 from django.conf import settings
-from django.core.mail import EmailMessage, get_connection
+from django.core.mail import BadHeaderError, EmailMessage, get_connection
 
 from core.deadlines import Deadline, cut_at
 from notifications import outbound
@@ -173,6 +173,9 @@ def send_email(
     try:
         connection = get_connection(timeout=max(0.1, bound.remaining()))
         sent = connection.send_messages([message])
+    except BadHeaderError as exc:
+        # A subject or address with a line break: the message itself is wrong, every time.
+        raise DeliveryError(f"email: a header is malformed ({exc})", permanent=True) from exc
     except smtplib.SMTPRecipientsRefused as exc:
         refused = ", ".join(sorted(exc.recipients))
         raise DeliveryError(f"email: every recipient refused ({refused})", permanent=True) from exc
