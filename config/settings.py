@@ -218,7 +218,13 @@ LOGOUT_REDIRECT_URL = "/login/"
 # Security headers: on whenever DEBUG is off. TLS is usually terminated by the ingress, so the
 # redirect can be switched off there with SECURE_SSL_REDIRECT=false.
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# A request counts as HTTPS by X-Forwarded-Proto only behind a proxy that sets it (and strips
+# a client's own); otherwise any client could claim HTTPS.
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https")
+    if env_bool("GPULEDGER_TRUST_X_FORWARDED_PROTO", False)
+    else None
+)
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
@@ -269,6 +275,10 @@ AXES_FAILURE_LIMIT = env_int("GPULEDGER_LOGIN_FAILURES", 5, minimum=1)
 GPULEDGER_LOGIN_LOCKOUT_MINUTES = env_int("GPULEDGER_LOGIN_LOCKOUT_MINUTES", 30, minimum=1)
 AXES_COOLOFF_TIME = GPULEDGER_LOGIN_LOCKOUT_MINUTES / 60.0
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# ...and a username is locked from every address once its failures from all addresses within
+# the lockout period reach this ceiling (config/lockout.py).
+GPULEDGER_LOGIN_USERNAME_FAILURES = env_int("GPULEDGER_LOGIN_USERNAME_FAILURES", 20, minimum=1)
+AXES_HANDLER = "config.lockout.UsernameCeilingHandler"
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "front/locked_out.html"
 # Behind the ingress the client address is in X-Forwarded-For; count it only when told to.
@@ -320,8 +330,12 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "GPU allocation, real utilization, borrowing and chargeback for Kueue fleets.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
-    # The schema and its Swagger UI page are for signed-in users (sessions or tokens).
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # The schema and its Swagger UI page are for signed-in users (sessions or full-scope tokens;
+    # a chargeback-scoped token reaches only the chargeback and allocation endpoints).
+    "SERVE_PERMISSIONS": [
+        "rest_framework.permissions.IsAuthenticated",
+        "core.api.TokenScopePermission",
+    ],
     # Swagger UI and ReDoc come from the drf-spectacular-sidecar package, never from a CDN
     # (ReDoc's bundle with its one CDN logo address replaced: core.api_docs).
     "SWAGGER_UI_DIST": "SIDECAR",
