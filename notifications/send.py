@@ -89,7 +89,10 @@ def transmit(delivery: Delivery, now: datetime, deadline: Deadline | None) -> Se
         subject, text = messages.email_message(event, episode, details)
         recipients = email_recipients(receiver, episode)
         return transports.send_email(subject, text, recipients, deadline=deadline)
-    targets = receiver.target_list()
+    try:
+        targets = receiver.urls()
+    except SecretError as exc:
+        raise DeliveryError(str(exc), permanent=True) from exc
     if not targets:
         raise DeliveryError("the receiver has no URL", permanent=True)
     if receiver.kind == ReceiverKind.WEBHOOK:

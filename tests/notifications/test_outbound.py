@@ -194,7 +194,7 @@ def test_the_request_goes_to_the_address_that_was_checked(listener, settings, mo
     settings.GPULEDGER_NOTIFY_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     resolver = Resolver(monkeypatch, {"chat.corp.test": [[LOOPBACK], ["10.9.9.9"]]})
     receiver = Receiver.objects.create(
-        name="chat", kind="slack", targets=f"http://chat.corp.test:{listener.port}/hooks/x"
+        name="chat", kind="webhook", targets=f"http://chat.corp.test:{listener.port}/hooks/x"
     )
 
     delivery = send_test(receiver)
