@@ -15,6 +15,7 @@ docs/architecture.md "Notifications and remediation".
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -182,9 +183,14 @@ class PinnedAdapter(CutAdapter):
 
 
 def pinned_session(target: Target) -> requests.Session:
-    """A session that reaches only ``target``'s checked address, directly (no proxy, no netrc)."""
+    """A session that reaches only ``target``'s checked address, directly: no environment proxy
+    (it would resolve the name itself) and no ``.netrc``; a CA bundle named by
+    ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` is still used, as requests would."""
     session = requests.Session()
     session.trust_env = False
+    session.verify = (
+        os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+    )
     adapter = PinnedAdapter(target)
     session.mount("http://", adapter)
     session.mount("https://", adapter)

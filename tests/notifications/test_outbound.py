@@ -9,6 +9,8 @@ again instead of connecting to the checked address could not reach the listener 
 from __future__ import annotations
 
 import http.server
+import ssl
+import subprocess
 import threading
 from dataclasses import dataclass, field
 
@@ -257,3 +259,57 @@ def test_the_admin_send_test_shows_the_status_line_and_no_body(admin_client, lis
     page = response.content.decode()
     assert "HTTP 500 Internal Server Error" in page
     assert BODY_MARK not in page
+
+
+@pytest.fixture
+def tls_listener(tmp_path):
+    """A loopback HTTPS listener whose certificate names only ``chat.corp.test``."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=chat.corp.test",
+            "-addext",
+            "subjectAltName=DNS:chat.corp.test",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    server = Listener()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.server.socket = context.wrap_socket(server.server.socket, server_side=True)
+    yield server, cert
+    server.close()
+
+
+def test_https_to_the_checked_address_verifies_the_certificate_for_the_name(
+    tls_listener, settings, monkeypatch
+):
+    """The socket goes to 127.0.0.1 while TLS asks for, and checks, the name: the certificate
+    names chat.corp.test only, so a check against the address would fail."""
+    server, cert = tls_listener
+    settings.GPULEDGER_NOTIFY_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
+    Resolver(monkeypatch, {"chat.corp.test": [[LOOPBACK]]})
+    receiver = Receiver.objects.create(
+        name="chat", kind="webhook", targets=f"https://chat.corp.test:{server.port}/hooks/x"
+    )
+
+    delivery = send_test(receiver)
+
+    assert delivery.outcome == "sent", delivery.error
+    assert server.received[0][1]["Host"] == f"chat.corp.test:{server.port}"
