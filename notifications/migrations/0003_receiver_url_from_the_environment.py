@@ -43,6 +43,30 @@ def _environment(variable):
     return os.environ.get(variable) or None
 
 
+def _redact(text, urls):
+    """``text`` with each URL (and its path and query, which errors quoted alone) cut down to
+    its scheme and host."""
+    for url in urls:
+        parts = urlsplit(url)
+        shown = f"{parts.scheme}://{parts.hostname or '?'}"
+        tail = parts.path + (f"?{parts.query}" if parts.query else "")
+        text = text.replace(url, shown)
+        if len(tail) > 1:
+            text = text.replace(tail, "/…")
+    return text
+
+
+def _redact_log(apps, db, receiver, urls):
+    """The delivery log quoted the URLs in its errors: keep only their scheme and host."""
+    for model, field in (("Delivery", "receiver"), ("DeliveryAttempt", "delivery__receiver")):
+        rows = apps.get_model("notifications", model).objects.using(db).filter(**{field: receiver})
+        for row in rows.exclude(error=""):
+            redacted = _redact(row.error, urls)
+            if redacted != row.error:
+                row.error = redacted
+                row.save(update_fields=["error"])
+
+
 def move_secret_urls_out(apps, schema_editor):
     """Secret receiver URLs leave the database for the environment variable each is named by.
 
@@ -70,7 +94,9 @@ def move_secret_urls_out(apps, schema_editor):
             continue
         receiver.url_secret_env = variable
         receiver.targets = ""
-        receiver.save(update_fields=["url_secret_env", "targets"])
+        receiver.last_refresh_error = _redact(receiver.last_refresh_error, targets)
+        receiver.save(update_fields=["url_secret_env", "targets", "last_refresh_error"])
+        _redact_log(apps, db, receiver, targets)
     if missing:
         raise RuntimeError(
             "Receiver URLs that carry secrets (Slack webhooks, URLs with a token) are no longer "

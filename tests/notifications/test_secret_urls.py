@@ -132,7 +132,19 @@ def test_the_migration_moves_secret_urls_out_only_once_their_variables_are_set(
     before_migration, monkeypatch
 ):
     old_receiver = before_migration.get_model("notifications", "Receiver")
-    old_receiver.objects.create(name="vision chat", kind="slack", targets=SLACK_URL)
+    chat = old_receiver.objects.create(name="vision chat", kind="slack", targets=SLACK_URL)
+    # Errors as the sender wrote them before: the whole URL, or its path alone.
+    old_delivery = before_migration.get_model("notifications", "Delivery")
+    delivery = old_delivery.objects.create(
+        receiver=chat, event="test", severity="", outcome="failed", error=f"POST {SLACK_URL}: 404"
+    )
+    before_migration.get_model("notifications", "DeliveryAttempt").objects.create(
+        delivery=delivery,
+        number=1,
+        started_at=timezone.now(),
+        outcome="failed",
+        error=f"cannot connect (Max retries exceeded with url: /services/{TOKEN} (x))",
+    )
     old_receiver.objects.create(name="am", kind="alertmanager", targets=AM_URL)
     old_receiver.objects.create(name="plain", kind="webhook", targets="https://h.example.test/x")
     for name in (MOVED_VARIABLE, "GPULEDGER_SECRET_RECEIVER_AM"):
@@ -158,6 +170,12 @@ def test_the_migration_moves_secret_urls_out_only_once_their_variables_are_set(
     monkeypatch.setenv("GPULEDGER_SECRET_RECEIVER_AM", AM_URL)
     _migrate(_latest())
 
+    from notifications.models import Delivery, DeliveryAttempt
+
+    assert Delivery.objects.get().error == "POST https://hooks.example.test: 404"
+    assert DeliveryAttempt.objects.get().error == (
+        "cannot connect (Max retries exceeded with url: /… (x))"
+    )
     rows = {r.name: (r.targets, r.url_secret_env) for r in Receiver.objects.all()}
     assert rows == {
         "vision chat": ("", MOVED_VARIABLE),
