@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from alerts import permissions
 from alerts.actions import acknowledge, silence
 from alerts.models import AlertThreshold, Episode, Exemption, Silence
 from alerts.thresholds import FIELDS as THRESHOLD_FIELDS
@@ -46,13 +47,21 @@ class EpisodeAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    @admin.action(description="Acknowledge the selected episodes")
+    def has_acknowledge_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm(permissions.ACKNOWLEDGE))
+
+    def has_silence_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm(permissions.SILENCE))
+
+    @admin.action(description="Acknowledge the selected episodes", permissions=["acknowledge"])
     def acknowledge_selected(self, request: HttpRequest, queryset: QuerySet[Episode]) -> None:
         for episode in queryset:
             acknowledge(episode, request.user, "acknowledged in the admin")
         self.message_user(request, f"{queryset.count()} episodes acknowledged.", messages.SUCCESS)
 
-    @admin.action(description="Silence the selected episodes' subjects for 24 hours")
+    @admin.action(
+        description="Silence the selected episodes' subjects for 24 hours", permissions=["silence"]
+    )
     def silence_for_a_day(self, request: HttpRequest, queryset: QuerySet[Episode]) -> None:
         until = timezone.now() + timedelta(days=1)
         for episode in queryset:

@@ -158,6 +158,12 @@ class Episode(models.Model):
 
     class Meta:
         ordering = ["-started_at", "rule", "subject_key"]
+        # Granted explicitly (alerts/permissions.py): being staff is not enough.
+        permissions = [
+            ("acknowledge_episode", "Can acknowledge episodes"),
+            ("silence_episode", "Can silence episodes' subjects"),
+            ("exempt_episode", "Can exempt an episode's workload or ClusterQueue"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["rule", "subject_key", "started_at"],

@@ -7,6 +7,7 @@ folder and Redis on 127.0.0.1 otherwise. Every variable is listed in ``.env.exam
 README.
 """
 
+import ipaddress
 import os
 import re
 import secrets
@@ -239,7 +240,13 @@ LOGOUT_REDIRECT_URL = "/login/"
 # Security headers: on whenever DEBUG is off. TLS is usually terminated by the ingress, so the
 # redirect can be switched off there with SECURE_SSL_REDIRECT=false.
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# A request counts as HTTPS by X-Forwarded-Proto only behind a proxy that sets it (and strips
+# a client's own); otherwise any client could claim HTTPS.
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https")
+    if env_bool("GPULEDGER_TRUST_X_FORWARDED_PROTO", False)
+    else None
+)
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
@@ -290,6 +297,10 @@ AXES_FAILURE_LIMIT = env_int("GPULEDGER_LOGIN_FAILURES", 5, minimum=1)
 GPULEDGER_LOGIN_LOCKOUT_MINUTES = env_int("GPULEDGER_LOGIN_LOCKOUT_MINUTES", 30, minimum=1)
 AXES_COOLOFF_TIME = GPULEDGER_LOGIN_LOCKOUT_MINUTES / 60.0
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# ...and a username is locked from every address once its failures from all addresses within
+# the lockout period reach this ceiling (config/lockout.py).
+GPULEDGER_LOGIN_USERNAME_FAILURES = env_int("GPULEDGER_LOGIN_USERNAME_FAILURES", 20, minimum=1)
+AXES_HANDLER = "config.lockout.UsernameCeilingHandler"
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "front/locked_out.html"
 # Behind the ingress the client address is in X-Forwarded-For; count it only when told to.
@@ -341,8 +352,12 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "GPU allocation, real utilization, borrowing and chargeback for Kueue fleets.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
-    # The schema and its Swagger UI page are for signed-in users (sessions or tokens).
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # The schema and its Swagger UI page are for signed-in users (sessions or full-scope tokens;
+    # a chargeback-scoped token reaches only the chargeback and allocation endpoints).
+    "SERVE_PERMISSIONS": [
+        "rest_framework.permissions.IsAuthenticated",
+        "core.api.TokenScopePermission",
+    ],
     # Swagger UI and ReDoc come from the drf-spectacular-sidecar package, never from a CDN
     # (ReDoc's bundle with its one CDN logo address replaced: core.api_docs).
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -484,6 +499,16 @@ GPULEDGER_NOTIFY_MAX_ATTEMPTS = env_int("GPULEDGER_NOTIFY_MAX_ATTEMPTS", 10, min
 # Live episodes that resolved within this many hours before anyone heard of them (a worker outage)
 # are still announced (fired, then resolved); older ones are history.
 GPULEDGER_NOTIFY_LOOKBACK_HOURS = env_int("GPULEDGER_NOTIFY_LOOKBACK_HOURS", 24, minimum=1)
+# Receivers are never sent to loopback, link-local, private, multicast or metadata addresses;
+# these networks (CIDRs, comma-separated) are allowed anyway, e.g. an in-house chat server.
+GPULEDGER_NOTIFY_ALLOWED_NETWORKS = env_list("GPULEDGER_NOTIFY_ALLOWED_NETWORKS", [])
+for _cidr in GPULEDGER_NOTIFY_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_cidr, strict=False)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(
+            f"GPULEDGER_NOTIFY_ALLOWED_NETWORKS: {_cidr!r} is not a network ({_exc})"
+        ) from _exc
 # Alertmanager: open alerts re-sent this often, with endsAt this many intervals ahead.
 GPULEDGER_ALERTMANAGER_RESEND_SECONDS = env_int(
     "GPULEDGER_ALERTMANAGER_RESEND_SECONDS", 60, minimum=10

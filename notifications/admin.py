@@ -66,7 +66,20 @@ class ReceiverAdmin(admin.ModelAdmin):
     search_fields = ["name", "targets"]
     readonly_fields = ["last_refresh_at", "last_refresh_alerts", "last_refresh_error"]
     fieldsets = [
-        (None, {"fields": ["name", "kind", "enabled", "targets", "include_owners", "secret_env"]}),
+        (
+            None,
+            {
+                "fields": [
+                    "name",
+                    "kind",
+                    "enabled",
+                    "targets",
+                    "url_secret_env",
+                    "include_owners",
+                    "secret_env",
+                ]
+            },
+        ),
         (
             "Alertmanager refresh",
             {
@@ -80,6 +93,8 @@ class ReceiverAdmin(admin.ModelAdmin):
 
     @admin.display(description="Targets")
     def target_summary(self, obj: Receiver) -> str:
+        if obj.url_secret_env:
+            return f"the URL in ${obj.url_secret_env}"
         targets = obj.target_list()
         if obj.kind == "email" and obj.include_owners:
             targets.append("+ team contacts and queue owners")

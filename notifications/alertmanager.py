@@ -20,6 +20,7 @@ from django.conf import settings
 
 from alerts.models import Episode, Silence
 from core.deadlines import Deadline
+from fleet.secrets import SecretError
 from notifications import messages, transports
 from notifications.choices import DeliveryEvent, DeliveryOutcome, ReceiverKind
 from notifications.models import Receiver
@@ -103,7 +104,12 @@ def _post(receiver: Receiver, alerts: list[dict], deadline: Deadline) -> list[st
     errors: list[str] = []
     if not alerts:
         return errors
-    for url in receiver.target_list():
+    try:
+        urls = receiver.urls()
+    except SecretError as exc:
+        logger.warning("alertmanager refresh of %s: %s", receiver.name, exc)
+        return [str(exc)]
+    for url in urls:
         for start in range(0, len(alerts), POST_BATCH):
             try:
                 transports.post_alertmanager(

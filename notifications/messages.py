@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import unicodedata
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -219,8 +220,19 @@ def _slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def plain(text: str) -> str:
+    """``text`` without control characters: a line break, escape or tab (Unicode Cc) becomes a
+    space, a format character (Cf: bidirectional overrides, zero-width) is dropped. Alertmanager
+    labels and annotations carry names tenants chose; its templates and receivers print them."""
+    return "".join(
+        " " if unicodedata.category(ch) == "Cc" else ch
+        for ch in text
+        if unicodedata.category(ch) != "Cf"
+    )
+
+
 def alertmanager_labels(episode: Episode, severity: str) -> dict[str, str]:
-    """The labels that identify the alert in Alertmanager (empty ones left out)."""
+    """The labels that identify the alert in Alertmanager (empty ones left out), plain text."""
     labels = {
         "alertname": ALERT_NAMES.get(episode.rule, episode.rule),
         "severity": severity,
@@ -235,7 +247,7 @@ def alertmanager_labels(episode: Episode, severity: str) -> dict[str, str]:
     if episode.rule == "telemetry_missing" and episode.workload is None and len(uuids) == 1:
         # Per-GPU episodes on one node: the GPU tells them apart.
         labels["gpu"] = str(uuids[0])
-    return {name: value for name, value in labels.items() if value}
+    return {name: plain(value) for name, value in labels.items() if value}
 
 
 def alertmanager_alerts(
@@ -249,8 +261,9 @@ def alertmanager_alerts(
     at the escalation.
     """
     annotations = {
-        "summary": episode.summary or headline(DeliveryEvent.FIRED, episode),
-        "description": "\n".join(detail_lines(episode)),
+        "summary": plain(episode.summary or headline(DeliveryEvent.FIRED, episode)),
+        # One line per detail; a line break inside a tenant's name cannot forge another.
+        "description": "\n".join(plain(line) for line in detail_lines(episode)),
         "episode_url": episode_url(episode),
     }
     starts = episode.fired_at or episode.started_at

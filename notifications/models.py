@@ -14,6 +14,7 @@ dry run and re-activation) live in the ``remediation`` app.
 from __future__ import annotations
 
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -22,8 +23,9 @@ from django.db import models
 from django.db.models import Q
 
 from alerts.choices import Rule, Severity
-from fleet.secrets import validate_secret_env_name
+from fleet.secrets import SecretError, read_secret, validate_secret_env_name
 from notifications.choices import DeliveryEvent, DeliveryOutcome, ReceiverKind
+from notifications.outbound import RefusedTarget, check_url
 
 DEFAULT_RENOTIFY = timedelta(hours=24)
 
@@ -44,6 +46,18 @@ class Receiver(models.Model):
     include_owners = models.BooleanField(
         default=True,
         help_text="Email: also write to the team's contacts and leads and the queue's owners.",
+    )
+    url_secret_env = models.CharField(
+        "URL variable",
+        max_length=100,
+        blank=True,
+        validators=[validate_secret_env_name],
+        help_text=(
+            "Slack, and any webhook or Alertmanager URL that carries a token: the environment "
+            "variable holding the URL (Alertmanager: URLs separated by spaces), e.g. "
+            "GPULEDGER_SECRET_SLACK_VISION, set on every GPU Ledger process. The URL itself is "
+            "never stored or shown. Leave the targets empty then."
+        ),
     )
     secret_env = models.CharField(
         max_length=100,
@@ -76,9 +90,23 @@ class Receiver(models.Model):
     def target_list(self) -> list[str]:
         return [line.strip() for line in self.targets.splitlines() if line.strip()]
 
+    def urls(self) -> list[str]:
+        """The URLs to send to: from ``url_secret_env`` when named, else the targets.
+
+        Raises ``SecretError`` naming the variable (never its value) when it cannot be read, and
+        for a Slack receiver whose URL is still in the targets (it must be named by a variable).
+        """
+        if self.url_secret_env:
+            return read_secret(self.url_secret_env).split()
+        if self.kind == ReceiverKind.SLACK and self.target_list():
+            raise SecretError(SLACK_SECRET_MESSAGE)
+        return self.target_list()
+
     def clean(self) -> None:
         targets = self.target_list()
         if self.kind == ReceiverKind.EMAIL:
+            if self.url_secret_env:
+                raise ValidationError({"url_secret_env": "Email receivers take addresses."})
             for address in targets:
                 try:
                     validate_email(address)
@@ -87,13 +115,48 @@ class Receiver(models.Model):
             if not targets and not self.include_owners:
                 raise ValidationError({"targets": "Name an address or include the owners."})
             return
-        if not targets:
-            raise ValidationError({"targets": "Give the URL to send to."})
-        if self.kind in (ReceiverKind.WEBHOOK, ReceiverKind.SLACK) and len(targets) > 1:
-            raise ValidationError({"targets": "One URL: make one receiver per webhook."})
+        self._clean_urls(targets)
+
+    def _clean_urls(self, targets: list[str]) -> None:
+        if self.kind == ReceiverKind.SLACK and targets:
+            raise ValidationError({"targets": SLACK_SECRET_MESSAGE})
+        if targets and self.url_secret_env:
+            raise ValidationError({"targets": "Either the targets or the URL variable, not both."})
         for url in targets:
-            if not url.startswith(("http://", "https://")):
-                raise ValidationError({"targets": f"{url!r} is not an http(s) URL"})
+            if token_bearing(url):
+                raise ValidationError(
+                    {
+                        "targets": "This URL carries a query string (a token?): put it in a "
+                        "GPULEDGER_SECRET_ variable and name that in the URL variable."
+                    }
+                )
+        field = "url_secret_env" if self.url_secret_env else "targets"
+        if self.url_secret_env:
+            try:
+                targets = self.urls()
+            except SecretError as exc:
+                raise ValidationError({field: str(exc)}) from exc
+        if not targets:
+            raise ValidationError({field: "Give the URL to send to."})
+        if self.kind in (ReceiverKind.WEBHOOK, ReceiverKind.SLACK) and len(targets) > 1:
+            raise ValidationError({field: "One URL: make one receiver per webhook."})
+        for url in targets:
+            try:
+                check_url(url)
+            except RefusedTarget as exc:
+                raise ValidationError({field: str(exc)}) from exc
+
+
+SLACK_SECRET_MESSAGE = (
+    "A Slack webhook URL is a secret: put it in a GPULEDGER_SECRET_ variable in the environment "
+    "of every GPU Ledger process and name that in the URL variable; leave the targets empty."
+)
+
+
+def token_bearing(url: str) -> bool:
+    """A URL whose query string or user info would put a credential in the database."""
+    parts = urlsplit(url)
+    return bool(parts.query) or "@" in parts.netloc
 
 
 class Route(models.Model):

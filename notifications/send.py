@@ -89,7 +89,10 @@ def transmit(delivery: Delivery, now: datetime, deadline: Deadline | None) -> Se
         subject, text = messages.email_message(event, episode, details)
         recipients = email_recipients(receiver, episode)
         return transports.send_email(subject, text, recipients, deadline=deadline)
-    targets = receiver.target_list()
+    try:
+        targets = receiver.urls()
+    except SecretError as exc:
+        raise DeliveryError(str(exc), permanent=True) from exc
     if not targets:
         raise DeliveryError("the receiver has no URL", permanent=True)
     if receiver.kind == ReceiverKind.WEBHOOK:
@@ -196,6 +199,32 @@ def deliver(
     return outcome
 
 
+def fail_broken(delivery: Delivery, exc: Exception) -> str:
+    """Record a delivery that raised something other than ``DeliveryError`` as failed, with the
+    reason, so it is neither retried for ever nor left claimed."""
+    error = f"not sent: {exc.__class__.__name__}: {exc}"[:500]
+    finished = timezone.now()
+    attempts = delivery.attempts + 1
+    with transaction.atomic():
+        DeliveryAttempt.objects.update_or_create(
+            delivery=delivery,
+            number=attempts,
+            defaults={
+                "started_at": finished,
+                "outcome": DeliveryOutcome.FAILED,
+                "error": error,
+            },
+        )
+        Delivery.objects.filter(pk=delivery.pk).update(
+            attempts=attempts,
+            outcome=DeliveryOutcome.FAILED,
+            error=error,
+            next_attempt_at=None,
+            updated_at=finished,
+        )
+    return DeliveryOutcome.FAILED
+
+
 def claim(pk: int, due: datetime | None, now: datetime) -> bool:
     """Take a due delivery for this run; False when another worker took it first."""
     hold = timedelta(seconds=settings.GPULEDGER_NOTIFY_TIMEOUT_SECONDS + CLAIM_MARGIN_SECONDS)
@@ -236,7 +265,12 @@ def send_due(now: datetime, deadline: Deadline, limit: int = SEND_BATCH) -> Send
             "episode__node",
             "episode__acknowledged_by",
         ).get(pk=pk)
-        outcome = deliver(delivery, now, deadline, silences)
+        try:
+            outcome = deliver(delivery, now, deadline, silences)
+        except Exception as exc:
+            # One delivery that breaks in an unforeseen way fails alone; the batch goes on.
+            logger.exception("delivery %s: %s", pk, exc.__class__.__name__)
+            outcome = fail_broken(delivery, exc)
         setattr(result, str(outcome), getattr(result, str(outcome)) + 1)
     return result
 

@@ -17,17 +17,17 @@ from typing import Any
 
 import requests
 from django.conf import settings
-from django.core.mail import EmailMessage, get_connection
+from django.core.mail import BadHeaderError, EmailMessage, get_connection
 
 from core.deadlines import Deadline, cut_at
-from core.http import CutAdapter
+from notifications import outbound
 
 logger = logging.getLogger(__name__)
 
 TRANSIENT_STATUSES = frozenset({408, 425, 429})
 USER_AGENT = "GPU-Ledger-Notifier/1"
-# What of an answer's body is kept in the delivery's error.
-ERROR_BODY_CHARS = 300
+# What of an answer's reason phrase is kept in the delivery's error (its body never is).
+REASON_CHARS = 80
 
 
 class DeliveryError(Exception):
@@ -48,14 +48,6 @@ class Sent:
     detail: str = ""
 
 
-def _session() -> requests.Session:
-    session = requests.Session()
-    adapter = CutAdapter()
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
-
-
 def call_deadline(run_deadline: Deadline | None) -> Deadline:
     """One call's deadline: ``GPULEDGER_NOTIFY_TIMEOUT_SECONDS``, or the run's when sooner."""
     own = Deadline(
@@ -66,6 +58,29 @@ def call_deadline(run_deadline: Deadline | None) -> Deadline:
     return own.sooner(run_deadline)
 
 
+def _failure(exc: BaseException) -> str:
+    """A connection failure in a few words, without the URL (its path may hold a token)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.strerror:
+            return current.strerror
+        for arg in getattr(current, "args", ()):
+            if isinstance(arg, BaseException):
+                current = arg
+                break
+        else:
+            current = current.__cause__ or current.__context__
+    return exc.__class__.__name__
+
+
+def status_line(response: requests.Response) -> str:
+    """``HTTP 503 Service Unavailable``: the answer's status line, never its body."""
+    reason = "".join(ch for ch in str(response.reason or "") if ch.isprintable())[:REASON_CHARS]
+    return f"HTTP {response.status_code}" + (f" {reason}" if reason else "")
+
+
 def post_json(
     url: str,
     body: bytes,
@@ -73,46 +88,55 @@ def post_json(
     headers: dict[str, str] | None = None,
     deadline: Deadline | None = None,
 ) -> Sent:
-    """POST ``body`` (JSON bytes) to ``url``: a 2xx is ``Sent``, anything else ``DeliveryError``."""
+    """POST ``body`` (JSON bytes) to ``url``: a 2xx is ``Sent``, anything else ``DeliveryError``.
+
+    The URL is checked first (``notifications.outbound``) and the request goes to the address
+    that was checked; errors name the URL's origin only, and of an answer only its status line.
+    """
+    try:
+        target = outbound.check_url(url)
+    except outbound.RefusedTarget as exc:
+        raise DeliveryError(f"refused: {exc}", permanent=True) from exc
+    where = f"POST {target.origin}"
     bound = call_deadline(deadline)
     if bound.expired():
-        raise DeliveryError(f"POST {url}: not sent, {bound} had passed")
+        raise DeliveryError(f"{where}: not sent, {bound} had passed")
     all_headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
     all_headers.update(headers or {})
     timeout = max(0.1, bound.remaining())
-    with _session() as session, cut_at(bound) as cut:
+    with outbound.pinned_session(target) as session, cut_at(bound) as cut:
         try:
             with cut.attaching():
                 response = session.post(
-                    url,
+                    target.url,
                     data=body,
                     headers=all_headers,
                     timeout=(timeout, timeout),
                     allow_redirects=False,
+                    stream=True,
                 )
+                response.close()
         except requests.RequestException as exc:
             if cut.fired:
-                raise DeliveryError(f"POST {url}: no answer within {bound}") from exc
+                raise DeliveryError(f"{where}: no answer within {bound}") from exc
             if isinstance(exc, requests.Timeout):
-                raise DeliveryError(f"POST {url}: timed out ({exc})") from exc
+                raise DeliveryError(f"{where}: timed out ({_failure(exc)})") from exc
             if isinstance(exc, requests.ConnectionError):
-                raise DeliveryError(f"POST {url}: cannot connect ({exc})") from exc
+                raise DeliveryError(f"{where}: cannot connect ({_failure(exc)})") from exc
             # An invalid URL, a bad scheme: the receiver's settings, not the network.
-            raise DeliveryError(f"POST {url}: {exc}", permanent=True) from exc
+            raise DeliveryError(f"{where}: {_failure(exc)}", permanent=True) from exc
         except Exception as exc:
             if cut.fired:
-                raise DeliveryError(f"POST {url}: no answer within {bound}") from exc
+                raise DeliveryError(f"{where}: no answer within {bound}") from exc
             raise
     status = response.status_code
     if 200 <= status <= 299:
         return Sent(status)
-    snippet = response.text[:ERROR_BODY_CHARS].strip()
+    line = status_line(response)
+    if 300 <= status <= 399:
+        line += " (redirects are not followed: give the final URL)"
     permanent = not (status >= 500 or status in TRANSIENT_STATUSES)
-    raise DeliveryError(
-        f"POST {url}: HTTP {status}" + (f": {snippet}" if snippet else ""),
-        status=status,
-        permanent=permanent,
-    )
+    raise DeliveryError(f"{where}: {line}", status=status, permanent=permanent)
 
 
 def post_alertmanager(
@@ -149,6 +173,9 @@ def send_email(
     try:
         connection = get_connection(timeout=max(0.1, bound.remaining()))
         sent = connection.send_messages([message])
+    except BadHeaderError as exc:
+        # A subject or address with a line break: the message itself is wrong, every time.
+        raise DeliveryError(f"email: a header is malformed ({exc})", permanent=True) from exc
     except smtplib.SMTPRecipientsRefused as exc:
         refused = ", ".join(sorted(exc.recipients))
         raise DeliveryError(f"email: every recipient refused ({refused})", permanent=True) from exc

@@ -19,8 +19,9 @@ from rest_framework.response import Response
 from alerts.actions import acknowledge
 from alerts.api import filtersets, serializers
 from alerts.models import Episode
+from alerts.permissions import may_acknowledge
 from core.api import ApiViewMixin, parameter_error_response_schema
-from quotas.access import acts_for_team, visible_team_ids
+from quotas.access import visible_team_ids
 
 PARAMETER_ERROR = OpenApiResponse(
     response=parameter_error_response_schema(),
@@ -57,8 +58,10 @@ class EpisodeViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
     def acknowledge(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         """Acknowledge the episode (who and when are recorded, with the comment)."""
         episode = self.get_object()
-        if not acts_for_team(request.user, episode.team_id):
-            raise PermissionDenied("Only the team's leads (and staff) acknowledge its alerts.")
+        if not may_acknowledge(request.user, episode):
+            raise PermissionDenied(
+                "Only the team's leads and people given the permission acknowledge its alerts."
+            )
         form = serializers.AcknowledgeSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         acknowledge(episode, request.user, form.validated_data["comment"])

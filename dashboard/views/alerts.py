@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.contrib import messages
@@ -13,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from alerts import actions
+from alerts import actions, permissions
 from alerts.choices import EpisodeState, Rule, Severity
 from alerts.models import Episode
 from core.params import InvalidParameter, check_text
@@ -24,7 +25,6 @@ from dashboard.frame import paginate, stat
 from dashboard.queries import alerts as queries
 from dashboard.templatetags.formatting import duration, figure
 from fleet.models import Cluster
-from quotas.access import acts_for_team
 from quotas.models import ClusterQueue, Team
 
 STATES = ("all", "open", "resolved")
@@ -124,7 +124,9 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "now": now,
         "silenced": episode.is_silenced(now),
         "silence_hours": SILENCE_HOURS,
-        "can_exempt": request.user.is_staff,
+        "can_acknowledge": permissions.may_acknowledge(request.user, episode),
+        "can_silence": permissions.may_silence(request.user, episode),
+        "can_exempt": permissions.may_exempt(request.user, episode),
     }
     return render(request, "dashboard/episode_detail.html", context)
 
@@ -140,18 +142,20 @@ def _back(episode: Episode) -> HttpResponseRedirect:
     return HttpResponseRedirect(reverse("dashboard:episode-detail", args=[episode.pk]))
 
 
-def _episode_to_act_on(request: HttpRequest, pk: int) -> Episode:
-    """The episode, if the user may act on it: staff or a lead of its team (quotas.access)."""
+def _episode_to_act_on(request: HttpRequest, pk: int, may: Callable[..., bool]) -> Episode:
+    """The episode, if the user may act on it (alerts/permissions.py)."""
     episode = get_episode_for_user(request, pk)
-    if not acts_for_team(request.user, episode.team_id):
-        raise PermissionDenied("Only the team leads (and staff) acknowledge or silence its alerts.")
+    if not may(request.user, episode):
+        raise PermissionDenied(
+            "Only the team's leads and people given the permission act on its alerts."
+        )
     return episode
 
 
 @login_required
 @require_POST
 def episode_acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
-    episode = _episode_to_act_on(request, pk)
+    episode = _episode_to_act_on(request, pk, permissions.may_acknowledge)
     actions.acknowledge(episode, request.user, _comment(request))
     messages.success(request, "Acknowledged.")
     return _back(episode)
@@ -160,7 +164,7 @@ def episode_acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def episode_silence(request: HttpRequest, pk: int) -> HttpResponse:
-    episode = _episode_to_act_on(request, pk)
+    episode = _episode_to_act_on(request, pk, permissions.may_silence)
     raw = request.POST.get("hours", "")
     if raw not in {str(hours) for hours in SILENCE_HOURS}:
         return HttpResponse("hours must be one of 4, 24, 72, 168", status=400)
@@ -174,8 +178,8 @@ def episode_silence(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def episode_exempt(request: HttpRequest, pk: int) -> HttpResponse:
     episode = get_episode_for_user(request, pk)
-    if not request.user.is_staff:
-        raise PermissionDenied("Only staff add exemptions.")
+    if not permissions.may_exempt(request.user, episode):
+        raise PermissionDenied("Exemptions need the permission to exempt alerts.")
     if actions.exempt_workload(episode, request.user, _comment(request)) is None:
         return HttpResponse("this episode has no workload or queue to exempt", status=400)
     messages.success(request, "Exempt from now on: shown, never notified or remediated.")

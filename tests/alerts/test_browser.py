@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from alerts.models import Episode
@@ -58,6 +59,8 @@ def test_the_episode_page_draws_the_evidence_and_acknowledges(
     page, live_server, browser_login, staff_user, scene, console_errors
 ):
     episode = Episode.objects.get(rule="idle_workload")
+    # Being staff is not enough to acknowledge: the permission is given explicitly.
+    staff_user.user_permissions.add(Permission.objects.get(codename="acknowledge_episode"))
     browser_login(page, live_server.url, staff_user)
     page.goto(live_server.url + reverse("dashboard:episode-detail", args=[episode.pk]))
     page.wait_for_function(

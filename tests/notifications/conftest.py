@@ -8,6 +8,7 @@ receivers talk to.
 ``webhook_server``          a loopback HTTP server recording each POST (headers, body); answers
                             from ``.statuses`` (first to last, then 200), or hangs with ``.hang``.
 ``alertmanager``            a real Alertmanager (tests/alertmanager_server.py).
+``loopback_receivers``      (autouse) GPULEDGER_NOTIFY_ALLOWED_NETWORKS allows 127.0.0.0/8.
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ from django.utils import timezone
 
 from tests.alertmanager_server import AlertmanagerServer
 from tests.prometheus_server import LOOPBACK, free_port
+
+# Receivers here deliver to loopback listeners, which notifications refuse unless allowed.
+LOOPBACK_NETWORKS = ["127.0.0.0/8"]
+
+
+@pytest.fixture(autouse=True)
+def loopback_receivers(settings) -> None:
+    """Allow loopback receivers: every server these tests send to listens on 127.0.0.1."""
+    settings.GPULEDGER_NOTIFY_ALLOWED_NETWORKS = LOOPBACK_NETWORKS
 
 
 @dataclass

@@ -21,13 +21,15 @@ def admin_client_(db, django_user_model) -> Client:
     return client
 
 
-def test_a_receiver_and_its_route_are_set_up_in_the_admin(admin_client_, world):
+def test_a_receiver_and_its_route_are_set_up_in_the_admin(admin_client_, world, monkeypatch):
+    monkeypatch.setenv("GPULEDGER_SECRET_SLACK_VISION", "http://127.0.0.1:9/hook")
     answer = admin_client_.post(
         reverse("admin:notifications_receiver_add"),
         {
             "name": "vision-chat",
             "kind": "slack",
-            "targets": "http://127.0.0.1:9/hook",
+            "targets": "",
+            "url_secret_env": "GPULEDGER_SECRET_SLACK_VISION",
             "include_owners": "on",
             "enabled": "on",
             "secret_env": "",

@@ -256,8 +256,13 @@ def test_an_episode_exempted_after_the_delivery_was_written_is_not_sent(
     assert webhook_server.received == []
 
 
-def test_slack_gets_one_line_of_text_with_the_episode_link(webhook_server, make_episode):
-    receiver = Receiver.objects.create(name="chat", kind="slack", targets=webhook_server.url)
+def test_slack_gets_one_line_of_text_with_the_episode_link(
+    webhook_server, make_episode, monkeypatch
+):
+    monkeypatch.setenv("GPULEDGER_SECRET_SLACK_CHAT", webhook_server.url)
+    receiver = Receiver.objects.create(
+        name="chat", kind="slack", url_secret_env="GPULEDGER_SECRET_SLACK_CHAT"
+    )
     Route.objects.create(receiver=receiver)
     episode = make_episode(severity="critical", escalated_at=timezone.now())
 
