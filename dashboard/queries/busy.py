@@ -18,7 +18,7 @@ from core import plotting
 from core.ranges import HourSpan
 from dashboard.frame import quota_url
 from dashboard.queries.holders import HOLDER_FIELDS, holder_from_row, holder_urls
-from dashboard.queries.now import busy_thresholds, latest_usage
+from dashboard.queries.now import busy_now
 from dashboard.queries.ranking import TeamFigures, ranked_teams
 from ledger.choices import RollupScope
 from ledger.models import HourlyRollup
@@ -120,8 +120,7 @@ def busy_by_workload(span: HourSpan, allowed: set[int] | None) -> tuple[list[Bus
 def busy_gpus_now(
     windows: dict[int, datetime], allowed: set[int] | None
 ) -> tuple[list[dict[str, Any]], float]:
-    util_min, sm_max = busy_thresholds()
-    rows = latest_usage(windows).filter(allocated=True, gpu_util__gte=util_min, activity__lt=sm_max)
+    rows = busy_now(windows)
     total = rows.aggregate(gpus=Sum("gpus"))["gpus"] or 0.0 if windows else 0.0
     result = []
     for row in rows.values(*HOLDER_FIELDS, "node_name", "gpu__index", "gpu__gi_id").order_by(

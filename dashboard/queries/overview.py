@@ -13,13 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
-from django.db.models import Count, F, FloatField, Q, Sum
+from django.db.models import Count, Q, Sum
 
 from core import ratios as formulas
 from core.ranges import HourSpan
-from dashboard.queries.now import busy_thresholds, latest_usage
-from fleet.choices import ActivitySource
+from dashboard.queries.now import figures_now
 from ledger.choices import RollupScope
 from ledger.models import HourlyRollup
 from ledger.range_figures import Figures
@@ -65,47 +63,25 @@ class FleetNow:
         return self.no_telemetry_allocated + self.no_telemetry_free
 
 
+# ``ledger.now`` names → FleetNow fields.
+_NOW_FIELDS = {"busy_not_working": "busy"}
+
+
 def fleet_now(windows: dict[int, datetime]) -> FleetNow:
     """The overview's numbers: one aggregate over the newest windows, one over pending workloads
     (per ClusterQueue, which ``pending_while_free`` reads too)."""
-    util_min, sm_max = busy_thresholds()
-    idle_below = settings.GPULEDGER_IDLE_THRESHOLD
-    allocated = Q(allocated=True)
-    with_data = Q(allocated=True, activity__isnull=False)
-    # Grouped by flavor (summed below), so the free GPUs per flavor come with the same scan.
-    rows = (
-        latest_usage(windows)
-        .order_by()
-        .values("flavor")
-        .annotate(
-            sum_capacity=Sum("capacity_gpus"),
-            sum_allocated=Sum("gpus", filter=allocated),
-            sum_telemetry=Sum("gpus", filter=with_data),
-            sum_active=Sum(F("activity") * F("gpus"), filter=with_data, output_field=FloatField()),
-            sum_idle=Sum("gpus", filter=Q(allocated=True, activity__lt=idle_below)),
-            sum_no_telemetry_allocated=Sum("gpus", filter=Q(allocated=True, activity__isnull=True)),
-            sum_no_telemetry_free=Sum(
-                "capacity_gpus", filter=Q(allocated=False, activity__isnull=True)
-            ),
-            sum_fallback=Sum(
-                "gpus", filter=Q(allocated=True, activity_source=ActivitySource.GR_ENGINE_ACTIVE)
-            ),
-            sum_busy=Sum(
-                "gpus", filter=Q(allocated=True, gpu_util__gte=util_min, activity__lt=sm_max)
-            ),
-        )
-        if windows
-        else []
-    )
+    # The registry's rules over the newest windows (``ledger.now``), grouped by flavor (summed
+    # below), so the free GPUs per flavor come with the same scan.
+    rows = figures_now(windows, group_by=("flavor",))
     totals: dict[str, float] = defaultdict(float)
     free: dict[str, float] = {}
     for row in rows:
         values: dict[str, Any] = dict(row)
         for key, value in values.items():
-            if key.startswith("sum_"):
-                totals[key.removeprefix("sum_")] += float(value or 0.0)
-        capacity = float(values["sum_capacity"] or 0.0)
-        free[values["flavor"]] = max(0.0, capacity - float(values["sum_allocated"] or 0.0))
+            if key != "flavor":
+                totals[_NOW_FIELDS.get(key, key)] += float(value or 0.0)
+        capacity = float(values["capacity"] or 0.0)
+        free[values["flavor"]] = max(0.0, capacity - float(values["allocated"] or 0.0))
     # Every pending workload counts in the card; those requesting GPUs in pending-while-free.
     requesting = Q(requested_gpus__gt=0)
     demand = (
