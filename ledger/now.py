@@ -98,6 +98,22 @@ def figures_now(windows: dict[int, datetime], group_by: Sequence[str] = ()) -> l
     return [{key.removeprefix("now_"): value for key, value in row.items()} for row in found]
 
 
+def held_now(workload_ids: Sequence[int]) -> dict[int, float]:
+    """Workload id → GPUs its running pods hold in each cluster's newest window (the registry's
+    allocated rows): "held" on every page means held by running pods, not admitted quota."""
+    if not workload_ids:
+        return {}
+    rule = BY_NAME["allocated_gpu_hours"].rows.q(thresholds())
+    rows = (
+        latest_usage(latest_windows())
+        .filter(rule, workload_id__in=list(workload_ids))
+        .order_by()
+        .values_list("workload_id")
+        .annotate(gpus=Sum("gpus"))
+    )
+    return {workload_id: float(gpus or 0.0) for workload_id, gpus in rows}
+
+
 def busy_now(windows: dict[int, datetime]) -> QuerySet[GpuUsage]:
     """The newest windows' rows that are busy but not working (``ledger.figures``)."""
     return latest_usage(windows).filter(BY_NAME["busy_not_working_gpu_hours"].rows.q(thresholds()))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q, Sum
 from django.db.models.fields.json import KeyTextTransform
 
@@ -26,8 +27,6 @@ from quotas.choices import HOLDING_STATES
 from quotas.models import ClusterQueue, ClusterQueueQuota, Team, Workload
 from quotas.now import QueueNow, gpu_quotas, latest_samples
 
-# A holding workload is listed as idle when at least this share of its GPU-hours were idle.
-IDLE_WORKLOAD_SHARE = 0.5
 # Rows per list on a team card (idle and pending workloads).
 CARD_ROWS = 5
 # Up to this many teams, their pods' GPUs now are filtered by team in the query.
@@ -142,6 +141,11 @@ def admitted_gpus_by_team(team_ids: list[int]) -> dict[int, float]:
     return {row["cluster_queue__team_id"]: float(row["gpus"] or 0.0) for row in rows}
 
 
+def idle_workload_share() -> float:
+    """The idle share from which a holding workload is listed idle (a setting)."""
+    return float(settings.GPULEDGER_IDLE_WORKLOAD_SHARE)
+
+
 def idle_workloads(team: Team, span: HourSpan) -> list[tuple[Workload, Figures]]:
     """The team's holding workloads that sat mostly idle over the span, idlest first."""
     holding = list(
@@ -154,7 +158,7 @@ def idle_workloads(team: Team, span: HourSpan) -> list[tuple[Workload, Figures]]
         (workload, figures[workload.pk])
         for workload in holding
         if workload.pk in figures
-        and (figures[workload.pk].idle_share or 0.0) >= IDLE_WORKLOAD_SHARE
+        and (figures[workload.pk].idle_share or 0.0) >= idle_workload_share()
     ]
     idle.sort(key=lambda pair: pair[1].idle_gpu_hours, reverse=True)
     return idle[:CARD_ROWS]

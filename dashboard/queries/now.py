@@ -6,6 +6,20 @@ the eviction pace) are ``quotas.now``'s, shared with the API.
 
 from __future__ import annotations
 
-from ledger.now import busy_now, busy_thresholds, figures_now, latest_usage, latest_windows
+from ledger.now import (
+    busy_now,
+    busy_thresholds,
+    figures_now,
+    held_now,
+    latest_usage,
+    latest_windows,
+)
 
-__all__ = ["busy_now", "busy_thresholds", "figures_now", "latest_usage", "latest_windows"]
+__all__ = [
+    "busy_now",
+    "busy_thresholds",
+    "figures_now",
+    "held_now",
+    "latest_usage",
+    "latest_windows",
+]

@@ -100,7 +100,7 @@ def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "page_title": "My teams",
         "cards": cards,
         "time_range": time_range,
-        "idle_threshold": percent(queries.IDLE_WORKLOAD_SHARE),
+        "idle_threshold": percent(queries.idle_workload_share()),
     }
     return render(request, "dashboard/my_teams.html", context)
 

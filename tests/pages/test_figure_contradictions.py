@@ -1,0 +1,93 @@
+"""Figures that two pages (or a page and a setting) told differently, each made one answer.
+
+Each test sets up the smallest data that shows the contradiction and derives the expected figure
+by hand; docs/architecture.md "Figures" says which reading was chosen and why.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.test import override_settings
+from django.urls import reverse
+from django.utils import timezone
+
+from core.ranges import HourSpan
+from dashboard.queries.my_teams import idle_workloads
+from ledger.choices import RollupScope
+from ledger.models import GpuUsage, HourlyRollup
+from quotas.choices import WorkloadState
+from quotas.models import ClusterQueue, Team, Workload
+from tests.ledger.rollup_scenario import usage_row
+
+H = datetime(2026, 5, 4, 10, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+def _workload_hour(workload: Workload, hour: datetime, allocated: float, idle: float) -> None:
+    HourlyRollup.objects.create(
+        cluster=workload.cluster,
+        scope=RollupScope.WORKLOAD,
+        key=f"{workload.namespace}/{workload.name}",
+        hour=hour,
+        flavor="h100",
+        team=workload.cluster_queue.team,
+        cluster_queue=workload.cluster_queue,
+        workload=workload,
+        allocated_gpu_hours=allocated,
+        telemetry_gpu_hours=allocated,
+        idle_gpu_hours=idle,
+        windows=60,
+    )
+
+
+@pytest.mark.django_db
+def test_my_teams_idle_list_follows_the_idle_workload_share_setting(cluster):
+    team = Team.objects.create(name="red")
+    queue = ClusterQueue.objects.create(cluster=cluster, name="cq-red", team=team)
+    workload = Workload.objects.create(
+        cluster=cluster,
+        namespace="red",
+        name="notebook",
+        cluster_queue=queue,
+        state=WorkloadState.ADMITTED,
+        requested_gpus=2,
+        admitted_gpus=2,
+    )
+    # 2 GPU-hours an hour, 0.6 of them idle, twice: idle share 1.2 / 4 = 0.3.
+    _workload_hour(workload, H, 2.0, 0.6)
+    _workload_hour(workload, H + HOUR, 2.0, 0.6)
+    span = HourSpan(H, H + 2 * HOUR)
+    with override_settings(GPULEDGER_IDLE_WORKLOAD_SHARE=0.3):
+        assert [w.pk for w, _ in idle_workloads(team, span)] == [workload.pk]
+    with override_settings(GPULEDGER_IDLE_WORKLOAD_SHARE=0.31):
+        assert idle_workloads(team, span) == []
+
+
+@pytest.mark.django_db
+def test_gpus_held_on_a_workload_page_are_held_by_running_pods(staff_client, cluster):
+    """A ghost: admitted 4 GPUs of quota, no pod running. "Held" is 0, as on every page."""
+    queue = ClusterQueue.objects.create(cluster=cluster, name="cq")
+    kwargs = {"cluster": cluster, "namespace": "ns", "cluster_queue": queue}
+    ghost = Workload.objects.create(
+        name="ghost", state=WorkloadState.ADMITTED, requested_gpus=4, admitted_gpus=4, **kwargs
+    )
+    running = Workload.objects.create(
+        name="run", state=WorkloadState.ADMITTED, requested_gpus=2, admitted_gpus=2, **kwargs
+    )
+    now = timezone.now().replace(second=0, microsecond=0)
+    GpuUsage.objects.bulk_create(
+        [
+            usage_row(cluster, now, f"g{n}", sm=0.5, workload=running, pod=f"run-{n}")
+            for n in range(2)
+        ]
+    )
+
+    def card(workload: Workload) -> dict:
+        response = staff_client.get(reverse("dashboard:workload-detail", args=[workload.pk]))
+        return {s["testid"]: s for s in response.context["stats"]}["stat-gpus"]
+
+    assert (card(ghost)["label"], card(ghost)["value"]) == ("GPUs held", "0")
+    assert "admitted (quota) 4" in card(ghost)["note"]
+    assert card(running)["value"] == "2"
