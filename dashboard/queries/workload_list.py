@@ -7,6 +7,7 @@ layer, priced with the rate cards the chargeback API uses), in one GROUP BY quer
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any, overload
 
 from django.conf import settings
@@ -17,6 +18,7 @@ from dashboard.queries.teams import state_filter
 from ledger.chargeback import Charge, Pricer, aggregate_pieces, ceil_hour, chargeback_model
 from ledger.choices import RateKind, RollupScope
 from ledger.models import HourlyRollup
+from quotas.choices import FINISHED_STATES
 from quotas.models import Workload
 
 STATE_FILTERS = ("all", "holding", "pending", "finished")
@@ -68,6 +70,23 @@ def matching_workloads(
     if team:
         workloads = workloads.filter(cluster_queue__team__name=team)
     return workloads
+
+
+def in_range(workloads: QuerySet[Workload], span: HourSpan, start: datetime) -> QuerySet[Workload]:
+    """The workloads the range is about: those still live (not finished, not deleted), those
+    that ended at or after ``start``, and those with GPU-hours in the span's rollups. A job that
+    finished before the range and held nothing in it is left out (it would show 0 GPU-hours)."""
+    ended = Q(state__in=FINISHED_STATES) | Q(deleted_at__isnull=False)
+    ended_before = ended & (
+        Q(finished_at__lt=start) | Q(finished_at__isnull=True, deleted_at__lt=start)
+    )
+    held = (
+        HourlyRollup.objects.for_scope(RollupScope.WORKLOAD)
+        .covering(span)
+        .filter(allocated_gpu_hours__gt=0, workload__isnull=False)
+        .values("workload_id")
+    )
+    return workloads.filter(~ended_before | Q(pk__in=held))
 
 
 def owner_kinds(team_ids: set[int] | None) -> list[str]:

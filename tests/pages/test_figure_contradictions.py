@@ -91,3 +91,34 @@ def test_gpus_held_on_a_workload_page_are_held_by_running_pods(staff_client, clu
     assert (card(ghost)["label"], card(ghost)["value"]) == ("GPUs held", "0")
     assert "admitted (quota) 4" in card(ghost)["note"]
     assert card(running)["value"] == "2"
+
+
+@pytest.mark.django_db
+def test_the_workload_list_leaves_out_jobs_that_ended_before_the_range_and_held_nothing(
+    staff_client, cluster
+):
+    now = timezone.now()
+    last_hour = now.replace(minute=0, second=0, microsecond=0) - HOUR
+    queue = ClusterQueue.objects.create(cluster=cluster, name="cq")
+    kwargs = {"cluster": cluster, "namespace": "ns", "cluster_queue": queue}
+    old = now - timedelta(days=3)
+    long_gone = Workload.objects.create(
+        name="long-gone", state=WorkloadState.SUCCEEDED, finished_at=old, **kwargs
+    )
+    ran_in_range = Workload.objects.create(
+        name="ran-in-range", state=WorkloadState.SUCCEEDED, finished_at=old, **kwargs
+    )
+    _workload_hour(ran_in_range, last_hour, 2.0, 0.0)  # its GPU-hours were stored late
+    ended_in_range = Workload.objects.create(
+        name="ended-in-range",
+        state=WorkloadState.FAILED,
+        finished_at=now - timedelta(hours=2),
+        **kwargs,
+    )
+    waiting = Workload.objects.create(name="waiting", requested_gpus=8, **kwargs)
+
+    response = staff_client.get(reverse("dashboard:workload-list"), {"range": "24h"})
+
+    listed = {row["workload"].name for row in response.context["rows"]}
+    assert listed == {ran_in_range.name, ended_in_range.name, waiting.name}
+    assert long_gone.name not in listed
