@@ -22,7 +22,7 @@ from ledger.choices import RollupScope
 from ledger.models import HourlyRollup
 from ledger.range_figures import Figures
 from quotas.models import Workload
-from quotas.now import gpu_quotas
+from quotas.now import gpu_quotas, waiting_flavor
 
 
 @dataclass
@@ -41,8 +41,9 @@ class FleetNow:
     pending_workloads: int = 0
     # flavor → GPUs of capacity no running pod holds, in the newest windows.
     free_by_flavor: dict[str, float] = field(default_factory=dict)
-    # ClusterQueue id → (GPUs, workloads) of its pending workloads that request GPUs.
-    pending_by_queue: dict[int | None, tuple[float, int]] = field(default_factory=dict)
+    # (ClusterQueue id, flavor its Kueue message says it waits for, "" if none) → (GPUs,
+    # workloads) of its pending workloads that request GPUs.
+    pending_by_queue: dict[tuple[int | None, str], tuple[float, int]] = field(default_factory=dict)
 
     # GPUs now, not GPU-hours; the ratios are the formulas of docs/architecture.md "Figures".
 
@@ -87,7 +88,7 @@ def fleet_now(windows: dict[int, datetime]) -> FleetNow:
     demand = (
         Workload.objects.pending()
         .order_by()
-        .values("cluster_queue_id")
+        .values("cluster_queue_id", "state_message")
         .annotate(
             gpus=Sum("requested_gpus"),
             count=Count("pk"),
@@ -97,14 +98,16 @@ def fleet_now(windows: dict[int, datetime]) -> FleetNow:
     )
     pending_gpus = 0.0
     pending_workloads = 0
-    by_queue: dict[int | None, tuple[float, int]] = {}
+    by_queue: dict[tuple[int | None, str], tuple[float, int]] = {}
     for queue in demand:
         pending_gpus += float(queue["gpus"] or 0.0)
         pending_workloads += queue["count"]
         if queue["requesting_count"]:
-            by_queue[queue["cluster_queue_id"]] = (
-                float(queue["requesting_gpus"] or 0.0),
-                queue["requesting_count"],
+            key = (queue["cluster_queue_id"], waiting_flavor(queue["state_message"]))
+            gpus, count = by_queue.get(key, (0.0, 0))
+            by_queue[key] = (
+                gpus + float(queue["requesting_gpus"] or 0.0),
+                count + queue["requesting_count"],
             )
     return FleetNow(
         window_end=max(windows.values()) if windows else None,
@@ -187,16 +190,18 @@ def pending_while_free(now: FleetNow) -> list[FlavorWait]:
     card's workloads, ``FleetNow.pending_by_queue``) against the GPUs free in the newest windows
     (``FleetNow.free_by_flavor``: capacity no running pod holds). One query (the quotas).
 
-    A pending workload's flavor is its ClusterQueue's first GPU flavor, as in Kueue's own
-    pending figures (which flavor it would get is not knowable before admission), so this is the
-    fleet-level signal, not a placement.
+    A pending workload's flavor is the one its Kueue pending message says it could not fit in
+    (``quotas.now.waiting_flavor``: a workload waiting for a100 is a100 demand, even in a queue
+    whose first flavor is h100); a message that names none takes the ClusterQueue's first GPU
+    flavor, where Kueue tries first. This is the fleet-level signal, not a placement.
     """
     by_queue = now.pending_by_queue
-    quotas = gpu_quotas(Q(cluster_queue_id__in=[pk for pk in by_queue if pk is not None]))
+    queue_ids = {pk for pk, _flavor in by_queue if pk is not None}
+    quotas = gpu_quotas(Q(cluster_queue_id__in=sorted(queue_ids)))
     waits: dict[str, FlavorWait] = {}
-    for queue_id, (gpus, count) in by_queue.items():
+    for (queue_id, named), (gpus, count) in by_queue.items():
         first = quotas.get(queue_id) if queue_id is not None else None
-        flavor = first[0].flavor_name if first else ""
+        flavor = named or (first[0].flavor_name if first else "")
         wait = waits.setdefault(flavor, FlavorWait(flavor))
         wait.pending += gpus
         wait.pending_workloads += count

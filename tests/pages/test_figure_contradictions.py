@@ -7,6 +7,7 @@ by hand; docs/architecture.md "Figures" says which reading was chosen and why.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 from django.test import override_settings
@@ -15,10 +16,11 @@ from django.utils import timezone
 
 from core.ranges import HourSpan
 from dashboard.queries.my_teams import idle_workloads
+from dashboard.queries.overview import fleet_now, pending_while_free
 from ledger.choices import RollupScope
 from ledger.models import GpuUsage, HourlyRollup
 from quotas.choices import WorkloadState
-from quotas.models import ClusterQueue, Team, Workload
+from quotas.models import ClusterQueue, ClusterQueueQuota, Team, Workload
 from tests.ledger.rollup_scenario import usage_row
 
 H = datetime(2026, 5, 4, 10, tzinfo=UTC)
@@ -122,3 +124,33 @@ def test_the_workload_list_leaves_out_jobs_that_ended_before_the_range_and_held_
     listed = {row["workload"].name for row in response.context["rows"]}
     assert listed == {ran_in_range.name, ended_in_range.name, waiting.name}
     assert long_gone.name not in listed
+
+
+@pytest.mark.django_db
+def test_pending_gpus_on_the_overview_go_to_the_flavor_the_workload_waits_for(cluster):
+    """A queue quotas h100 first, then a100; its workload waiting for a100 (Kueue's message says
+    so) is a100 demand, not h100."""
+    queue = ClusterQueue.objects.create(cluster=cluster, name="cq")
+    for position, flavor in enumerate(("h100", "a100")):
+        ClusterQueueQuota.objects.create(
+            cluster_queue=queue,
+            flavor_name=flavor,
+            resource="nvidia.com/gpu",
+            position=position,
+            nominal=Decimal(8),
+        )
+    kwargs = {"cluster": cluster, "namespace": "ns", "cluster_queue": queue}
+    Workload.objects.create(
+        name="wants-a100",
+        requested_gpus=64,
+        state_message="couldn't assign flavors to pod set main: insufficient unused quota for "
+        "nvidia.com/gpu in flavor a100, 56 more needed",
+        **kwargs,
+    )
+    Workload.objects.create(name="says-nothing", requested_gpus=8, **kwargs)
+
+    now = fleet_now({})
+    waits = {wait.flavor: wait.pending for wait in pending_while_free(now)}
+
+    assert now.pending_gpus == 72
+    assert waits == {"a100": 64, "h100": 8}
