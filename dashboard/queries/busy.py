@@ -87,6 +87,18 @@ def busy_by_workload(span: HourSpan, allowed: set[int] | None) -> tuple[list[Bus
         order_by=(f"-{BUSY}", "workload_id", "team_id"),
         limit=BUSY_WORKLOADS_LIMIT,
     )
+    # The rows' figures over the whole range, as the team table's are: the busy GPU-hours are the
+    # same (hours without any add 0), and the mean GPU_UTIL and utilization are GPU-hour weighted
+    # over every hour of the range, not only the busy ones (docs/architecture.md "Figures").
+    ids = [workload_id for workload_id, _ in top if workload_id]
+    if ids:
+        whole = (
+            HourlyRollup.objects.for_scope(RollupScope.WORKLOAD)
+            .covering(span)
+            .filter(workload_id__in=ids)
+            .figures(group_by=("workload_id", "team_id"), names=BUSY_TEAM_FIGURES)
+        )
+        top = {key: whole.get(key, figures) for key, figures in top.items()}
     names: dict[int | None, Mapping[str, Any]] = {
         row["pk"]: row
         for row in Workload.objects.filter(

@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.ranges import HourSpan
+from dashboard.queries.busy import busy_by_team, busy_by_workload
 from dashboard.queries.my_teams import idle_workloads
 from dashboard.queries.overview import fleet_now, pending_while_free
 from ledger.choices import RollupScope
@@ -154,3 +155,45 @@ def test_pending_gpus_on_the_overview_go_to_the_flavor_the_workload_waits_for(cl
 
     assert now.pending_gpus == 72
     assert waits == {"a100": 64, "h100": 8}
+
+
+@pytest.mark.django_db
+def test_mean_gpu_util_of_a_busy_workload_is_over_the_range_as_its_team_s(cluster):
+    """One workload, the team's only one: 1 GPU-hour at GPU_UTIL 90 % busy-not-working, then 1 at
+    50 % working. GPU-hour weighted over the range, the team and the workload say (0.9 + 0.5) / 2
+    = 70 %; the workload row used to average its busy hours only (90 %)."""
+    team = Team.objects.create(name="serving")
+    queue = ClusterQueue.objects.create(cluster=cluster, name="cq-serving", team=team)
+    workload = Workload.objects.create(
+        cluster=cluster, namespace="serving", name="vllm", cluster_queue=queue, admitted_gpus=1
+    )
+    for hour, util, busy in ((H, 0.9, 1.0), (H + HOUR, 0.5, 0.0)):
+        common = {
+            "cluster": cluster,
+            "hour": hour,
+            "flavor": "h100",
+            "team": team,
+            "allocated_gpu_hours": 1.0,
+            "telemetry_gpu_hours": 1.0,
+            "active_gpu_hours": 0.1 if busy else 0.6,
+            "gpu_util_gpu_hours": util,
+            "gpu_util_covered_gpu_hours": 1.0,
+            "busy_not_working_gpu_hours": busy,
+            "windows": 60,
+        }
+        HourlyRollup.objects.create(scope=RollupScope.TEAM, key=team.name, **common)
+        HourlyRollup.objects.create(
+            scope=RollupScope.WORKLOAD,
+            key="serving/vllm",
+            workload=workload,
+            cluster_queue=queue,
+            **common,
+        )
+    span = HourSpan(H, H + 2 * HOUR)
+
+    [team_row] = busy_by_team(span, None)
+    [workload_row], _hidden = busy_by_workload(span, None)
+
+    assert team_row.figures.mean_gpu_util == pytest.approx(0.7)
+    assert workload_row.figures.mean_gpu_util == pytest.approx(0.7)
+    assert workload_row.figures.busy_not_working_gpu_hours == pytest.approx(1.0)
