@@ -92,7 +92,7 @@ def busy_by_workload(span: HourSpan, allowed: set[int] | None) -> tuple[list[Bus
     # over every hour of the range, not only the busy ones (docs/architecture.md "Figures").
     ids = [workload_id for workload_id, _ in top if workload_id]
     if ids:
-        whole = (
+        whole: dict[tuple[int | None, int | None], Figures] = (
             HourlyRollup.objects.for_scope(RollupScope.WORKLOAD)
             .covering(span)
             .filter(workload_id__in=ids)

@@ -103,9 +103,9 @@ def fleet_now(windows: dict[int, datetime]) -> FleetNow:
         pending_gpus += float(queue["gpus"] or 0.0)
         pending_workloads += queue["count"]
         if queue["requesting_count"]:
-            key = (queue["cluster_queue_id"], waiting_flavor(queue["state_message"]))
-            gpus, count = by_queue.get(key, (0.0, 0))
-            by_queue[key] = (
+            queue_key = (queue["cluster_queue_id"], waiting_flavor(queue["state_message"]))
+            gpus, count = by_queue.get(queue_key, (0.0, 0))
+            by_queue[queue_key] = (
                 gpus + float(queue["requesting_gpus"] or 0.0),
                 count + queue["requesting_count"],
             )
