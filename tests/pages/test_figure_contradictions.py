@@ -14,10 +14,13 @@ from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
 
-from core.ranges import HourSpan
+from core.ranges import HourSpan, TimeRange
+from dashboard.fleet_map import mean_activity
 from dashboard.queries.busy import busy_by_team, busy_by_workload
+from dashboard.queries.gpus import holders_over_range
 from dashboard.queries.my_teams import idle_workloads
 from dashboard.queries.overview import fleet_now, pending_while_free
+from fleet.models import Gpu, Node
 from ledger.choices import RollupScope
 from ledger.models import GpuUsage, HourlyRollup
 from quotas.choices import WorkloadState
@@ -197,3 +200,37 @@ def test_mean_gpu_util_of_a_busy_workload_is_over_the_range_as_its_team_s(cluste
     assert team_row.figures.mean_gpu_util == pytest.approx(0.7)
     assert workload_row.figures.mean_gpu_util == pytest.approx(0.7)
     assert workload_row.figures.busy_not_working_gpu_hours == pytest.approx(1.0)
+
+
+@pytest.mark.django_db
+def test_gpu_and_node_pages_leave_out_the_hour_in_progress(cluster, time_machine):
+    """At 12:20, "last 24 hours" counts the hours that ended: a GPU held for 2 windows of 11:xx
+    and 2 windows of the hour in progress shows 2 windows' GPU-hours on its page, as the
+    rollups of those hours would."""
+    now = datetime(2026, 5, 4, 12, 20, tzinfo=UTC)
+    time_machine.move_to(now, tick=False)
+    node = Node.objects.create(cluster=cluster, name="n1", flavor="h100", gpu_capacity=1)
+    gpu = Gpu.objects.create(
+        cluster=cluster, node=node, host="n1", uuid="GPU-1", index=0, model_name="H100"
+    )
+    ends = [
+        datetime(2026, 5, 4, 11, 30, tzinfo=UTC),
+        datetime(2026, 5, 4, 12, 0, tzinfo=UTC),  # the last window of hour 11:00
+        datetime(2026, 5, 4, 12, 5, tzinfo=UTC),  # hour 12:00, still in progress
+        datetime(2026, 5, 4, 12, 10, tzinfo=UTC),
+    ]
+    GpuUsage.objects.bulk_create(
+        [
+            usage_row(
+                cluster, end, gpu.key, gpu=gpu, node_name="n1", sm=0.5, pod="p", namespace="a"
+            )
+            for end in ends
+        ]
+    )
+    time_range = TimeRange(now - timedelta(hours=24), now, "24h")
+
+    [row] = holders_over_range([gpu.pk], time_range, None)
+
+    assert row["gpu_hours"] == pytest.approx(2 / 60)  # two one-minute windows, by hand
+    assert row["until"] == ends[1]
+    assert mean_activity([gpu.pk], time_range) == {gpu.pk: pytest.approx(0.5)}
