@@ -22,6 +22,8 @@ from core.mig import GPU_RESOURCE
 from core.ranges import HourSpan
 from dashboard.queries.now import latest_usage, latest_windows
 from dashboard.queries.teams import workload_figures
+from ledger.choices import RollupScope
+from ledger.models import HourlyRollup
 from ledger.range_figures import Figures
 from quotas.choices import HOLDING_STATES
 from quotas.models import ClusterQueue, ClusterQueueQuota, Team, Workload
@@ -139,6 +141,37 @@ def admitted_gpus_by_team(team_ids: list[int]) -> dict[int, float]:
         .annotate(gpus=Sum("admitted_gpus"))
     )
     return {row["cluster_queue__team_id"]: float(row["gpus"] or 0.0) for row in rows}
+
+
+@dataclass
+class FlavorQuotaUsed:
+    """How much of its quota a team used over a range, on one flavor: allocated GPU-hours ÷
+    nominal GPU-hours (``Figures.quota_allocation_rate``; above 1 = borrowing)."""
+
+    flavor: str
+    figures: Figures
+
+    @property
+    def used(self) -> float | None:
+        return self.figures.quota_allocation_rate
+
+
+def quota_used_by_team(team_ids: list[int], span: HourSpan) -> dict[int, list[FlavorQuotaUsed]]:
+    """Team id → per flavor over the span, the GPU-hours its pods held against its nominal
+    quota's GPU-hours (team-scope rollups, the hours the range counts): one query."""
+    if not team_ids:
+        return {}
+    found: dict[tuple[int, str], Figures] = (
+        HourlyRollup.objects.for_scope(RollupScope.TEAM)
+        .covering(span)
+        .filter(team_id__in=team_ids)
+        .figures(group_by=("team_id", "flavor"), order_by=("team_id", "flavor"))
+    )
+    result: dict[int, list[FlavorQuotaUsed]] = defaultdict(list)
+    for (team_id, flavor), figures in found.items():
+        if figures.allocated_gpu_hours or figures.nominal_gpu_hours:
+            result[team_id].append(FlavorQuotaUsed(flavor, figures))
+    return dict(result)
 
 
 def idle_workload_share() -> float:

@@ -234,3 +234,43 @@ def test_gpu_and_node_pages_leave_out_the_hour_in_progress(cluster, time_machine
     assert row["gpu_hours"] == pytest.approx(2 / 60)  # two one-minute windows, by hand
     assert row["until"] == ends[1]
     assert mean_activity([gpu.pk], time_range) == {gpu.pk: pytest.approx(0.5)}
+
+
+@pytest.mark.django_db
+def test_my_teams_says_how_much_of_the_quota_was_used_over_the_range_per_flavor(
+    lead_client, lead_user, cluster, time_machine
+):
+    """Two ended hours: h100 held 3 of 4 nominal GPU-hours each (6 / 8 = 75 %), a100 held 1
+    with no quota of its own (borrowed: no ratio). The hour in progress counts nowhere."""
+    now = datetime(2026, 5, 4, 12, 20, tzinfo=UTC)
+    time_machine.move_to(now, tick=False)
+    team = Team.objects.create(name="red")
+    team.leads.add(lead_user)
+    hours = [datetime(2026, 5, 4, h, tzinfo=UTC) for h in (10, 11, 12)]  # 12:00 in progress
+    for hour in hours:
+        for flavor, allocated, nominal in (("h100", 3.0, 4.0), ("a100", 1.0, 0.0)):
+            HourlyRollup.objects.create(
+                cluster=cluster,
+                scope=RollupScope.TEAM,
+                key=team.name,
+                hour=hour,
+                flavor=flavor,
+                team=team,
+                allocated_gpu_hours=allocated,
+                nominal_gpu_hours=nominal,
+                windows=60,
+            )
+
+    response = lead_client.get(
+        reverse("dashboard:my-teams"), {"start": "2026-05-04T10:00", "end": "2026-05-04T12:20"}
+    )
+
+    [card] = response.context["cards"]
+    used = {row["flavor"]: row for row in card["quota_used"]}
+    assert (used["h100"]["allocated"], used["h100"]["nominal"], used["h100"]["used"]) == (
+        "6",
+        "8",
+        "75.0",
+    )
+    assert (used["a100"]["allocated"], used["a100"]["used"]) == ("2", "—")
+    assert 'data-testid="quota-used"' in response.content.decode()
