@@ -146,6 +146,28 @@ def idle_per_team(reads: Reads) -> Compared:
     return compared
 
 
+@compares("GPU-hours and cost per workload over the range")
+def workload_charges(reads: Reads) -> Compared:
+    listed = reads.page("dashboard:workload-list", sort="gpu_hours").context["rows"]
+    rows = {row["group"]: row for row in reads.chargeback("workload")["rows"]}
+    compared: Compared = {}
+    for row in listed[:10]:
+        workload = row["workload"]
+        charged = rows.get(f"{workload.namespace}/{workload.name}")
+        if charged is None or not charged["allocated_gpu_hours"]:
+            continue
+        compared[f"{workload.name} GPU-h"] = [
+            ("workload list", number(row["gpu_hours"])),
+            ("chargeback", round(charged["allocated_gpu_hours"], 1)),
+        ]
+        compared[f"{workload.name} cost"] = [
+            ("workload list", number(row["cost"])),
+            ("chargeback", charged["cost"]["total"]),
+        ]
+    assert compared, "no workload in both"
+    return compared
+
+
 @compares("pending GPUs now, by flavor, on the overview")
 def pending_now(reads: Reads) -> Compared:
     now = reads.overview.context["now"]
