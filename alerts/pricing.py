@@ -7,13 +7,13 @@ from decimal import Decimal
 
 from django.conf import settings
 
-from ledger.chargeback import ceil_hour
+from ledger.chargeback.pricing import card_in_force
 from ledger.choices import RateKind
 from ledger.models import RateCard
 
 
 class Prices:
-    """A flavor card beats a GPU-model card, which beats a default card (ledger.RateCard)."""
+    """Allocated prices by the rate-card precedence of ``ledger.chargeback.pricing``."""
 
     def __init__(self) -> None:
         self.cards = list(
@@ -33,16 +33,5 @@ class Prices:
         return found
 
     def _lookup(self, flavor: str, gpu_model: str, hour: datetime) -> Decimal:
-        in_force = [card for card in self.cards if ceil_hour(card.effective_from) <= hour]
-        for matches in (
-            [card for card in in_force if flavor and card.flavor == flavor],
-            [
-                card
-                for card in in_force
-                if gpu_model and not card.flavor and card.gpu_model == gpu_model
-            ],
-            [card for card in in_force if not card.flavor and not card.gpu_model],
-        ):
-            if matches:
-                return matches[-1].price_per_gpu_hour
-        return Decimal(0)
+        card = card_in_force(self.cards, RateKind.ALLOCATED, flavor, gpu_model, hour)
+        return Decimal(0) if card is None else card.price_per_gpu_hour

@@ -432,6 +432,11 @@ GPULEDGER_ROLLUP_RETENTION_DAYS = env_int("GPULEDGER_ROLLUP_RETENTION_DAYS", 400
 # SM_ACTIVE below this is idle (docs/architecture.md "Figures"); real idle GPUs report a small noise
 # floor.
 GPULEDGER_IDLE_THRESHOLD = env_float("GPULEDGER_IDLE_THRESHOLD", 0.01)
+# My teams lists a holding workload as idle when at least this share of its GPU-hours over the
+# range were idle (docs/architecture.md "Figures").
+GPULEDGER_IDLE_WORKLOAD_SHARE = env_float("GPULEDGER_IDLE_WORKLOAD_SHARE", 0.5)
+if not 0.0 < GPULEDGER_IDLE_WORKLOAD_SHARE <= 1.0:
+    raise ImproperlyConfigured("GPULEDGER_IDLE_WORKLOAD_SHARE must be in (0, 1]")
 # A page warns when the newest successful collection is older than this.
 GPULEDGER_STALE_SECONDS = env_int("GPULEDGER_STALE_SECONDS", 600, minimum=60)
 # Labels on ClusterQueues (then namespaces) that name the owning team, first match wins.

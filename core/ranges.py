@@ -104,6 +104,12 @@ class TimeRange:
         """The hours the range counts (``covered_hours``)."""
         return covered_hours(self.start, self.end, now)
 
+    def counted_windows(self, now: datetime | None = None) -> tuple[datetime, datetime]:
+        """``(after, until]``: the window ends of the hours the range counts, so a figure summed
+        from usage rows counts the hours the rollups count (the hour in progress left out)."""
+        span = self.covered_hours(now)
+        return span.first, max(span.first, span.stop)
+
     def complete_hours(self) -> list[datetime]:
         """Starts of the hours the range counts, oldest first (the x axis of rollup charts)."""
         return self.covered_hours().starts()

@@ -182,18 +182,20 @@ def states_by_node(states: GpuStates) -> dict[int, list[GpuState]]:
 
 
 def mean_activity(gpu_ids: list[int], time_range: TimeRange) -> dict[int, float]:
-    """gpu id → its mean SM_ACTIVE over the range (windows with telemetry only).
+    """gpu id → its mean SM_ACTIVE over the hours the range counts (windows with telemetry only;
+    the hour in progress left out, as every range figure).
 
     The ids go as a literal list: with a subquery instead, PostgreSQL hash-joins a scan of every
     usage row of the range rather than probing the (gpu, window_end) index per GPU.
     """
     if not gpu_ids:
         return {}
+    after, until = time_range.counted_windows()
     means = (
         GpuUsage.objects.filter(
             gpu_id__in=gpu_ids,
-            window_end__gt=time_range.start,
-            window_end__lte=time_range.end,
+            window_end__gt=after,
+            window_end__lte=until,
             activity__isnull=False,
         )
         .values("gpu_id")

@@ -12,6 +12,7 @@ queues or one queue, in one query (three for the pace).
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from django.db import connections
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import TruncHour
 
-from core.mig import GPU_RESOURCE
+from core.mig import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from quotas.choices import TransitionKind
 from quotas.models import ClusterQueueQuota, ClusterQueueSample, Workload, WorkloadTransition
 from quotas.reclaim import median
@@ -35,6 +36,22 @@ PACE_LOOKBACK = timedelta(days=30)
 PACE_SAMPLE = 500
 # A sample's figures a ``QueueNow`` sums, in ``QueueNow.add_values`` order.
 SAMPLE_FIGURES = ("total", "borrowed", "lent", "nominal", "pending_demand")
+
+
+# A Kueue pending message's clause naming the flavor it could not fit in: "insufficient unused
+# quota for nvidia.com/gpu in flavor a100, 8 more needed".
+_WAITS_IN_FLAVOR = re.compile(r"for (?P<resource>[\w./-]+) in flavor (?P<flavor>[\w./-]+)")
+
+
+def waiting_flavor(message: str) -> str:
+    """The GPU flavor a pending Workload waits for, from its Kueue pending message: the first
+    flavor named for a GPU resource ("" when the message names none; the caller then takes the
+    queue's first GPU flavor, where Kueue tries first)."""
+    for match in _WAITS_IN_FLAVOR.finditer(message or ""):
+        resource = match["resource"]
+        if resource == GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX):
+            return match["flavor"]
+    return ""
 
 
 def sample_freshness() -> timedelta:

@@ -18,7 +18,7 @@ from core import plotting
 from core.ranges import HourSpan
 from dashboard.frame import quota_url
 from dashboard.queries.holders import HOLDER_FIELDS, holder_from_row, holder_urls
-from dashboard.queries.now import busy_thresholds, latest_usage
+from dashboard.queries.now import busy_now
 from dashboard.queries.ranking import TeamFigures, ranked_teams
 from ledger.choices import RollupScope
 from ledger.models import HourlyRollup
@@ -87,6 +87,18 @@ def busy_by_workload(span: HourSpan, allowed: set[int] | None) -> tuple[list[Bus
         order_by=(f"-{BUSY}", "workload_id", "team_id"),
         limit=BUSY_WORKLOADS_LIMIT,
     )
+    # The rows' figures over the whole range, as the team table's are: the busy GPU-hours are the
+    # same (hours without any add 0), and the mean GPU_UTIL and utilization are GPU-hour weighted
+    # over every hour of the range, not only the busy ones (docs/architecture.md "Figures").
+    ids = [workload_id for workload_id, _ in top if workload_id]
+    if ids:
+        whole: dict[tuple[int | None, int | None], Figures] = (
+            HourlyRollup.objects.for_scope(RollupScope.WORKLOAD)
+            .covering(span)
+            .filter(workload_id__in=ids)
+            .figures(group_by=("workload_id", "team_id"), names=BUSY_TEAM_FIGURES)
+        )
+        top = {key: whole.get(key, figures) for key, figures in top.items()}
     names: dict[int | None, Mapping[str, Any]] = {
         row["pk"]: row
         for row in Workload.objects.filter(
@@ -120,8 +132,7 @@ def busy_by_workload(span: HourSpan, allowed: set[int] | None) -> tuple[list[Bus
 def busy_gpus_now(
     windows: dict[int, datetime], allowed: set[int] | None
 ) -> tuple[list[dict[str, Any]], float]:
-    util_min, sm_max = busy_thresholds()
-    rows = latest_usage(windows).filter(allocated=True, gpu_util__gte=util_min, activity__lt=sm_max)
+    rows = busy_now(windows)
     total = rows.aggregate(gpus=Sum("gpus"))["gpus"] or 0.0 if windows else 0.0
     result = []
     for row in rows.values(*HOLDER_FIELDS, "node_name", "gpu__index", "gpu__gi_id").order_by(

@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Protocol
 
-from django.conf import settings
 from django.db.models import QuerySet
 
 from core import ratios as formulas
 from dashboard.queries.holders import HOLDER_IDENTITY, Holder, holder_from_row
 from dashboard.queries.now import latest_usage
 from fleet.models import MIG_COMPUTE_SLICES, Gpu
+from ledger.figures import IDLE as IDLE_ROWS
+from ledger.figures import thresholds
 
 FREE = "free"
 ACTIVE = "active"
@@ -151,7 +152,8 @@ class GpuState:
         if self.allocated:
             if self.activity is None:
                 return HELD_NO_TELEMETRY
-            return IDLE if self.activity < settings.GPULEDGER_IDLE_THRESHOLD else ACTIVE
+            held = {"allocated": True, "activity": self.activity}
+            return IDLE if IDLE_ROWS.test(held, thresholds()) else ACTIVE
         return FREE if self.reported else NO_TELEMETRY
 
     @property

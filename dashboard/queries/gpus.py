@@ -32,6 +32,7 @@ from dashboard.queries.gpu_states import GpuState, gpu_states
 from dashboard.queries.holders import HOLDER_IDENTITY, holder_from_row, holder_urls
 from dashboard.queries.now import latest_windows
 from fleet.models import Gpu
+from ledger.figures import BY_NAME, thresholds
 from ledger.models import GpuUsage
 
 HOLDERS_LIMIT = 200
@@ -74,7 +75,8 @@ def holders_over_range(
     allowed: set[int] | None,
     node: tuple[int, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Who held these GPUs in the range: first/last window, GPU-hours and mean activity.
+    """Who held these GPUs in the hours the range counts: first/last window, GPU-hours and mean
+    activity.
 
     With ``node`` (cluster id, node name), also the pods that held GPUs on that node without
     any DCGM series (``gpu`` empty: exporter down, labels lost); their ``gpu_id`` is None.
@@ -87,14 +89,13 @@ def holders_over_range(
     if node is not None:
         filters.append(Q(gpu_id__isnull=True, cluster_id=node[0], node_name=node[1]))
     rows: list[dict[str, Any]] = []
+    # The hours the range counts, as every figure over a range (README "Which hours a range
+    # counts"): the hour in progress is left out.
+    after, until = time_range.counted_windows()
+    allocated = BY_NAME["allocated_gpu_hours"].rows.q(thresholds())
     for held in filters:
         rows += (
-            GpuUsage.objects.filter(
-                held,
-                allocated=True,
-                window_end__gt=time_range.start,
-                window_end__lte=time_range.end,
-            )
+            GpuUsage.objects.filter(held, allocated, window_end__gt=after, window_end__lte=until)
             .annotate(
                 span=ExpressionWrapper(
                     F("window_end") - F("window_start"), output_field=DurationField()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q, Sum
 from django.db.models.fields.json import KeyTextTransform
 
@@ -21,13 +22,13 @@ from core.mig import GPU_RESOURCE
 from core.ranges import HourSpan
 from dashboard.queries.now import latest_usage, latest_windows
 from dashboard.queries.teams import workload_figures
+from ledger.choices import RollupScope
+from ledger.models import HourlyRollup
 from ledger.range_figures import Figures
 from quotas.choices import HOLDING_STATES
 from quotas.models import ClusterQueue, ClusterQueueQuota, Team, Workload
 from quotas.now import QueueNow, gpu_quotas, latest_samples
 
-# A holding workload is listed as idle when at least this share of its GPU-hours were idle.
-IDLE_WORKLOAD_SHARE = 0.5
 # Rows per list on a team card (idle and pending workloads).
 CARD_ROWS = 5
 # Up to this many teams, their pods' GPUs now are filtered by team in the query.
@@ -142,6 +143,42 @@ def admitted_gpus_by_team(team_ids: list[int]) -> dict[int, float]:
     return {row["cluster_queue__team_id"]: float(row["gpus"] or 0.0) for row in rows}
 
 
+@dataclass
+class FlavorQuotaUsed:
+    """How much of its quota a team used over a range, on one flavor: allocated GPU-hours ÷
+    nominal GPU-hours (``Figures.quota_allocation_rate``; above 1 = borrowing)."""
+
+    flavor: str
+    figures: Figures
+
+    @property
+    def used(self) -> float | None:
+        return self.figures.quota_allocation_rate
+
+
+def quota_used_by_team(team_ids: list[int], span: HourSpan) -> dict[int, list[FlavorQuotaUsed]]:
+    """Team id → per flavor over the span, the GPU-hours its pods held against its nominal
+    quota's GPU-hours (team-scope rollups, the hours the range counts): one query."""
+    if not team_ids:
+        return {}
+    found: dict[tuple[int, str], Figures] = (
+        HourlyRollup.objects.for_scope(RollupScope.TEAM)
+        .covering(span)
+        .filter(team_id__in=team_ids)
+        .figures(group_by=("team_id", "flavor"), order_by=("team_id", "flavor"))
+    )
+    result: dict[int, list[FlavorQuotaUsed]] = defaultdict(list)
+    for (team_id, flavor), figures in found.items():
+        if figures.allocated_gpu_hours or figures.nominal_gpu_hours:
+            result[team_id].append(FlavorQuotaUsed(flavor, figures))
+    return dict(result)
+
+
+def idle_workload_share() -> float:
+    """The idle share from which a holding workload is listed idle (a setting)."""
+    return float(settings.GPULEDGER_IDLE_WORKLOAD_SHARE)
+
+
 def idle_workloads(team: Team, span: HourSpan) -> list[tuple[Workload, Figures]]:
     """The team's holding workloads that sat mostly idle over the span, idlest first."""
     holding = list(
@@ -154,7 +191,7 @@ def idle_workloads(team: Team, span: HourSpan) -> list[tuple[Workload, Figures]]
         (workload, figures[workload.pk])
         for workload in holding
         if workload.pk in figures
-        and (figures[workload.pk].idle_share or 0.0) >= IDLE_WORKLOAD_SHARE
+        and (figures[workload.pk].idle_share or 0.0) >= idle_workload_share()
     ]
     idle.sort(key=lambda pair: pair[1].idle_gpu_hours, reverse=True)
     return idle[:CARD_ROWS]

@@ -13,18 +13,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
-from django.db.models import Count, F, FloatField, Q, Sum
+from django.db.models import Count, Q, Sum
 
 from core import ratios as formulas
 from core.ranges import HourSpan
-from dashboard.queries.now import busy_thresholds, latest_usage
-from fleet.choices import ActivitySource
+from dashboard.queries.now import figures_now
 from ledger.choices import RollupScope
 from ledger.models import HourlyRollup
 from ledger.range_figures import Figures
 from quotas.models import Workload
-from quotas.now import gpu_quotas
+from quotas.now import gpu_quotas, waiting_flavor
 
 
 @dataclass
@@ -43,8 +41,9 @@ class FleetNow:
     pending_workloads: int = 0
     # flavor → GPUs of capacity no running pod holds, in the newest windows.
     free_by_flavor: dict[str, float] = field(default_factory=dict)
-    # ClusterQueue id → (GPUs, workloads) of its pending workloads that request GPUs.
-    pending_by_queue: dict[int | None, tuple[float, int]] = field(default_factory=dict)
+    # (ClusterQueue id, flavor its Kueue message says it waits for, "" if none) → (GPUs,
+    # workloads) of its pending workloads that request GPUs.
+    pending_by_queue: dict[tuple[int | None, str], tuple[float, int]] = field(default_factory=dict)
 
     # GPUs now, not GPU-hours; the ratios are the formulas of docs/architecture.md "Figures".
 
@@ -65,53 +64,31 @@ class FleetNow:
         return self.no_telemetry_allocated + self.no_telemetry_free
 
 
+# ``ledger.now`` names → FleetNow fields.
+_NOW_FIELDS = {"busy_not_working": "busy"}
+
+
 def fleet_now(windows: dict[int, datetime]) -> FleetNow:
     """The overview's numbers: one aggregate over the newest windows, one over pending workloads
     (per ClusterQueue, which ``pending_while_free`` reads too)."""
-    util_min, sm_max = busy_thresholds()
-    idle_below = settings.GPULEDGER_IDLE_THRESHOLD
-    allocated = Q(allocated=True)
-    with_data = Q(allocated=True, activity__isnull=False)
-    # Grouped by flavor (summed below), so the free GPUs per flavor come with the same scan.
-    rows = (
-        latest_usage(windows)
-        .order_by()
-        .values("flavor")
-        .annotate(
-            sum_capacity=Sum("capacity_gpus"),
-            sum_allocated=Sum("gpus", filter=allocated),
-            sum_telemetry=Sum("gpus", filter=with_data),
-            sum_active=Sum(F("activity") * F("gpus"), filter=with_data, output_field=FloatField()),
-            sum_idle=Sum("gpus", filter=Q(allocated=True, activity__lt=idle_below)),
-            sum_no_telemetry_allocated=Sum("gpus", filter=Q(allocated=True, activity__isnull=True)),
-            sum_no_telemetry_free=Sum(
-                "capacity_gpus", filter=Q(allocated=False, activity__isnull=True)
-            ),
-            sum_fallback=Sum(
-                "gpus", filter=Q(allocated=True, activity_source=ActivitySource.GR_ENGINE_ACTIVE)
-            ),
-            sum_busy=Sum(
-                "gpus", filter=Q(allocated=True, gpu_util__gte=util_min, activity__lt=sm_max)
-            ),
-        )
-        if windows
-        else []
-    )
+    # The registry's rules over the newest windows (``ledger.now``), grouped by flavor (summed
+    # below), so the free GPUs per flavor come with the same scan.
+    rows = figures_now(windows, group_by=("flavor",))
     totals: dict[str, float] = defaultdict(float)
     free: dict[str, float] = {}
     for row in rows:
         values: dict[str, Any] = dict(row)
         for key, value in values.items():
-            if key.startswith("sum_"):
-                totals[key.removeprefix("sum_")] += float(value or 0.0)
-        capacity = float(values["sum_capacity"] or 0.0)
-        free[values["flavor"]] = max(0.0, capacity - float(values["sum_allocated"] or 0.0))
+            if key != "flavor":
+                totals[_NOW_FIELDS.get(key, key)] += float(value or 0.0)
+        capacity = float(values["capacity"] or 0.0)
+        free[values["flavor"]] = max(0.0, capacity - float(values["allocated"] or 0.0))
     # Every pending workload counts in the card; those requesting GPUs in pending-while-free.
     requesting = Q(requested_gpus__gt=0)
     demand = (
         Workload.objects.pending()
         .order_by()
-        .values("cluster_queue_id")
+        .values("cluster_queue_id", "state_message")
         .annotate(
             gpus=Sum("requested_gpus"),
             count=Count("pk"),
@@ -121,14 +98,16 @@ def fleet_now(windows: dict[int, datetime]) -> FleetNow:
     )
     pending_gpus = 0.0
     pending_workloads = 0
-    by_queue: dict[int | None, tuple[float, int]] = {}
+    by_queue: dict[tuple[int | None, str], tuple[float, int]] = {}
     for queue in demand:
         pending_gpus += float(queue["gpus"] or 0.0)
         pending_workloads += queue["count"]
         if queue["requesting_count"]:
-            by_queue[queue["cluster_queue_id"]] = (
-                float(queue["requesting_gpus"] or 0.0),
-                queue["requesting_count"],
+            queue_key = (queue["cluster_queue_id"], waiting_flavor(queue["state_message"]))
+            gpus, count = by_queue.get(queue_key, (0.0, 0))
+            by_queue[queue_key] = (
+                gpus + float(queue["requesting_gpus"] or 0.0),
+                count + queue["requesting_count"],
             )
     return FleetNow(
         window_end=max(windows.values()) if windows else None,
@@ -211,16 +190,18 @@ def pending_while_free(now: FleetNow) -> list[FlavorWait]:
     card's workloads, ``FleetNow.pending_by_queue``) against the GPUs free in the newest windows
     (``FleetNow.free_by_flavor``: capacity no running pod holds). One query (the quotas).
 
-    A pending workload's flavor is its ClusterQueue's first GPU flavor, as in Kueue's own
-    pending figures (which flavor it would get is not knowable before admission), so this is the
-    fleet-level signal, not a placement.
+    A pending workload's flavor is the one its Kueue pending message says it could not fit in
+    (``quotas.now.waiting_flavor``: a workload waiting for a100 is a100 demand, even in a queue
+    whose first flavor is h100); a message that names none takes the ClusterQueue's first GPU
+    flavor, where Kueue tries first. This is the fleet-level signal, not a placement.
     """
     by_queue = now.pending_by_queue
-    quotas = gpu_quotas(Q(cluster_queue_id__in=[pk for pk in by_queue if pk is not None]))
+    queue_ids = {pk for pk, _flavor in by_queue if pk is not None}
+    quotas = gpu_quotas(Q(cluster_queue_id__in=sorted(queue_ids)))
     waits: dict[str, FlavorWait] = {}
-    for queue_id, (gpus, count) in by_queue.items():
+    for (queue_id, named), (gpus, count) in by_queue.items():
         first = quotas.get(queue_id) if queue_id is not None else None
-        flavor = first[0].flavor_name if first else ""
+        flavor = named or (first[0].flavor_name if first else "")
         wait = waits.setdefault(flavor, FlavorWait(flavor))
         wait.pending += gpus
         wait.pending_workloads += count

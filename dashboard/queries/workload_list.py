@@ -7,16 +7,18 @@ layer, priced with the rate cards the chargeback API uses), in one GROUP BY quer
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any, overload
 
 from django.conf import settings
-from django.db.models import Case, FloatField, Q, QuerySet, Value, When
+from django.db.models import Q, QuerySet
 
 from core.ranges import HourSpan
 from dashboard.queries.teams import state_filter
-from ledger.chargeback import Charge, Pricer, aggregate_pieces, ceil_hour, chargeback_model
-from ledger.choices import RateKind, RollupScope
+from ledger.chargeback import Charge, Pricer, aggregate_pieces, chargeback_model
+from ledger.choices import RollupScope
 from ledger.models import HourlyRollup
+from quotas.choices import FINISHED_STATES
 from quotas.models import Workload
 
 STATE_FILTERS = ("all", "holding", "pending", "finished")
@@ -70,6 +72,23 @@ def matching_workloads(
     return workloads
 
 
+def in_range(workloads: QuerySet[Workload], span: HourSpan, start: datetime) -> QuerySet[Workload]:
+    """The workloads the range is about: those still live (not finished, not deleted), those
+    that ended at or after ``start``, and those with GPU-hours in the span's rollups. A job that
+    finished before the range and held nothing in it is left out (it would show 0 GPU-hours)."""
+    ended = Q(state__in=FINISHED_STATES) | Q(deleted_at__isnull=False)
+    ended_before = ended & (
+        Q(finished_at__lt=start) | Q(finished_at__isnull=True, deleted_at__lt=start)
+    )
+    held = (
+        HourlyRollup.objects.for_scope(RollupScope.WORKLOAD)
+        .covering(span)
+        .filter(allocated_gpu_hours__gt=0, workload__isnull=False)
+        .values("workload_id")
+    )
+    return workloads.filter(~ended_before | Q(pk__in=held))
+
+
 def owner_kinds(team_ids: set[int] | None) -> list[str]:
     return list(
         visible_workloads(team_ids)
@@ -110,55 +129,6 @@ RANK_BY = {"gpu_hours": "allocated_gpu_hours", "idle_share": "idle_share", "cost
 NEWEST = ("-observed_at", "pk")
 
 
-def _price_case(pricer: Pricer, kind: str, fallback: Any) -> Any:
-    """The price of ``kind`` of each rollup row as a SQL CASE, by the pricer's rules: the card in
-    force when the row's hour starts, the flavor's card first, else the GPU model's, else the
-    default card; ``fallback`` (an expression) where none is."""
-    whens = []
-    bounds = [None, *pricer.breaks, None]
-    for segment in range(len(bounds) - 1):
-        hours = Q()
-        if bounds[segment] is not None:
-            hours &= Q(hour__gte=bounds[segment])
-        if bounds[segment + 1] is not None:
-            hours &= Q(hour__lt=bounds[segment + 1])
-        start = pricer.segment_start(segment)
-        in_force = [
-            card
-            for card in pricer.cards
-            if card.kind == kind and ceil_hour(card.effective_from) <= start
-        ]
-        flavors = sorted({card.flavor for card in in_force if card.flavor})
-        models = sorted({card.gpu_model for card in in_force if not card.flavor and card.gpu_model})
-        for flavor in flavors:
-            price = pricer.price(kind, flavor, "", segment)
-            whens.append(When(hours & Q(flavor=flavor), then=Value(float(price or 0))))
-        for model in models:
-            price = pricer.price(kind, "", model, segment)
-            whens.append(When(hours & Q(gpu_model=model), then=Value(float(price or 0))))
-        default = pricer.price(kind, "", "", segment)
-        if default is not None:
-            whens.append(When(hours, then=Value(float(default))))
-    if not whens:
-        return fallback
-    return Case(*whens, default=fallback, output_field=FloatField())
-
-
-def priced_components(pricer: Pricer) -> list[tuple[str, Any, int]]:
-    """What a workload's cost sums (``HourlyRollupQuerySet.ranking``'s ``priced``), as
-    ``Pricer.price_piece`` prices a piece: allocated GPU-hours × the allocated price (usage
-    model), or nominal × allocated + borrowed × borrowing (else allocated) − lent × lending."""
-    none = Value(0.0, output_field=FloatField())
-    allocated = _price_case(pricer, RateKind.ALLOCATED, none)
-    if pricer.model == "usage":
-        return [("allocated_gpu_hours", allocated, 1)]
-    return [
-        ("nominal_gpu_hours", allocated, 1),
-        ("borrowed_gpu_hours", _price_case(pricer, RateKind.BORROWING, allocated), 1),
-        ("lent_gpu_hours", _price_case(pricer, RateKind.LENDING, none), -1),
-    ]
-
-
 class RankedWorkloads:
     """The ids of the matching workloads sorted by a figure over a span, for a ``Paginator``.
 
@@ -184,7 +154,7 @@ class RankedWorkloads:
         self.priced: list[tuple[str, Any, int]] = []
         if sort == "cost":
             pricer = Pricer(span.first, span.stop, settings.GPULEDGER_CURRENCY, chargeback_model())
-            self.priced = priced_components(pricer)
+            self.priced = pricer.priced_components()
         # The top of the ranking read so far, and whether it is all of it.
         self._top: list[int] = []
         self._complete = span.count <= 0

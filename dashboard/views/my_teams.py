@@ -66,6 +66,7 @@ def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     admitted = queries.admitted_gpus_by_team(ids)
     held = queries.pod_gpus_by_team(ids)
     figures = figures_by_team(ids, span)
+    quota_used = queries.quota_used_by_team(ids, span)
     cards = []
     for team in teams:
         found = figures.get(team.pk, Figures())
@@ -80,6 +81,15 @@ def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
                 "utilization_tone": utilization_tone(found.utilization),
                 "allocated_hours": figure(found.allocated_gpu_hours),
                 "idle_hours": figure(found.idle_gpu_hours),
+                "quota_used": [
+                    {
+                        "flavor": row.flavor or "(no flavor)",
+                        "allocated": figure(row.figures.allocated_gpu_hours),
+                        "nominal": figure(row.figures.nominal_gpu_hours),
+                        "used": percent(row.used),
+                    }
+                    for row in quota_used.get(team.pk, [])
+                ],
                 "idle": [
                     {
                         "workload": workload,
@@ -105,7 +115,7 @@ def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "page_title": "My teams",
         "cards": cards,
         "time_range": time_range,
-        "idle_threshold": percent(queries.IDLE_WORKLOAD_SHARE),
+        "idle_threshold": percent(queries.idle_workload_share()),
     }
     return render(request, "dashboard/my_teams.html", context)
 

@@ -66,6 +66,7 @@ def workload_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         allowed, search=search, state=state, queue=queue, owner_kind=owner_kind, team=team
     )
     span = time_range.covered_hours()
+    matched = queries.in_range(matched, span, time_range.start)
     if sort in queries.FIGURE_SORTS:
         # Sorting by a figure ranks every match in the database (the read layer's ranking,
         # which returns ids only); the page's workloads then get their figures as below.

@@ -20,6 +20,7 @@ from dashboard.decorators import dashboard_page
 from dashboard.frame import LIST_LIMIT, range_query, stat, utilization_tone
 from dashboard.live import WORKLOAD_LIVE_SPAN
 from dashboard.queries import workloads as queries
+from dashboard.queries.now import held_now
 from dashboard.queries.teams import PENDING_STATES
 from dashboard.queries.workload_list import workload_charges
 from dashboard.templatetags.formatting import duration, figure, percent
@@ -95,8 +96,17 @@ def _gpus_card(workload: Workload, allocations: list[Allocation]) -> dict[str, A
         requested += f", {flavor}"
     ended = workload.state in FINISHED_STATES or workload.state == WorkloadState.INACTIVE
     if workload.state in HOLDING_STATES or (not allocations and not ended):
+        # Held = held by running pods now, as on every page; the quota admitted is the note.
+        held = held_now([workload.pk]).get(workload.pk, 0.0)
+        admitted = figure(workload.admitted_gpus)
+        note = f"by running pods now; admitted (quota) {admitted}, {requested}"
         return stat(
-            "GPUs held", figure(workload.admitted_gpus), "GPUs", requested, testid="stat-gpus"
+            "GPUs held",
+            figure(held),
+            "GPUs",
+            note,
+            tone="warn" if workload.admitted_gpus and not held else None,
+            testid="stat-gpus",
         )
     if not allocations:
         note = "no pod of it was seen holding GPUs"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
-from django.db.models import Case, IntegerField, Value, When
+from django.db.models import Case, FloatField, IntegerField, Q, Value, When
 
 from ledger.chargeback.base import Charge, ceil_hour, to_decimal
 from ledger.choices import RateKind
@@ -18,6 +20,31 @@ logger = logging.getLogger("ledger.chargeback")
 # (currency, flavor, GPU model) already warned about without a rate card in this process: pages
 # and the API say it on every answer (``Report.pricing``), the log once.
 _WARNED: set[tuple[str, str, str]] = set()
+
+
+# The rate-card precedence, written once: a flavor's card, else the GPU model's card (one that
+# names no flavor), else the default card (neither). Every price in the project goes through it:
+# ``card_in_force`` (the chargeback's ``Pricer``, the alerts' ``alerts.pricing.Prices``) and the
+# SQL CASE of ``Pricer.price_case`` (the workload list's cost sort), whose WHENs follow its order.
+PRECEDENCE: tuple[Callable[[RateCard, str, str], bool], ...] = (
+    lambda card, flavor, _model: bool(flavor) and card.flavor == flavor,
+    lambda card, _flavor, model: bool(model) and not card.flavor and card.gpu_model == model,
+    lambda card, _flavor, _model: not card.flavor and not card.gpu_model,
+)
+
+
+def card_in_force(
+    cards: list[RateCard], kind: str, flavor: str, gpu_model: str, at: datetime
+) -> RateCard | None:
+    """The card of ``kind`` pricing (flavor, GPU model) at ``at`` (an hour start): the newest in
+    force (effective from the hour it starts in) at the first ``PRECEDENCE`` level that has one.
+    ``cards`` oldest first."""
+    in_force = [c for c in cards if c.kind == kind and ceil_hour(c.effective_from) <= at]
+    for matches_level in PRECEDENCE:
+        matches = [c for c in in_force if matches_level(c, flavor, gpu_model)]
+        if matches:
+            return matches[-1]
+    return None
 
 
 def rate_cards(currency: str) -> list[RateCard]:
@@ -75,15 +102,59 @@ class Pricer:
         return self._cache[cache_key]
 
     def _lookup(self, kind: str, flavor: str, gpu_model: str, at: datetime) -> Decimal | None:
-        in_force = [c for c in self.cards if c.kind == kind and ceil_hour(c.effective_from) <= at]
-        for matches in (
-            [c for c in in_force if flavor and c.flavor == flavor],
-            [c for c in in_force if gpu_model and not c.flavor and c.gpu_model == gpu_model],
-            [c for c in in_force if not c.flavor and not c.gpu_model],
-        ):
-            if matches:
-                return matches[-1].price_per_gpu_hour
-        return None
+        card = card_in_force(self.cards, kind, flavor, gpu_model, at)
+        return None if card is None else card.price_per_gpu_hour
+
+    def price_case(self, kind: str, fallback: Any) -> Any:
+        """The price of ``kind`` of each rollup row (``hour``, ``flavor``, ``gpu_model``) as a SQL
+        CASE: per price segment, a WHEN per card key in ``PRECEDENCE`` order, each priced by
+        ``price`` (so by ``card_in_force``); ``fallback`` (an expression) where none is."""
+        whens = []
+        bounds = [None, *self.breaks, None]
+        for segment in range(len(bounds) - 1):
+            hours = Q()
+            if bounds[segment] is not None:
+                hours &= Q(hour__gte=bounds[segment])
+            if bounds[segment + 1] is not None:
+                hours &= Q(hour__lt=bounds[segment + 1])
+            start = self.segment_start(segment)
+            in_force = [
+                card
+                for card in self.cards
+                if card.kind == kind and ceil_hour(card.effective_from) <= start
+            ]
+            flavors = sorted(
+                {card.flavor for card in in_force if PRECEDENCE[0](card, card.flavor, "")}
+            )
+            models = sorted(
+                {card.gpu_model for card in in_force if PRECEDENCE[1](card, "", card.gpu_model)}
+            )
+            for flavor in flavors:
+                price = self.price(kind, flavor, "", segment)
+                whens.append(When(hours & Q(flavor=flavor), then=Value(float(price or 0))))
+            for model in models:
+                price = self.price(kind, "", model, segment)
+                whens.append(When(hours & Q(gpu_model=model), then=Value(float(price or 0))))
+            default = self.price(kind, "", "", segment)
+            if default is not None:
+                whens.append(When(hours, then=Value(float(default))))
+        if not whens:
+            return fallback
+        return Case(*whens, default=fallback, output_field=FloatField())
+
+    def priced_components(self) -> list[tuple[str, Any, int]]:
+        """What a row's cost sums (``HourlyRollupQuerySet.ranking``'s ``priced``), as
+        ``price_piece`` prices a piece: allocated GPU-hours × the allocated price (usage model),
+        or nominal × allocated + borrowed × borrowing (else allocated) − lent × lending."""
+        none = Value(0.0, output_field=FloatField())
+        allocated = self.price_case(RateKind.ALLOCATED, none)
+        if self.model == "usage":
+            return [("allocated_gpu_hours", allocated, 1)]
+        return [
+            ("nominal_gpu_hours", allocated, 1),
+            ("borrowed_gpu_hours", self.price_case(RateKind.BORROWING, allocated), 1),
+            ("lent_gpu_hours", self.price_case(RateKind.LENDING, none), -1),
+        ]
 
     def price_piece(self, figures: Charge, flavor: str, gpu_model: str, segment: int) -> None:
         allocated_price = self.price(RateKind.ALLOCATED, flavor, gpu_model, segment)

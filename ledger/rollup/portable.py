@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, FloatField, Func, Q, QuerySet, Sum, Value
+from django.db.models import F, FloatField, Func, QuerySet, Sum, Value
 
-from fleet.choices import ActivitySource
+from ledger.figures import FIGURES, sum_q
 from ledger.models import GpuUsage
 from ledger.rollup.groups import Group
 from ledger.rollup.row_figures import USAGE_FIGURES, WINDOW_SUMS, thresholds
@@ -37,10 +37,11 @@ class WindowSeconds(Func):
 def _usage_per_window(base: QuerySet[GpuUsage], group: Group) -> QuerySet[GpuUsage, Any]:
     """One row per (group, flavor, GPU model, window) with the window's GPU sums."""
     limits = thresholds()
-    allocated = Q(allocated=True)
-    telemetry = allocated & Q(activity__isnull=False)
-    tensor = allocated & Q(pipe_tensor_active__isnull=False)
-    util = allocated & Q(gpu_util__isnull=False)
+    sums = {
+        figure.column: Sum(expression, filter=rows)
+        for figure in FIGURES
+        for expression, rows in [sum_q(figure, limits)]
+    }
     queryset = base.filter(allocated=True) if group.allocated_only else base
     return (
         queryset.order_by()
@@ -53,25 +54,7 @@ def _usage_per_window(base: QuerySet[GpuUsage], group: Group) -> QuerySet[GpuUsa
         )
         .values("g_key", "g_flavor", "g_model", "w_end", "w_hours")
         .annotate(
-            f_capacity=Sum("capacity_gpus"),
-            f_allocated=Sum("gpus", filter=allocated),
-            f_telemetry=Sum("gpus", filter=telemetry),
-            f_active=Sum(F("activity") * F("gpus"), filter=telemetry),
-            f_idle=Sum("gpus", filter=allocated & Q(activity__lt=limits.idle)),
-            f_shared=Sum("gpus", filter=allocated & Q(shared=True)),
-            f_fallback=Sum(
-                "gpus",
-                filter=telemetry & Q(activity_source=ActivitySource.GR_ENGINE_ACTIVE),
-            ),
-            f_tensor=Sum(F("pipe_tensor_active") * F("gpus"), filter=tensor),
-            f_tensor_covered=Sum("gpus", filter=tensor),
-            f_util=Sum(F("gpu_util") * F("gpus") / Value(100.0), filter=util),
-            f_util_covered=Sum("gpus", filter=util),
-            f_busy=Sum(
-                "gpus",
-                filter=allocated
-                & Q(gpu_util__gte=limits.busy_gpu_util, sm_active__lt=limits.busy_sm_active),
-            ),
+            **sums,
             **group.fk_maxima(),
         )
     )

@@ -23,9 +23,9 @@ from django.db import connection
 from django.utils import timezone
 
 from core.pgsettings import local_settings
-from fleet.choices import ActivitySource
 from fleet.models import Cluster
 from ledger.choices import RollupScope
+from ledger.figures import FIGURES, sum_sql
 from ledger.models import GpuUsage, HourlyRollup, UsageWindow
 from ledger.rollup.groups import NO_COHORT, UNATTRIBUTED, Group, usage_groups
 from ledger.rollup.row_figures import USAGE_FIGURES, WINDOW_SUMS, thresholds
@@ -73,37 +73,10 @@ _PLANNER_SETTINGS = {
 
 
 def _grain_sums() -> tuple[list[str], list[Any]]:
-    """The per-window sums of the portable path as SQL, each named after its ``f_`` column."""
+    """The per-window sums of the portable path as SQL, each named after its ``f_`` column
+    (the rules of ``ledger.figures.FIGURES``)."""
     limits = thresholds()
-    telemetry = "allocated AND activity IS NOT NULL"
-    tensor = "allocated AND pipe_tensor_active IS NOT NULL"
-    util = "allocated AND gpu_util IS NOT NULL"
-    sums: list[tuple[str, str, list[Any]]] = [
-        ("f_capacity", "SUM(capacity_gpus)", []),
-        ("f_allocated", "SUM(gpus) FILTER (WHERE allocated)", []),
-        ("f_telemetry", f"SUM(gpus) FILTER (WHERE {telemetry})", []),
-        ("f_active", f"SUM(activity * gpus) FILTER (WHERE {telemetry})", []),
-        (
-            "f_idle",
-            "SUM(gpus) FILTER (WHERE allocated AND activity < %s)",
-            [limits.idle],
-        ),
-        ("f_shared", "SUM(gpus) FILTER (WHERE allocated AND shared)", []),
-        (
-            "f_fallback",
-            f"SUM(gpus) FILTER (WHERE {telemetry} AND activity_source = %s)",
-            [ActivitySource.GR_ENGINE_ACTIVE.value],
-        ),
-        ("f_tensor", f"SUM(pipe_tensor_active * gpus) FILTER (WHERE {tensor})", []),
-        ("f_tensor_covered", f"SUM(gpus) FILTER (WHERE {tensor})", []),
-        ("f_util", f"SUM(gpu_util * gpus / 100.0) FILTER (WHERE {util})", []),
-        ("f_util_covered", f"SUM(gpus) FILTER (WHERE {util})", []),
-        (
-            "f_busy",
-            "SUM(gpus) FILTER (WHERE allocated AND gpu_util >= %s AND sm_active < %s)",
-            [limits.busy_gpu_util, limits.busy_sm_active],
-        ),
-    ]
+    sums = [(figure.column, *sum_sql(figure, limits)) for figure in FIGURES]
     return (
         [f"{sql} AS {name}" for name, sql, _ in sums],
         [param for _, _, params in sums for param in params],

@@ -32,31 +32,26 @@ A row's GPU-hours are ``gpus × window seconds / 3600``:
   (``ledger.rollup.pending``), on workload, namespace, local_queue, cluster_queue, cohort, team,
   flavor and fleet rows alike.
 
-Both usage paths first sum each window's rows into the ``f_…`` GPU columns of ``WINDOW_SUMS``
+The per-row rule of each usage figure is its entry in ``ledger.figures.FIGURES``. Both usage
+paths first sum each window's rows into the ``f_…`` GPU columns of ``WINDOW_SUMS``
 (one per usage figure), then sum those × the window's hours over the hour.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from ledger.figures import FIGURES, Thresholds, thresholds
 
-from django.conf import settings
+__all__ = [
+    "QUOTA_FIGURES",
+    "SAMPLE_FIGURES",
+    "USAGE_FIGURES",
+    "WINDOW_SUMS",
+    "Thresholds",
+    "thresholds",
+]
 
-# (usage figure, the per-window GPU sum it is the GPU-hours of).
-WINDOW_SUMS = (
-    ("capacity_gpu_hours", "f_capacity"),
-    ("allocated_gpu_hours", "f_allocated"),
-    ("telemetry_gpu_hours", "f_telemetry"),
-    ("active_gpu_hours", "f_active"),
-    ("idle_gpu_hours", "f_idle"),
-    ("shared_gpu_hours", "f_shared"),
-    ("fallback_gpu_hours", "f_fallback"),
-    ("tensor_active_gpu_hours", "f_tensor"),
-    ("tensor_covered_gpu_hours", "f_tensor_covered"),
-    ("gpu_util_gpu_hours", "f_util"),
-    ("gpu_util_covered_gpu_hours", "f_util_covered"),
-    ("busy_not_working_gpu_hours", "f_busy"),
-)
+# (usage figure, the per-window GPU sum it is the GPU-hours of), from the registry.
+WINDOW_SUMS = tuple((figure.name, figure.column) for figure in FIGURES)
 USAGE_FIGURES = tuple(figure for figure, _ in WINDOW_SUMS)
 QUOTA_FIGURES = (
     "nominal_gpu_hours",
@@ -66,19 +61,3 @@ QUOTA_FIGURES = (
 )
 # The quota figures summed from ClusterQueue samples; pending comes from waiting intervals.
 SAMPLE_FIGURES = QUOTA_FIGURES[:3]
-
-
-class Thresholds(NamedTuple):
-    """The settings that decide "idle" and "busy but not working", read once per rollup query."""
-
-    idle: float
-    busy_gpu_util: float
-    busy_sm_active: float
-
-
-def thresholds() -> Thresholds:
-    return Thresholds(
-        idle=settings.GPULEDGER_IDLE_THRESHOLD,
-        busy_gpu_util=settings.GPULEDGER_BUSY_GPU_UTIL,
-        busy_sm_active=settings.GPULEDGER_BUSY_SM_ACTIVE,
-    )

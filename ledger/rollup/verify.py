@@ -18,13 +18,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.conf import settings
-from django.db.models import F, Q, Sum
+from django.db.models import Q, Sum
 
 from core.mig import GPU_RESOURCE
 from core.timewindows import ensure_aware, hour_floor
 from fleet.models import Cluster
 from ledger.choices import RollupScope
+from ledger.figures import BY_NAME, sum_q, thresholds
 from ledger.models import GpuUsage, HourlyRollup
 from ledger.rollup.completeness import usage_gone
 from ledger.rollup.groups import UNATTRIBUTED
@@ -95,16 +95,14 @@ def _usage(cluster: Cluster, hour: datetime) -> Q:
 def usage_totals(cluster: Cluster, hour: datetime) -> Totals:
     """The checked figures of the hour, by (scope, key), from the usage and sample rows alone."""
     totals: Totals = defaultdict(lambda: defaultdict(float))
-    allocated = Q(allocated=True)
-    telemetry = allocated & Q(activity__isnull=False)
+    limits = thresholds()
+    checked = ("allocated_gpu_hours", "telemetry_gpu_hours", "active_gpu_hours", "idle_gpu_hours")
     sums = {
-        "allocated_gpu_hours": Sum("gpus", filter=allocated),
-        "telemetry_gpu_hours": Sum("gpus", filter=telemetry),
-        "active_gpu_hours": Sum(F("activity") * F("gpus"), filter=telemetry),
-        "idle_gpu_hours": Sum(
-            "gpus", filter=allocated & Q(activity__lt=settings.GPULEDGER_IDLE_THRESHOLD)
-        ),
+        name: Sum(expression, filter=rows)
+        for name in checked
+        for expression, rows in [sum_q(BY_NAME[name], limits)]
     }
+    allocated = BY_NAME["allocated_gpu_hours"].rows.q(limits)
     usage = GpuUsage.objects.filter(_usage(cluster, hour)).order_by()
     fleet = totals[(RollupScope.FLEET, cluster.name)]
     per_window = usage.values("window_start", "window_end").annotate(

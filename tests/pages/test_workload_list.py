@@ -4,6 +4,7 @@ search, on the ``build_world`` scenario; expected figures are summed from the cr
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from decimal import Decimal
 from importlib import import_module
 
@@ -63,13 +64,26 @@ def expected(world, key: str) -> dict:
     }
 
 
+def about_the_range(world, w) -> bool:
+    """Whether the 24 h list shows ``w``: live, ended in the last 24 h, or holding GPU-hours."""
+    start = NOW - timedelta(hours=24)
+    ended_at = w.finished_at or w.deleted_at
+    ended = w.state in ("succeeded", "failed") or w.deleted_at is not None
+    held = rollup_sum(
+        "allocated_gpu_hours", range_hours(world, 1), scope=RollupScope.WORKLOAD, workload=w
+    )
+    return not ended or (ended_at is not None and ended_at >= start) or held > 0
+
+
 @pytest.mark.django_db
 def test_the_list_shows_gpu_hours_idle_share_and_cost_per_workload(staff_client, world):
     response = staff_client.get(reverse("dashboard:workload-list"), {"range": "24h"})
 
     assert response.status_code == 200
     by_name = {row["workload"].name: row for row in response.context["rows"]}
-    assert set(by_name) == {w.name for w in world.wl.values()}
+    # Every workload but those that ended before the range and held nothing in it.
+    assert set(by_name) == {w.name for w in world.wl.values() if about_the_range(world, w)}
+    assert len(by_name) < len(world.wl)  # the world has a job that ended days ago
     for key in ("a1", "a2"):
         want = expected(world, key)
         row = by_name[world.wl[key].name]
@@ -114,7 +128,7 @@ def test_after_the_ranked_workloads_come_the_others_newest_first(
 
     ranked = sorted(("a1", "a2"), key=lambda key: expected(world, key)[sort], reverse=True)
     others = sorted(
-        (w for key, w in world.wl.items() if key not in ("a1", "a2")),
+        (w for key, w in world.wl.items() if key not in ("a1", "a2") and about_the_range(world, w)),
         key=lambda w: (-w.observed_at.timestamp(), w.pk),
     )
     assert names == [world.wl[key].name for key in ranked] + [w.name for w in others]
@@ -192,7 +206,10 @@ def test_the_cost_sort_prices_each_hour_with_the_card_in_force(
 
 @pytest.mark.django_db
 def test_the_list_sorts_by_name(staff_client, world):
-    names = rows(staff_client.get(reverse("dashboard:workload-list"), {"sort": "name"}))
+    # 7 days: a4 finished 30 h ago (a 24 h list leaves it out).
+    names = rows(
+        staff_client.get(reverse("dashboard:workload-list"), {"sort": "name", "range": "7d"})
+    )
 
     keys = sorted((w.namespace, w.name) for w in world.wl.values())
     assert names == [name for _, name in keys]
@@ -212,14 +229,15 @@ def test_the_list_sorts_by_name(staff_client, world):
     ],
 )
 def test_the_list_searches_and_filters(staff_client, world, params, keys):
-    names = set(rows(staff_client.get(reverse("dashboard:workload-list"), params)))
+    week = {"range": "7d", **params}  # a4 finished 30 h ago
+    names = set(rows(staff_client.get(reverse("dashboard:workload-list"), week)))
 
     assert names == {world.wl[key].name for key in keys}
 
 
 @pytest.mark.django_db
 def test_a_lead_lists_only_their_teams_workloads(lead_client, world):
-    names = set(rows(lead_client.get(reverse("dashboard:workload-list"))))
+    names = set(rows(lead_client.get(reverse("dashboard:workload-list"), {"range": "7d"})))
 
     assert names == {w.name for w in world.wl.values() if w.cluster_queue == world.cq_a}
 

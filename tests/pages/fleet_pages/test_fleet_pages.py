@@ -14,8 +14,10 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from core.ranges import RangeError, parse_range
+from core.timewindows import floor_time
 from fleet.choices import IngestSource, IngestStatus
 from fleet.models import Gpu, IngestRun, Node
 from ledger.choices import RollupScope
@@ -396,12 +398,21 @@ def test_map_chart_hides_pods_of_teams_the_lead_does_not_lead(lead_client, fleet
     assert "another team" in heat["text"][row_a][14]
 
 
+def counted(rows: list) -> list:
+    """The rows of the hours "last 24 hours" counts: ended hours only (the hour in progress is
+    left out, README "Which hours a range counts")."""
+    stop = floor_time(timezone.now(), 3600)
+    return [r for r in rows if stop - timedelta(hours=24) < r.window_end <= stop]
+
+
 def test_map_mean_mode_averages_the_range_from_stored_windows(staff_client, fleet_data):
-    rows = [
-        r
-        for r in fleet_data.history_rows + fleet_data.latest_rows
-        if r.gpu == fleet_data.gpus["a0"]
-    ]
+    rows = counted(
+        [
+            r
+            for r in fleet_data.history_rows + fleet_data.latest_rows
+            if r.gpu == fleet_data.gpus["a0"]
+        ]
+    )
     mean = sum(r.activity for r in rows) / len(rows)
 
     figure = staff_client.get(
@@ -416,11 +427,13 @@ def test_map_mean_mode_averages_the_range_from_stored_windows(staff_client, flee
 
 
 def test_node_page_lists_gpus_now_and_holders_over_the_range(staff_client, fleet_data):
-    rows = [
-        r
-        for r in fleet_data.history_rows + fleet_data.latest_rows
-        if r.gpu == fleet_data.gpus["a0"]
-    ]
+    rows = counted(
+        [
+            r
+            for r in fleet_data.history_rows + fleet_data.latest_rows
+            if r.gpu == fleet_data.gpus["a0"]
+        ]
+    )
     gpu_hours = sum(r.gpus * (r.window_end - r.window_start).total_seconds() / 3600 for r in rows)
 
     response = staff_client.get(reverse("dashboard:node", args=[fleet_data.node_a.pk]))

@@ -21,6 +21,7 @@ from quotas.models import (
 from tests.pages.conftest import PrometheusStub
 from tests.pages.quota_pages.world import (
     figure,
+    held_by_running_pods,
     range_hours,
     rollup_sum,
     text,
@@ -36,7 +37,7 @@ def test_workload_page_shows_gpus_activity_transitions_and_pods(lead_client, wor
     stats = {s.get("testid"): s for s in response.context["stats"]}
     body = text(response)
 
-    assert stats["stat-gpus"]["value"] == fmt(a1.admitted_gpus)
+    assert stats["stat-gpus"]["value"] == fmt(held_by_running_pods(a1))
     hours = range_hours(world, 1)
     active = rollup_sum("active_gpu_hours", hours, workload=a1)
     telemetry = rollup_sum("telemetry_gpu_hours", hours, workload=a1)

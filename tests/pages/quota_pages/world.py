@@ -754,3 +754,10 @@ def finished_with_pods(world, cluster):
             ended_at=world.now - timedelta(hours=end),
         )
     return a4
+
+
+def held_by_running_pods(workload: Workload) -> float:
+    """GPUs the workload's pods hold in the newest window, summed here from the usage rows."""
+    newest = GpuUsage.objects.order_by("-window_end").values_list("window_end", flat=True).first()
+    rows = GpuUsage.objects.filter(window_end=newest, allocated=True, workload=workload)
+    return sum(row.gpus for row in rows)
