@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from fleet.secrets import SecretError
 from notifications.choices import DeliveryOutcome, ReceiverKind
 from notifications.models import Delivery, Receiver
 
@@ -18,7 +19,10 @@ _NOISE = re.compile(r"\b[A-Za-z]+(?:Error|Exception): |\[Errno -?\d+\] |<|>")
 def _where(receiver: Receiver) -> str:
     if receiver.kind == ReceiverKind.EMAIL:
         return f"the mail server {settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
-    targets = receiver.target_list()
+    try:
+        targets = receiver.urls()
+    except SecretError:
+        return "the receiver"
     if not targets:
         return "the receiver"
     # Only the host: a Slack or webhook path can be a secret.
@@ -33,12 +37,15 @@ def _reason(error: str, where: str) -> str:
         return f"{where} did not answer in time"
     if "name or service not known" in text or "nodename nor servname" in text:
         return f"the host name of {where} does not resolve"
-    match = re.search(r"HTTP (\d{3})", error)
+    # The status line, as notifications.transports keeps it (never the body).
+    match = re.search(r"HTTP (\d{3})(?: [A-Za-z][A-Za-z -]*)?", error)
     if match:
         code = int(match.group(1))
         if code in (401, 403):
-            return f"{where} refused the credentials (HTTP {code}): check the receiver's secret"
-        return f"{where} answered HTTP {code}"
+            return (
+                f"{where} refused the credentials ({match.group(0)}): check the receiver's secret"
+            )
+        return f"{where} answered {match.group(0).strip()}"
     cleaned = _NOISE.sub("", error).strip().rstrip(".")
     return cleaned or "no reason was given"
 

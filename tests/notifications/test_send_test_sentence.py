@@ -54,11 +54,12 @@ def test_an_unreachable_mail_server_is_a_sentence(admin_client_, settings) -> No
     assert Delivery.objects.get().outcome == "retrying"
 
 
-def test_an_unreachable_webhook_names_only_its_host(admin_client_) -> None:
+def test_an_unreachable_webhook_names_only_its_host(admin_client_, monkeypatch) -> None:
     port = _closed_port()
     secret_path = "/services/T000/B000/very-secret-token"
+    monkeypatch.setenv("GPULEDGER_SECRET_HOOK_URL", f"http://127.0.0.1:{port}{secret_path}")
     receiver = Receiver.objects.create(
-        name="hook", kind="slack", targets=f"http://127.0.0.1:{port}{secret_path}"
+        name="hook", kind="slack", url_secret_env="GPULEDGER_SECRET_HOOK_URL"
     )
 
     html = _send_test(admin_client_, receiver)
