@@ -2,7 +2,9 @@
 and its stored per-window history (the fallback of the live charts).
 
 Per-GPU rows are kept ``GPULEDGER_USAGE_RETENTION_DAYS``; every read here covers one node's or
-one GPU's rows.
+one GPU's rows, and only the part of the range that has them (``ledger.window_detail``: the
+caller passes ``after``, its ``window_start``). Before that, ``node_hourly`` reads the node's
+hourly rollups: rollups keep no per-GPU row, so that is all an older hour can show.
 """
 
 from __future__ import annotations
@@ -26,18 +28,34 @@ from django.db.models import (
 from django.db.models.functions import Cast, TruncHour
 
 from core import plotting
-from core.ranges import TimeRange
+from core.ranges import HourSpan, TimeRange
 from dashboard.live import LiveSeries, with_gaps
 from dashboard.queries.gpu_states import GpuState, gpu_states
 from dashboard.queries.holders import HOLDER_IDENTITY, holder_from_row, holder_urls
 from dashboard.queries.now import latest_windows
 from fleet.models import Gpu
-from ledger.models import GpuUsage
+from ledger.choices import RollupScope
+from ledger.models import GpuUsage, HourlyRollup
 
 HOLDERS_LIMIT = 200
 # Detail charts plot raw windows up to this span, hourly means beyond it (Plotly stays smooth
 # with ~1,500 points per line; 24 h of 60 s windows is 1,440).
 RAW_SPAN = timedelta(hours=24)
+HALF_HOUR = timedelta(minutes=30)
+# GpuUsage field → the read layer's ratio a node's hourly rollup keeps of it. DRAM activity and
+# framebuffer memory are per-window only.
+HOURLY_RATIOS = {
+    "activity": "utilization",
+    "sm_active": "utilization",
+    "pipe_tensor_active": "tensor_activity",
+    "gpu_util": "mean_gpu_util",
+}
+# The rollup figures each ratio is computed from.
+RATIO_FIGURES = {
+    "utilization": ("active_gpu_hours", "telemetry_gpu_hours"),
+    "tensor_activity": ("tensor_active_gpu_hours", "tensor_covered_gpu_hours"),
+    "mean_gpu_util": ("gpu_util_gpu_hours", "gpu_util_covered_gpu_hours"),
+}
 
 
 def gpu_rows(
@@ -73,8 +91,11 @@ def holders_over_range(
     time_range: TimeRange,
     allowed: set[int] | None,
     node: tuple[int, str] | None = None,
+    after: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """Who held these GPUs in the range: first/last window, GPU-hours and mean activity.
+
+    Only windows ending after ``after`` (the start of the range's per-window rows) count.
 
     With ``node`` (cluster id, node name), also the pods that held GPUs on that node without
     any DCGM series (``gpu`` empty: exporter down, labels lost); their ``gpu_id`` is None.
@@ -92,7 +113,7 @@ def holders_over_range(
             GpuUsage.objects.filter(
                 held,
                 allocated=True,
-                window_end__gt=time_range.start,
+                window_end__gt=max(time_range.start, after or time_range.start),
                 window_end__lte=time_range.end,
             )
             .annotate(
@@ -154,16 +175,21 @@ def holders_over_range(
 
 
 def stored_gpu_series(
-    gpu_ids: list[int], time_range: TimeRange, metric: str, scale: float = 1.0
+    gpu_ids: list[int],
+    time_range: TimeRange,
+    metric: str,
+    scale: float = 1.0,
+    after: datetime | None = None,
 ) -> dict[int, LiveSeries]:
-    """gpu id → its stored values of ``metric`` (a GpuUsage field) over the range.
+    """gpu id → its stored values of ``metric`` (a GpuUsage field) over the range, from the
+    windows ending after ``after`` on (the start of the range's per-window rows).
 
     Raw windows up to RAW_SPAN, hourly means beyond; a shared GPU's several rows per window
     carry the same reading, so they are averaged, never summed.
     """
     rows = GpuUsage.objects.filter(
         gpu_id__in=gpu_ids,
-        window_end__gt=time_range.start,
+        window_end__gt=max(time_range.start, after or time_range.start),
         window_end__lte=time_range.end,
     )
     raw = time_range.end - time_range.start <= RAW_SPAN
@@ -182,3 +208,35 @@ def stored_gpu_series(
             (row["moment"], None if value is None else round(value * scale, 3))
         )
     return {gpu_id: with_gaps(items, step) for gpu_id, items in points.items()}
+
+
+def node_hourly(
+    cluster_id: int, node_name: str, span: HourSpan, metric: str, scale: float = 1.0
+) -> LiveSeries | None:
+    """The node's hourly rollup of ``metric`` over the span (``scope_hourly``)."""
+    return scope_hourly(cluster_id, RollupScope.NODE, {"key": node_name}, span, metric, scale)
+
+
+def scope_hourly(
+    cluster_id: int,
+    scope: str,
+    where: dict[str, Any],
+    span: HourSpan,
+    metric: str,
+    scale: float = 1.0,
+) -> LiveSeries | None:
+    """One group's hourly rollup (``scope`` rows matching ``where``) of the GpuUsage field
+    ``metric`` over the span: the mean over its held GPUs, at each hour's middle; None when
+    rollups do not keep that figure or no hour has a row. Hours without a row are gaps, never 0.
+    """
+    ratio = HOURLY_RATIOS.get(metric)
+    if ratio is None or not span.count:
+        return None
+    rollups = HourlyRollup.objects.for_scope(scope).filter(cluster_id=cluster_id, **where)
+    hourly = rollups.hourly(span, names=RATIO_FIGURES[ratio])
+    points: list[tuple[datetime, float | None]] = []
+    for hour, found in zip(span.starts(), hourly, strict=True):
+        if found is not None:
+            value = getattr(found, ratio)
+            points.append((hour + HALF_HOUR, None if value is None else round(value * scale, 4)))
+    return with_gaps(points, timedelta(hours=1)) if points else None
