@@ -118,7 +118,8 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context = {
         "nav": "alerts",
         "detail_note": detail.note(
-            "the hourly mean of the episode's workload, queue or node (rollups keep no per-GPU row)"
+            "the hourly mean of the episode's workload, queue or node",
+            "rollups keep no per-GPU row",
         ),
         "page_title": episode.get_rule_display(),
         "episode": episode,

@@ -44,7 +44,7 @@ def gpu_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResp
         "history": history,
         "history_limit": HOLDERS_LIMIT,
         "detail_note": detail.note(
-            "hourly figures of the node (rollups keep no per-GPU row)", "no holders listed"
+            "the node's hourly figures", "rollups keep no per-GPU row: no holders listed"
         ),
         "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,
         "live": bool(gpu.cluster.prometheus_url),

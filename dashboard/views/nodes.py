@@ -87,7 +87,7 @@ def node_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpRes
         "history": history,
         "history_limit": HOLDERS_LIMIT,
         "detail_note": detail.note(
-            "the node's hourly figures (rollups keep no per-GPU row)", "no holders listed"
+            "the node's hourly figures", "rollups keep no per-GPU row: no holders listed"
         ),
         "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,
         "live": bool(node.cluster.prometheus_url),

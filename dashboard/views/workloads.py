@@ -261,7 +261,7 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
         else range_query(request, time_range),
         "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,
         "detail_note": window_detail(workload.cluster_id, time_range.start, time_range.end).note(
-            "the workload's hourly figures (rollups keep no per-GPU row)"
+            "the workload's hourly figures", "rollups keep no per-GPU row"
         ),
         "has_prometheus": bool(workload.cluster.prometheus_url),
         "live_hours": int(WORKLOAD_LIVE_SPAN.total_seconds() // 3600),
