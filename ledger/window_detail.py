@@ -19,10 +19,10 @@ is drawn from both sources or from part of its windows.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Max, Min
+from django.db.models import Max
 
 from core.ranges import HOUR, HourSpan, covered_hours
 from core.timewindows import hour_floor
@@ -79,9 +79,13 @@ def window_detail(cluster_id: int, start: datetime, end: datetime) -> WindowDeta
     newest_pruned = RollupHour.objects.filter(
         cluster_id=cluster_id, usage_pruned=True, hour__lt=end
     ).aggregate(hour=Max("hour"))["hour"]
-    first = UsageWindow.objects.filter(cluster_id=cluster_id).aggregate(start=Min("window_start"))[
-        "start"
-    ]
+    # The oldest window by its end: the (cluster, window end) index gives it at once.
+    first = (
+        UsageWindow.objects.filter(cluster_id=cluster_id)
+        .order_by("window_end")
+        .values_list("window_start", flat=True)
+        .first()
+    )
     since = start
     pruned = False
     if newest_pruned is not None and newest_pruned + HOUR > start:
@@ -92,10 +96,3 @@ def window_detail(cluster_id: int, start: datetime, end: datetime) -> WindowDeta
     elif hour_floor(first) > since:
         since = hour_floor(first)
     return WindowDetail(start=start, end=end, since=min(max(since, start), end), pruned=pruned)
-
-
-def detail_from(cluster_id: int, moment: datetime) -> datetime:
-    """The earliest window end after which ``cluster_id`` has per-window rows up to ``moment``
-    (``window_detail`` of the retention before it): alert evaluation starts after it."""
-    days = timedelta(days=settings.GPULEDGER_USAGE_RETENTION_DAYS + 400)
-    return window_detail(cluster_id, moment - days, moment).since
