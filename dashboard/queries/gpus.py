@@ -16,16 +16,12 @@ from typing import Any
 from django.db.models import (
     Avg,
     Count,
-    DurationField,
-    ExpressionWrapper,
     F,
-    IntegerField,
     Max,
     Min,
     Q,
-    Sum,
 )
-from django.db.models.functions import Cast, TruncHour
+from django.db.models.functions import TruncHour
 
 from core import plotting
 from core.ranges import HourSpan, TimeRange
@@ -35,7 +31,7 @@ from dashboard.queries.holders import HOLDER_IDENTITY, holder_from_row, holder_u
 from dashboard.queries.now import latest_windows
 from fleet.models import Gpu
 from ledger.choices import RollupScope
-from ledger.models import GpuUsage, HourlyRollup
+from ledger.models import GpuUsage, HourlyRollup, UsageFact, UsageHolding
 
 HOLDERS_LIMIT = 200
 # Detail charts plot raw windows up to this span, hourly means beyond it (Plotly stays smooth
@@ -100,39 +96,18 @@ def holders_over_range(
     With ``node`` (cluster id, node name), also the pods that held GPUs on that node without
     any DCGM series (``gpu`` empty: exporter down, labels lost); their ``gpu_id`` is None.
 
-    Rows are grouped by window length too, so GPU-hours stay right when the collection interval
-    changed inside the range; the groups of one holder are merged here.
+    Rows are read per holding (``_holding_rows``: one window length each, so GPU-hours stay right
+    when the collection interval changed inside the range); the holdings of one holder are
+    merged here.
     """
     # Two queries, not one OR: each walks its own index (by GPU; by cluster and node name).
     filters = [Q(gpu_id__in=gpu_ids)]
     if node is not None:
         filters.append(Q(gpu_id__isnull=True, cluster_id=node[0], node_name=node[1]))
+    low = max(time_range.start, after or time_range.start)
     rows: list[dict[str, Any]] = []
     for held in filters:
-        rows += (
-            GpuUsage.objects.filter(
-                held,
-                allocated=True,
-                window_end__gt=max(time_range.start, after or time_range.start),
-                window_end__lte=time_range.end,
-            )
-            .annotate(
-                span=ExpressionWrapper(
-                    F("window_end") - F("window_start"), output_field=DurationField()
-                )
-            )
-            .values(*HOLDER_IDENTITY, "span")
-            .annotate(
-                windows=Count("pk"),
-                since=Min("window_start"),
-                until=Max("window_end"),
-                held=Sum("gpus"),
-                mean_activity=Avg("activity"),
-                mean_gpu_util=Avg("gpu_util"),
-                any_shared=Max(Cast("shared", IntegerField())),
-            )
-            .order_by("-until", "gpu_id")[:HOLDERS_LIMIT]
-        )
+        rows += _holding_rows(held, low, time_range.end)
     merged: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         key = tuple(row[name] for name in HOLDER_IDENTITY)
@@ -144,9 +119,11 @@ def holders_over_range(
             continue
         total = entry["windows"] + row["windows"]
         for name in ("mean_activity", "mean_gpu_util"):
-            values = [(entry[name], entry["windows"]), (row[name], row["windows"])]
-            known = [(v, n) for v, n in values if v is not None]
+            # Each mean weighted by the windows that had a reading (an Avg over both).
+            values = [(entry[name], entry["n_" + name]), (row[name], row["n_" + name])]
+            known = [(v, n) for v, n in values if v is not None and n]
             entry[name] = sum(v * n for v, n in known) / sum(n for _, n in known) if known else None
+            entry["n_" + name] += row["n_" + name]
         entry["windows"] = total
         entry["gpu_hours"] += hours
         entry["since"] = min(entry["since"], row["since"])
@@ -172,6 +149,59 @@ def holders_over_range(
         )
     result.sort(key=lambda entry: entry["until"], reverse=True)
     return result[:HOLDERS_LIMIT]
+
+
+def _holding_rows(held: Q, low: datetime, high: datetime) -> list[dict[str, Any]]:
+    """Per allocated holding matching ``held`` with windows ending in ``(low, high]``: its
+    holder, window length (``span``), windows, first window start, last window end, GPU-windows
+    held and mean readings, the newest ``HOLDERS_LIMIT``.
+
+    The facts are grouped by holding alone and the holdings read after: grouping the wide rows
+    of ``GpuUsage`` by the holder's names cost twice as much on a node's week (bench/RESULTS.md).
+    """
+    holdings = UsageHolding.objects.filter(
+        held, allocated=True, last_window_end__gt=low, first_window_end__lt=high
+    )
+    facts = {
+        row["holding_id"]: row
+        for row in UsageFact.objects.filter(
+            holding_id__in=holdings.values("id"), window_end__gt=low, window_end__lte=high
+        )
+        .values("holding_id")
+        .annotate(
+            windows=Count("window_end"),
+            first_end=Min("window_end"),
+            until=Max("window_end"),
+            mean_activity=Avg("activity"),
+            n_mean_activity=Count("activity"),
+            mean_gpu_util=Avg("gpu_util"),
+            n_mean_gpu_util=Count("gpu_util"),
+        )
+        .order_by("-until", "holding_id")[:HOLDERS_LIMIT]
+    }
+    rows = []
+    described = UsageHolding.objects.filter(pk__in=list(facts)).values(
+        "id", *HOLDER_IDENTITY, "gpus", "window_seconds", "shared"
+    )
+    for holding in described:
+        found = facts[holding["id"]]
+        span = timedelta(seconds=holding["window_seconds"])
+        rows.append(
+            {
+                **{name: holding[name] for name in HOLDER_IDENTITY},
+                "span": span,
+                "windows": found["windows"],
+                "since": found["first_end"] - span,
+                "until": found["until"],
+                "held": holding["gpus"] * found["windows"],
+                "mean_activity": found["mean_activity"],
+                "n_mean_activity": found["n_mean_activity"],
+                "mean_gpu_util": found["mean_gpu_util"],
+                "n_mean_gpu_util": found["n_mean_gpu_util"],
+                "any_shared": int(holding["shared"]),
+            }
+        )
+    return rows
 
 
 def stored_gpu_series(
