@@ -109,6 +109,7 @@ bench: venv system-deps
 	$(PY) bench/rollup.py --database-url $(BENCH_PG)/gpuledger_bench_rollup $(BENCH_ARGS)
 	DATABASE_URL=$(BENCH_PG)/gpuledger_bench_sync $(PY) bench/sync.py $(BENCH_ARGS)
 	$(PY) bench/pages.py --database-url $(BENCH_PG)/gpuledger_bench_pages $(BENCH_ARGS)
+	$(PY) bench/pages_usage.py --database-url $(BENCH_PG)/gpuledger_bench_usage $(BENCH_ARGS)
 	$(PY) bench/chargeback.py --database-url $(BENCH_PG)/gpuledger_bench_chargeback $(BENCH_ARGS)
 	$(PY) bench/alerts.py --database-url $(BENCH_PG)/gpuledger_bench_alerts --runs 5 \
 	  --backfill-hours 24 $(BENCH_ARGS)

@@ -37,6 +37,7 @@ from core.gcpause import gc_paused
 from core.mig import GPU_RESOURCE
 from core.pgsettings import local_settings
 from fleet.models import Cluster
+from ledger.window_detail import window_detail
 from quotas.models import ClusterQueue, Workload
 
 logger = logging.getLogger(__name__)
@@ -71,8 +72,12 @@ def evaluate_range(
     live: bool = True,
     now: datetime | None = None,
 ) -> EvaluationResult:
-    """Evaluate every stored window of the cluster ending in ``(start, end]``."""
+    """Evaluate every stored window of the cluster ending in ``(start, end]`` that has its
+    per-window rows (``ledger.window_detail``): an hour deep-backfilled or pruned is never
+    evaluated, even while some of its windows are still stored, so no episode claims an hour
+    the pages can show only hourly figures of."""
     now = now or timezone.now()
+    start = window_detail(cluster_id, start, end).window_start
     # JIT off: compiling each chunk's queries cost more than running them (bench/alerts.py);
     # work_mem: a chunk's row identities and their arrays are hashed in memory (16 MB for
     # 200,000 rows), not spilled to disk.

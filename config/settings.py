@@ -565,6 +565,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 3600.0,
         "options": {"expires": 3600.0},
     },
+    "order-usage-partitions": {
+        "task": "ledger.tasks.order_usage_partitions",
+        "schedule": 3600.0,
+        "options": {"expires": 3600.0},
+    },
     "send-notifications": {
         "task": "notifications.tasks.send_notifications",
         "schedule": float(GPULEDGER_NOTIFY_SECONDS),

@@ -1,5 +1,7 @@
 """The episode page's evidence chart: the GPUs' SM_ACTIVE over the episode, from the stored
-windows (per window up to 12 hours, hourly means beyond), with the idle threshold.
+windows (per window up to 12 hours, hourly means beyond), with the idle threshold. Hours without
+stored windows (``ledger.window_detail``) show the hourly mean of the episode's workload, queue
+or node from its rollups, and the figure's notice says so.
 
 The time axis is a date axis over the episode and its margins whatever the points: an episode
 without a stored sample (a ghost reservation's pods never ran) still draws its band, and the
@@ -20,9 +22,13 @@ from alerts.choices import Rule
 from alerts.models import Episode
 from core import plotting
 from dashboard.access import get_episode_for_user
+from dashboard.charts.gpus import hourly_line
 from dashboard.charts.parts import TIME_AXIS
 from dashboard.decorators import chart_view
+from dashboard.queries.gpus import scope_hourly
+from ledger.choices import RollupScope
 from ledger.models import GpuUsage
+from ledger.window_detail import window_detail
 
 # Margin shown before and after the episode.
 MARGIN = timedelta(minutes=30)
@@ -53,7 +59,8 @@ def episode_evidence_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
     episode = get_episode_for_user(request, pk)
     end = episode.resolved_at or episode.evaluated_until
     start, stop = episode.started_at - MARGIN, end + MARGIN
-    usage = _usage(episode).filter(window_end__gt=start, window_end__lte=stop)
+    detail = window_detail(episode.cluster_id, start, stop)
+    usage = _usage(episode).filter(window_end__gt=detail.window_start, window_end__lte=stop)
     series: dict[str, dict[datetime, float | None]] = defaultdict(dict)
     if stop - start <= RAW_SPAN:
         rows = usage.exclude(gpu_key="").values_list("gpu_key", "window_end", "activity")
@@ -78,6 +85,18 @@ def episode_evidence_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
                 [_rounded(series[key].get(moment)) for moment in moments],
             )
         )
+    notice = ""
+    if not detail.whole:
+        scope, where, name = _hourly_group(episode)
+        hourly = (
+            scope_hourly(episode.cluster_id, scope, where, detail.hourly_span(), "activity")
+            if scope
+            else None
+        )
+        if hourly is not None:
+            traces.append(hourly_line(f"{name} mean (hourly)", hourly, plotting.COLORS["nominal"]))
+        shown = f"the {name.lower()}'s hourly mean (dotted)" if scope else "nothing drawn"
+        notice = detail.note(shown, "no per-GPU lines: rollups keep none")
     threshold = (episode.evidence or {}).get("idle_threshold", 0.01)
     layout = plotting.layout(
         "SM_ACTIVE of the episode's GPUs" + (" (hourly means)" if stop - start > RAW_SPAN else ""),
@@ -113,4 +132,17 @@ def episode_evidence_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
         traces,
         layout,
         empty_message="No stored per-GPU samples for this episode (pruned, or no telemetry).",
+        meta={"notice": notice, "per_window_since": plotting.iso(detail.window_start)},
     )
+
+
+def _hourly_group(episode: Episode) -> tuple[str, dict[str, Any], str]:
+    """The rollup group that stands for the episode's GPUs where they have no per-window rows:
+    (scope, its filter, its name), or ("", {}, "") when no rollup group matches."""
+    if episode.workload_id is not None and episode.rule != Rule.TELEMETRY_MISSING:
+        return RollupScope.WORKLOAD, {"workload_id": episode.workload_id}, "Workload"
+    if episode.cluster_queue_id is not None:
+        return RollupScope.CLUSTER_QUEUE, {"cluster_queue_id": episode.cluster_queue_id}, "Queue"
+    if episode.node is not None:
+        return RollupScope.NODE, {"key": episode.node.name}, "Node"
+    return "", {}, ""

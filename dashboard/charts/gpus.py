@@ -1,5 +1,6 @@
 """The GPU page's figures: its activity metrics and its memory over the range, live from
-Prometheus when it can, from the stored windows otherwise."""
+Prometheus when it can, from the stored windows otherwise, and before the range's stored
+windows (``ledger.window_detail``) from its node's hourly rollups, with a note that says so."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from dashboard.live import (
     read_live,
     unavailable_notice,
 )
-from dashboard.queries.gpus import stored_gpu_series
+from dashboard.queries.gpus import HOURLY_RATIOS, node_hourly, stored_gpu_series
 from fleet.models import Gpu
+from ledger.window_detail import window_detail
 
 GPU_METRICS = (
     # (GpuUsage field, dcgm-exporter name, legend, scale to %, colour)
@@ -72,14 +74,14 @@ def gpu_metric_figure(gpu: Gpu, time_range: TimeRange, *, memory: bool) -> dict[
             source = SOURCE_LIVE
         else:
             notice = unavailable_notice(error, "the stored per-minute history instead")
-    if source != SOURCE_LIVE:
-        lines = []
-        for metric in metrics:
-            stored = stored_gpu_series([gpu.pk], time_range, metric[0], metric[3])
-            if gpu.pk in stored:
-                lines.append((metric, stored[gpu.pk]))
     unit = "GiB" if memory else "%"
+    if source != SOURCE_LIVE:
+        lines, hourly, older = stored_lines(gpu, time_range, metrics)
+        notice = " ".join(part for part in (notice, older) if part)
+    else:
+        hourly = []
     traces = [series_line(metric[2], series, metric[4], unit) for metric, series in lines]
+    traces += hourly
     # The range's own time axis, also when the GPU has no point (not Plotly's -1…6).
     if memory:
         layout = range_layout(
@@ -97,13 +99,55 @@ def gpu_metric_figure(gpu: Gpu, time_range: TimeRange, *, memory: bool) -> dict[
     )
 
 
+def stored_lines(
+    gpu: Gpu, time_range: TimeRange, metrics: tuple[tuple, ...]
+) -> tuple[list[tuple[tuple, LiveSeries]], list[dict[str, Any]], str]:
+    """The GPU's stored per-window lines over the part of the range that has them, the hourly
+    lines of its node before that (rollups keep no per-GPU row), and the note that says so."""
+    detail = window_detail(gpu.cluster_id, time_range.start, time_range.end)
+    lines = []
+    for metric in metrics:
+        stored = stored_gpu_series([gpu.pk], time_range, metric[0], metric[3], detail.window_start)
+        if gpu.pk in stored:
+            lines.append((metric, stored[gpu.pk]))
+    if detail.whole:
+        return lines, [], ""
+    hourly = []
+    node = gpu.node.name if gpu.node is not None else gpu.host
+    span = detail.hourly_span()
+    for metric in metrics:
+        series = node_hourly(gpu.cluster_id, node, span, metric[0], 100.0)
+        if series is not None:
+            hourly.append(hourly_line(f"{metric[2]}, node mean (hourly)", series, metric[4]))
+    kept = [metric[2] for metric in metrics if metric[0] in HOURLY_RATIOS]
+    lost = [metric[2] for metric in metrics if metric[0] not in HOURLY_RATIOS]
+    if kept:
+        shown = f"hourly means of node {node}'s held GPUs ({', '.join(kept)})"
+        missing = "no per-GPU figures"
+        if lost:
+            missing += f"; {', '.join(lost)} not kept hourly"
+    else:
+        shown = "nothing drawn"
+        missing = f"{', '.join(lost)} is not kept in hourly figures"
+    return lines, hourly, detail.note(shown, missing)
+
+
+def hourly_line(name: str, series: LiveSeries, color: str) -> dict[str, Any]:
+    """A dotted line with markers: hourly figures, told apart from the per-window lines."""
+    line = series_line(name, series, color, "%")
+    line["line"]["dash"] = "dot"
+    line["mode"] = "lines+markers"
+    line["marker"] = {"size": 5}
+    return line
+
+
 @chart_view
 def gpu_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int) -> dict[str, Any]:
-    gpu = get_object_or_404(Gpu.objects.select_related("cluster"), pk=pk)
+    gpu = get_object_or_404(Gpu.objects.select_related("cluster", "node"), pk=pk)
     return gpu_metric_figure(gpu, time_range, memory=False)
 
 
 @chart_view
 def gpu_memory_chart(request: HttpRequest, time_range: TimeRange, pk: int) -> dict[str, Any]:
-    gpu = get_object_or_404(Gpu.objects.select_related("cluster"), pk=pk)
+    gpu = get_object_or_404(Gpu.objects.select_related("cluster", "node"), pk=pk)
     return gpu_metric_figure(gpu, time_range, memory=True)

@@ -1,17 +1,18 @@
-"""The node page's figure: SM_ACTIVE per GPU over the range, live from Prometheus when it can."""
+"""The node page's figure: SM_ACTIVE per GPU over the range, live from Prometheus when it can,
+from the stored windows otherwise, and before the range's stored windows
+(``ledger.window_detail``) the node's hourly mean from its rollups, with a note that says so."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 
 from core import plotting
 from core.ranges import TimeRange
+from dashboard.charts.gpus import hourly_line
 from dashboard.charts.parts import range_layout, series_line
 from dashboard.decorators import chart_view
 from dashboard.live import (
@@ -23,9 +24,10 @@ from dashboard.live import (
     read_live,
     unavailable_notice,
 )
-from dashboard.queries.gpus import stored_gpu_series
+from dashboard.queries.gpus import node_hourly, stored_gpu_series
 from dashboard.templatetags.formatting import gpu_label
 from fleet.models import Gpu, Node
+from ledger.window_detail import window_detail
 
 
 def node_activity_figure(node: Node, time_range: TimeRange) -> dict[str, Any]:
@@ -49,15 +51,21 @@ def node_activity_figure(node: Node, time_range: TimeRange) -> dict[str, Any]:
             source = SOURCE_LIVE
         else:
             notice = unavailable_notice(error, "the stored per-minute history instead")
+    hourly: LiveSeries | None = None
     if source != SOURCE_LIVE:
-        stored = stored_gpu_series([gpu.pk for gpu in gpus], time_range, "activity", 100.0)
+        detail = window_detail(node.cluster_id, time_range.start, time_range.end)
+        stored = stored_gpu_series(
+            [gpu.pk for gpu in gpus], time_range, "activity", 100.0, detail.window_start
+        )
         lines = [(gpu, stored[gpu.pk]) for gpu in gpus if gpu.pk in stored]
-        retention_start = time_range.end - timedelta(days=settings.GPULEDGER_USAGE_RETENTION_DAYS)
-        if time_range.start < retention_start:
-            notice = (notice + " " if notice else "") + (
-                f"Per-GPU history is kept {settings.GPULEDGER_USAGE_RETENTION_DAYS} days; "
-                "earlier hours are not shown."
+        if not detail.whole:
+            hourly = node_hourly(
+                node.cluster_id, node.name, detail.hourly_span(), "activity", 100.0
             )
+            older = detail.note(
+                "the node's hourly mean of its held GPUs", "no per-GPU lines: rollups keep none"
+            )
+            notice = (notice + " " if notice else "") + older
     named = (
         per_physical_gpu(lines)
         if any(gpu.gi_id for gpu in gpus)
@@ -69,6 +77,8 @@ def node_activity_figure(node: Node, time_range: TimeRange) -> dict[str, Any]:
         )
         for index, (name, series) in enumerate(named)
     ]
+    if hourly is not None:
+        traces.append(hourly_line("Node mean (hourly)", hourly, plotting.COLORS["nominal"]))
     # The range's own time axis, also when no GPU has a point (not Plotly's -1…6).
     layout = range_layout(
         time_range,

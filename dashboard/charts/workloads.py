@@ -1,6 +1,6 @@
 """The workload page's figures: the timeline of its state transitions, and per-GPU activity
 (live from Prometheus for the last hours when it can, stored windows before, hourly rollups
-before those)."""
+for the hours without stored windows, ``ledger.window_detail``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from django.utils import timezone
 
 from core import plotting
 from core.ranges import TimeRange
-from core.timewindows import hour_floor
 from dashboard.access import allowed_team_ids, get_workload_for_user, sees_team
 from dashboard.charts.parts import (
     HOUR,
@@ -32,6 +31,7 @@ from dashboard.live import WORKLOAD_LIVE_SPAN, live_workload_points, read_live, 
 from dashboard.queries import workloads as queries
 from dashboard.templatetags.formatting import figure
 from ledger.models import GpuUsage
+from ledger.window_detail import window_detail
 from quotas.access import hide_queue_path
 from quotas.choices import TransitionKind
 from quotas.models import Workload
@@ -300,12 +300,14 @@ def workload_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int
     """Per-GPU SM_ACTIVE (``metric=sm_active``) or tensor activity (``metric=tensor``), in %.
 
     Recent hours come from the stored collection windows (kept ``GPULEDGER_USAGE_RETENTION_DAYS``);
-    hours before them from the workload's hourly rollups, as the workload mean.
+    hours before them (``ledger.window_detail``) from the workload's hourly rollups, as the
+    workload mean, and the figure's notice says so.
     """
     workload = get_workload_for_user(request, pk)
     metric = choice_param(request, "metric", ACTIVITY_METRICS, "sm_active")
     field = "activity" if metric == "sm_active" else "pipe_tensor_active"
-    usage = queries.activity_usage(workload, time_range)
+    detail = window_detail(workload.cluster_id, time_range.start, time_range.end)
+    usage = queries.activity_usage(workload, time_range, detail.window_start)
     summary = queries.activity_summary(usage)
     per_gpu = summary["gpus"] <= MAX_GPU_LINES
     raw = time_range.end - time_range.start <= RAW_WINDOW_RANGE
@@ -320,10 +322,13 @@ def workload_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int
         data = _per_gpu_lines(stored, live, bucket, field)
     else:
         data = _gang_lines(usage, bucket, field, metric, summary["at_once"])
-    older_than = hour_floor(summary["first"]) if summary["first"] else time_range.end
-    rollups = queries.rollup_activity(workload, time_range.covered_hours(), older_than, metric)
+    rollups = queries.rollup_activity(workload, detail.hourly_span(), metric)
     if rollups:
         data.append(_rollup_line(rollups))
+    older = detail.note(
+        "the workload's hourly mean (dotted)", "no per-GPU lines: rollups keep none"
+    )
+    notice = " ".join(part for part in (notice, older) if part)
     return plotting.figure(
         data,
         _activity_layout(time_range, metric, per_gpu, len(data)),
@@ -335,6 +340,7 @@ def workload_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int
             "per_gpu": per_gpu,
             "resolution": "window" if raw else "hour",
             "rollup_hours": len(rollups),
+            "per_window_since": plotting.iso(detail.window_start),
             "source": "stored" if live_start is None else "live",
             "live_start": plotting.iso(live_start) if live_start else None,
             "notice": notice,

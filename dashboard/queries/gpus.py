@@ -2,7 +2,9 @@
 and its stored per-window history (the fallback of the live charts).
 
 Per-GPU rows are kept ``GPULEDGER_USAGE_RETENTION_DAYS``; every read here covers one node's or
-one GPU's rows.
+one GPU's rows, and only the part of the range that has them (``ledger.window_detail``: the
+caller passes ``after``, its ``window_start``). Before that, ``node_hourly`` reads the node's
+hourly rollups: rollups keep no per-GPU row, so that is all an older hour can show.
 """
 
 from __future__ import annotations
@@ -14,31 +16,43 @@ from typing import Any
 from django.db.models import (
     Avg,
     Count,
-    DurationField,
-    ExpressionWrapper,
     F,
-    IntegerField,
     Max,
     Min,
     Q,
-    Sum,
 )
-from django.db.models.functions import Cast, TruncHour
+from django.db.models.functions import TruncHour
 
 from core import plotting
-from core.ranges import TimeRange
+from core.ranges import HourSpan, TimeRange
 from dashboard.live import LiveSeries, with_gaps
 from dashboard.queries.gpu_states import GpuState, gpu_states
 from dashboard.queries.holders import HOLDER_IDENTITY, holder_from_row, holder_urls
 from dashboard.queries.now import latest_windows
 from fleet.models import Gpu
+from ledger.choices import RollupScope
 from ledger.figures import BY_NAME, thresholds
-from ledger.models import GpuUsage
+from ledger.models import GpuUsage, HourlyRollup, UsageFact, UsageHolding
 
 HOLDERS_LIMIT = 200
 # Detail charts plot raw windows up to this span, hourly means beyond it (Plotly stays smooth
 # with ~1,500 points per line; 24 h of 60 s windows is 1,440).
 RAW_SPAN = timedelta(hours=24)
+HALF_HOUR = timedelta(minutes=30)
+# GpuUsage field → the read layer's ratio a node's hourly rollup keeps of it. DRAM activity and
+# framebuffer memory are per-window only.
+HOURLY_RATIOS = {
+    "activity": "utilization",
+    "sm_active": "utilization",
+    "pipe_tensor_active": "tensor_activity",
+    "gpu_util": "mean_gpu_util",
+}
+# The rollup figures each ratio is computed from.
+RATIO_FIGURES = {
+    "utilization": ("active_gpu_hours", "telemetry_gpu_hours"),
+    "tensor_activity": ("tensor_active_gpu_hours", "tensor_covered_gpu_hours"),
+    "mean_gpu_util": ("gpu_util_gpu_hours", "gpu_util_covered_gpu_hours"),
+}
 
 
 def gpu_rows(
@@ -74,15 +88,19 @@ def holders_over_range(
     time_range: TimeRange,
     allowed: set[int] | None,
     node: tuple[int, str] | None = None,
+    after: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """Who held these GPUs in the hours the range counts: first/last window, GPU-hours and mean
     activity.
 
+    Only windows ending after ``after`` (the start of the range's per-window rows) count.
+
     With ``node`` (cluster id, node name), also the pods that held GPUs on that node without
     any DCGM series (``gpu`` empty: exporter down, labels lost); their ``gpu_id`` is None.
 
-    Rows are grouped by window length too, so GPU-hours stay right when the collection interval
-    changed inside the range; the groups of one holder are merged here.
+    Rows are read per holding (``_holding_rows``: one window length each, so GPU-hours stay right
+    when the collection interval changed inside the range); the holdings of one holder are
+    merged here.
     """
     # Two queries, not one OR: each walks its own index (by GPU; by cluster and node name).
     filters = [Q(gpu_id__in=gpu_ids)]
@@ -90,29 +108,11 @@ def holders_over_range(
         filters.append(Q(gpu_id__isnull=True, cluster_id=node[0], node_name=node[1]))
     rows: list[dict[str, Any]] = []
     # The hours the range counts, as every figure over a range (README "Which hours a range
-    # counts"): the hour in progress is left out.
-    after, until = time_range.counted_windows()
-    allocated = BY_NAME["allocated_gpu_hours"].rows.q(thresholds())
+    # counts"): the hour in progress is left out; and of those only the per-window ones.
+    first, until = time_range.counted_windows()
+    low = max(first, after or first)
     for held in filters:
-        rows += (
-            GpuUsage.objects.filter(held, allocated, window_end__gt=after, window_end__lte=until)
-            .annotate(
-                span=ExpressionWrapper(
-                    F("window_end") - F("window_start"), output_field=DurationField()
-                )
-            )
-            .values(*HOLDER_IDENTITY, "span")
-            .annotate(
-                windows=Count("pk"),
-                since=Min("window_start"),
-                until=Max("window_end"),
-                held=Sum("gpus"),
-                mean_activity=Avg("activity"),
-                mean_gpu_util=Avg("gpu_util"),
-                any_shared=Max(Cast("shared", IntegerField())),
-            )
-            .order_by("-until", "gpu_id")[:HOLDERS_LIMIT]
-        )
+        rows += _holding_rows(held, low, until)
     merged: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         key = tuple(row[name] for name in HOLDER_IDENTITY)
@@ -124,9 +124,11 @@ def holders_over_range(
             continue
         total = entry["windows"] + row["windows"]
         for name in ("mean_activity", "mean_gpu_util"):
-            values = [(entry[name], entry["windows"]), (row[name], row["windows"])]
-            known = [(v, n) for v, n in values if v is not None]
+            # Each mean weighted by the windows that had a reading (an Avg over both).
+            values = [(entry[name], entry["n_" + name]), (row[name], row["n_" + name])]
+            known = [(v, n) for v, n in values if v is not None and n]
             entry[name] = sum(v * n for v, n in known) / sum(n for _, n in known) if known else None
+            entry["n_" + name] += row["n_" + name]
         entry["windows"] = total
         entry["gpu_hours"] += hours
         entry["since"] = min(entry["since"], row["since"])
@@ -154,17 +156,78 @@ def holders_over_range(
     return result[:HOLDERS_LIMIT]
 
 
+def _holding_rows(held: Q, low: datetime, high: datetime) -> list[dict[str, Any]]:
+    """Per allocated holding matching ``held`` with windows ending in ``(low, high]``: its
+    holder, window length (``span``), windows, first window start, last window end, GPU-windows
+    held and mean readings, the newest ``HOLDERS_LIMIT``.
+
+    The facts are grouped by holding alone and the holdings read after: grouping the wide rows
+    of ``GpuUsage`` by the holder's names cost twice as much on a node's week (bench/RESULTS.md).
+    """
+    holdings = UsageHolding.objects.filter(
+        held,
+        BY_NAME["allocated_gpu_hours"].rows.q(thresholds()),
+        last_window_end__gt=low,
+        first_window_end__lte=high,
+    )
+    facts = {
+        row["holding_id"]: row
+        for row in UsageFact.objects.filter(
+            holding_id__in=holdings.values("id"), window_end__gt=low, window_end__lte=high
+        )
+        .values("holding_id")
+        .annotate(
+            windows=Count("window_end"),
+            first_end=Min("window_end"),
+            until=Max("window_end"),
+            mean_activity=Avg("activity"),
+            n_mean_activity=Count("activity"),
+            mean_gpu_util=Avg("gpu_util"),
+            n_mean_gpu_util=Count("gpu_util"),
+        )
+        .order_by("-until", "holding_id")[:HOLDERS_LIMIT]
+    }
+    rows = []
+    described = UsageHolding.objects.filter(pk__in=list(facts)).values(
+        "id", *HOLDER_IDENTITY, "gpus", "window_seconds", "shared"
+    )
+    for holding in described:
+        found = facts[holding["id"]]
+        span = timedelta(seconds=holding["window_seconds"])
+        rows.append(
+            {
+                **{name: holding[name] for name in HOLDER_IDENTITY},
+                "span": span,
+                "windows": found["windows"],
+                "since": found["first_end"] - span,
+                "until": found["until"],
+                "held": holding["gpus"] * found["windows"],
+                "mean_activity": found["mean_activity"],
+                "n_mean_activity": found["n_mean_activity"],
+                "mean_gpu_util": found["mean_gpu_util"],
+                "n_mean_gpu_util": found["n_mean_gpu_util"],
+                "any_shared": int(holding["shared"]),
+            }
+        )
+    return rows
+
+
 def stored_gpu_series(
-    gpu_ids: list[int], time_range: TimeRange, metric: str, scale: float = 1.0
+    gpu_ids: list[int],
+    time_range: TimeRange,
+    metric: str,
+    scale: float = 1.0,
+    after: datetime | None = None,
 ) -> dict[int, LiveSeries]:
-    """gpu id → its stored values of ``metric`` (a GpuUsage field) over the range.
+    """gpu id → its stored values of ``metric`` (a GpuUsage field) over the range, from the
+    windows ending after ``after`` on (the start of the range's per-window rows).
 
     Raw windows up to RAW_SPAN, hourly means beyond; a shared GPU's several rows per window
     carry the same reading, so they are averaged, never summed.
     """
     rows = GpuUsage.objects.filter(
         gpu_id__in=gpu_ids,
-        window_end__gt=time_range.start,
+        window_end__gt=max(time_range.start, after or time_range.start),
         window_end__lte=time_range.end,
     )
     raw = time_range.end - time_range.start <= RAW_SPAN
@@ -183,3 +246,35 @@ def stored_gpu_series(
             (row["moment"], None if value is None else round(value * scale, 3))
         )
     return {gpu_id: with_gaps(items, step) for gpu_id, items in points.items()}
+
+
+def node_hourly(
+    cluster_id: int, node_name: str, span: HourSpan, metric: str, scale: float = 1.0
+) -> LiveSeries | None:
+    """The node's hourly rollup of ``metric`` over the span (``scope_hourly``)."""
+    return scope_hourly(cluster_id, RollupScope.NODE, {"key": node_name}, span, metric, scale)
+
+
+def scope_hourly(
+    cluster_id: int,
+    scope: str,
+    where: dict[str, Any],
+    span: HourSpan,
+    metric: str,
+    scale: float = 1.0,
+) -> LiveSeries | None:
+    """One group's hourly rollup (``scope`` rows matching ``where``) of the GpuUsage field
+    ``metric`` over the span: the mean over its held GPUs, at each hour's middle; None when
+    rollups do not keep that figure or no hour has a row. Hours without a row are gaps, never 0.
+    """
+    ratio = HOURLY_RATIOS.get(metric)
+    if ratio is None or not span.count:
+        return None
+    rollups = HourlyRollup.objects.for_scope(scope).filter(cluster_id=cluster_id, **where)
+    hourly = rollups.hourly(span, names=RATIO_FIGURES[ratio])
+    points: list[tuple[datetime, float | None]] = []
+    for hour, found in zip(span.starts(), hourly, strict=True):
+        if found is not None:
+            value = getattr(found, ratio)
+            points.append((hour + HALF_HOUR, None if value is None else round(value * scale, 4)))
+    return with_gaps(points, timedelta(hours=1)) if points else None

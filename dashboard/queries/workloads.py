@@ -2,8 +2,8 @@
 activity for the charts.
 
 Per-GPU activity comes from the stored collection windows (kept
-``GPULEDGER_USAGE_RETENTION_DAYS``); figures over the range and hours before the stored windows
-from the read layer (the workload's hourly rollups, over the hours the range counts).
+``GPULEDGER_USAGE_RETENTION_DAYS``); figures over the range and the hours without stored windows
+(``ledger.window_detail``) from the read layer (the workload's hourly rollups).
 """
 
 from __future__ import annotations
@@ -90,12 +90,15 @@ def timeline_transitions(workload: Workload, limit: int) -> list[dict[str, Any]]
     return transitions
 
 
-def activity_usage(workload: Workload, time_range: TimeRange) -> QuerySet[GpuUsage]:
-    """The workload's stored allocated GPU-windows in the range."""
+def activity_usage(
+    workload: Workload, time_range: TimeRange, after: datetime | None = None
+) -> QuerySet[GpuUsage]:
+    """The workload's stored allocated GPU-windows in the range, those ending after ``after``
+    (the start of the range's per-window rows, ``ledger.window_detail``)."""
     return GpuUsage.objects.filter(
         workload=workload,
         allocated=True,
-        window_end__gt=time_range.start,
+        window_end__gt=max(time_range.start, after or time_range.start),
         window_end__lte=time_range.end,
     )
 
@@ -148,11 +151,12 @@ def gang_spread(
 
 
 def rollup_activity(
-    workload: Workload, span: HourSpan, older_than: datetime, metric: str
+    workload: Workload, span: HourSpan, metric: str
 ) -> list[tuple[datetime, float | None]]:
-    """Per hour of the span before ``older_than`` that has a rollup: (hour, the workload's mean
-    ``metric``, 0-1; None without telemetry)."""
-    hourly = _rollups(workload).filter(hour__lt=older_than).hourly(span)
+    """Per hour of the span that has a rollup: (hour, the workload's mean ``metric``, 0-1; None
+    without telemetry). The span is the range's hours without stored windows
+    (``WindowDetail.hourly_span``)."""
+    hourly = _rollups(workload).hourly(span)
     return [
         (hour, getattr(found, ROLLUP_ACTIVITY[metric]))
         for hour, found in zip(span.starts(), hourly, strict=True)

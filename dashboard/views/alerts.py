@@ -20,11 +20,13 @@ from alerts.models import Episode
 from core.params import InvalidParameter, check_text
 from core.ranges import TimeRange
 from dashboard.access import allowed_team_ids, get_episode_for_user
+from dashboard.charts.alerts import MARGIN
 from dashboard.decorators import choice_param, dashboard_page
 from dashboard.frame import paginate, stat
 from dashboard.queries import alerts as queries
 from dashboard.templatetags.formatting import duration, figure
 from fleet.models import Cluster
+from ledger.window_detail import window_detail
 from quotas.models import ClusterQueue, Team
 
 STATES = ("all", "open", "resolved")
@@ -112,8 +114,13 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
         ),
         stat("Cost", f"{episode.cost:,.2f}", "", "under the rate card", testid="stat-cost"),
     ]
+    detail = window_detail(episode.cluster_id, episode.started_at - MARGIN, end + MARGIN)
     context = {
         "nav": "alerts",
+        "detail_note": detail.note(
+            "the hourly mean of the episode's workload, queue or node",
+            "rollups keep no per-GPU row",
+        ),
         "page_title": episode.get_rule_display(),
         "episode": episode,
         "stats": stats,

@@ -13,6 +13,7 @@ from dashboard.frame import chart_url
 from dashboard.queries.gpus import HOLDERS_LIMIT, gpu_rows, holders_over_range
 from dashboard.templatetags.formatting import gpu_label
 from fleet.models import Gpu
+from ledger.window_detail import window_detail
 
 
 @dashboard_page
@@ -33,7 +34,8 @@ def gpu_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResp
     if gpu.pk not in {sibling.pk for sibling in siblings}:
         siblings.append(gpu)
     row = next(r for r in gpu_rows(siblings, allowed) if r["gpu"].pk == gpu.pk)
-    history = holders_over_range([gpu.pk], time_range, allowed)
+    detail = window_detail(gpu.cluster_id, time_range.start, time_range.end)
+    history = holders_over_range([gpu.pk], time_range, allowed, after=detail.window_start)
     context = {
         "nav": "map",
         "page_title": f"{gpu.host} · {gpu_label(gpu)}",
@@ -41,6 +43,9 @@ def gpu_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpResp
         "row": row,
         "history": history,
         "history_limit": HOLDERS_LIMIT,
+        "detail_note": detail.note(
+            "the node's hourly figures", "rollups keep no per-GPU row: no holders listed"
+        ),
         "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,
         "live": bool(gpu.cluster.prometheus_url),
         "activity_chart_url": chart_url("dashboard:chart-gpu-activity", request, gpu.pk),

@@ -17,6 +17,7 @@ from dashboard.queries.now import latest_windows
 from dashboard.templatetags.formatting import gpus as fmt_gpus
 from dashboard.templatetags.formatting import percent
 from fleet.models import Gpu, Node
+from ledger.window_detail import window_detail
 
 
 @dashboard_page
@@ -30,8 +31,13 @@ def node_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpRes
     story = node_story(list(states.values()), states.unplaced_on(node.cluster_id, node.name))
     rows = gpu_rows(gpus, allowed, states)
     gpu_by_id = {gpu.pk: gpu for gpu in gpus}
+    detail = window_detail(node.cluster_id, time_range.start, time_range.end)
     history = holders_over_range(
-        list(gpu_by_id), time_range, allowed, node=(node.cluster_id, node.name)
+        list(gpu_by_id),
+        time_range,
+        allowed,
+        node=(node.cluster_id, node.name),
+        after=detail.window_start,
     )
     for entry in history:
         entry["gpu"] = gpu_by_id.get(entry["gpu_id"])
@@ -83,6 +89,9 @@ def node_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpRes
         "gpu_rows": rows,
         "history": history,
         "history_limit": HOLDERS_LIMIT,
+        "detail_note": detail.note(
+            "the node's hourly figures", "rollups keep no per-GPU row: no holders listed"
+        ),
         "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,
         "live": bool(node.cluster.prometheus_url),
         "activity_chart_url": chart_url("dashboard:chart-node", request, node.pk),

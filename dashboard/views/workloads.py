@@ -26,6 +26,7 @@ from dashboard.queries.workload_list import workload_charges
 from dashboard.templatetags.formatting import duration, figure, percent
 from ledger.chargeback import Charge
 from ledger.range_figures import Figures
+from ledger.window_detail import window_detail
 from quotas.access import ANOTHER_TEAMS_WORKLOAD, hide_queue_path
 from quotas.choices import FINISHED_STATES, HOLDING_STATES, WorkloadState
 from quotas.models import Allocation, Workload
@@ -307,6 +308,9 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
         if life is not None
         else range_query(request, time_range),
         "retention_days": settings.GPULEDGER_USAGE_RETENTION_DAYS,
+        "detail_note": window_detail(workload.cluster_id, time_range.start, time_range.end).note(
+            "the workload's hourly figures", "rollups keep no per-GPU row"
+        ),
         "has_prometheus": bool(workload.cluster.prometheus_url),
         "live_hours": int(WORKLOAD_LIVE_SPAN.total_seconds() // 3600),
         "flavor": workload.flavors.get(GPU_RESOURCE, "") if workload.flavors else "",

@@ -97,6 +97,14 @@ BENCHES = [
         (r"^overview .* \d+\.\d+ +\d+\.\d+ +HTTP 200", r"^\d+ URLs, \d+ above p95 .*, 0 not 200"),
     ),
     Bench(
+        "pages_usage",
+        "--database-url",
+        (
+            r"^chart gpu activity 24h .* \d+\.\d+ +HTTP 200",
+            r"^\d+ URLs, \d+ above p95 .*, 0 not 200",
+        ),
+    ),
+    Bench(
         "chargeback",
         "--database-url",
         (
