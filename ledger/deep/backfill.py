@@ -263,6 +263,9 @@ class DeepBackfill:
                 .only("pk", "name")
                 .get(pk=self.cluster.pk)
             )
+            if RollupHour.objects.filter(cluster_id=cluster.pk, hour=hour).exists():
+                # Collected or deep-backfilled meanwhile (another run): that one stands.
+                return builder.grain.stats
             wanted = builder.nodes()
             nodes = ensure_nodes(cluster, list(wanted), wanted)
             builder.add_unseen_requests(seen, {n: i.gpu_product for n, i in nodes.items()})
