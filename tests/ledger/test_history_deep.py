@@ -15,15 +15,14 @@ import pytest
 import time_machine
 from django.core.management import call_command
 
-from fleet.models import Cluster
 from ledger.models import GpuUsage, RollupHour
-from quotas.sync import sync_cluster
 from tests.ledger.test_history import (  # noqa: F401  (the module's Prometheus and API server)
     NOW,
     START,
     TOLERANCE,
     WINDOW_SECONDS,
     backfill,
+    deep_backfill,
     history_tsdb,
     iso,
     kube,
@@ -35,23 +34,7 @@ from tests.ledger.test_history import (  # noqa: F401  (the module's Prometheus 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def deep_backfill(prometheus, api, settings) -> str:  # noqa: F811
-    """The same range, two days later, with one day of per-window retention."""
-    settings.GPULEDGER_COLLECT_SECONDS = WINDOW_SECONDS
-    settings.GPULEDGER_USAGE_RETENTION_DAYS = 1
-    deep = Cluster.objects.create(name="deep", prometheus_url=prometheus.url)
-    run = sync_cluster(deep.pk, kubeconfig=str(api.kubeconfig))
-    assert run.status == "success", run.error
-    out = StringIO()
-    with time_machine.travel(NOW + timedelta(days=2), tick=True):
-        call_command(
-            "collect_metrics", cluster="deep", start=iso(START), end=iso(NOW), no_progress=True,
-            stdout=out,
-        )  # fmt: skip
-    return out.getvalue()
-
-
-def test_live_equals_backfill_equals_deep_backfill(prometheus, kube, settings):  # noqa: F811
+def test_backfill_equals_deep_backfill_and_the_scenario(prometheus, kube, settings):  # noqa: F811
     backfill(prometheus, kube, settings)
     said = deep_backfill(prometheus, kube, settings)
 
