@@ -86,11 +86,19 @@ def _host(metric: dict) -> str:
     return ""
 
 
-def _series_key(metric: dict, style: str) -> tuple[str, str, str] | None:
+def _series_key(metric: dict, style: str, stats: IngestStats) -> tuple[str, str, str] | None:
+    """(GPU key, namespace, pod) of a series; None after counting why it cannot be used."""
     ns_label, pod_label, _ = c.POD_LABELS_BY_STYLE[style]
     uuid, host = metric.get(c.LABEL_UUID), _host(metric)
     pod, namespace = str(metric.get(pod_label) or ""), str(metric.get(ns_label) or "")
-    if not uuid or not host or (pod and not namespace):
+    if not uuid:
+        stats.skip("missing_uuid")
+        return None
+    if not host:
+        stats.skip("missing_host")
+        return None
+    if pod and not namespace:
+        stats.skip("pod_without_namespace")
         return None
     return gpu_key(host, str(uuid), str(metric.get(c.LABEL_GPU_INSTANCE_ID) or "")), namespace, pod
 
@@ -134,7 +142,7 @@ class GrainBuilder:
         for name in q.SERIES_FIGURES:
             figure = FIGURE_OF[name]
             for metric, value in parse_samples(answers.get(name, []), stats):
-                key = _series_key(metric, self.style)
+                key = _series_key(metric, self.style, stats)
                 if key is None or not key[2] or value is None:
                     continue
                 piece = pieces.get(key)
@@ -144,9 +152,9 @@ class GrainBuilder:
                 piece.figures[figure] += value * fraction * self.window_hours
         self.grain.pieces.extend(pieces.values())
         for metric, value in parse_samples(answers.get(q.CAPACITY, []), stats):
-            host = _host(metric)
-            if not host or value is None:
+            if value is None or _series_key(metric, self.style, stats) is None:
                 continue
+            host = _host(metric)
             fraction = profile_fraction(str(metric.get(c.LABEL_GPU_INSTANCE_PROFILE) or ""))
             piece = Piece("", "", host, host, str(metric.get(c.LABEL_MODEL_NAME) or ""), False)
             piece.figures["capacity_gpu_hours"] = value * fraction * self.window_hours

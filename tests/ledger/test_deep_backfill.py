@@ -23,6 +23,7 @@ from fleet.models import Cluster
 from fleet.prometheus import PrometheusError
 from ledger.choices import RollupScope
 from ledger.deep import DeepBackfill, shards_for
+from ledger.deep.grain import GrainBuilder
 from ledger.deep.queries import shard_matchers
 from ledger.models import HourlyRollup, RollupHour
 from ledger.rollup.sweep import due_hours
@@ -229,3 +230,32 @@ def test_a_failing_prometheus_leaves_no_hour_half_written_and_a_rerun_finishes(
     result = DeepBackfill(cluster, window_seconds=WINDOW_SECONDS).run(START, END)
     assert (result.hours, result.hours_skipped) == ([START + timedelta(hours=1)], 1)
     assert_same(rollups(cluster), windows)
+
+
+def test_malformed_items_are_skipped_and_counted_and_the_rest_kept():
+    builder = GrainBuilder("exported", 60)
+    gpu = {"UUID": "GPU-1", "Hostname": "n1", "modelName": "H100"}
+    pod = {"exported_namespace": "team-a", "exported_pod": "p-0"}
+    mig = {"UUID": "GPU-2", "Hostname": "n1", "GPU_I_ID": "1", "GPU_I_PROFILE": "3g.40gb"}
+    builder.add_series(
+        {
+            "allocated": [
+                {"metric": gpu | pod, "value": [0, "30"]},  # 30 windows of one GPU
+                {"metric": mig | pod, "value": [0, "60"]},  # 60 windows of 3/7 of one
+                {"metric": {"Hostname": "n1"} | pod, "value": [0, "60"]},  # no UUID
+                {"metric": gpu | {"exported_pod": "p-1"}, "value": [0, "60"]},  # no namespace
+                "not an item",
+                {"metric": gpu | {"exported_namespace": "x", "exported_pod": "y"}, "value": "z"},
+            ],
+            "active": [{"metric": gpu | pod, "value": [0, "NaN"]}],
+        }
+    )
+    stats = builder.grain.stats
+    assert stats.skip_reasons["missing_uuid"] == 1
+    assert stats.skip_reasons["pod_without_namespace"] == 1
+    assert stats.skipped >= 4 and stats.nonfinite_skipped == 1
+    figures = sorted(
+        piece.figures["allocated_gpu_hours"] for piece in builder.grain.pieces if piece.pod
+    )
+    # 60 one-minute windows of a 3g MIG instance (3/7 of a GPU); 30 of a whole GPU.
+    assert figures == pytest.approx([3 / 7, 0.5])
