@@ -26,7 +26,10 @@ def measure_deep(url: str, database_url: str, hours: int, prometheus_pid: int | 
     from ledger.deep import DeepBackfill
     from ledger.models import HourlyRollup
 
-    cluster = Cluster.objects.create(name="deep", prometheus_url=url)
+    # Queries of a 50,000-GPU hour take longer than a window's: the timeout is the cluster's.
+    cluster = Cluster.objects.create(
+        name="deep", prometheus_url=url, prometheus_timeout_seconds=600
+    )
     start = END - timedelta(hours=hours)
     backfill = DeepBackfill(cluster, window_seconds=60)
     cost, result = CostMeter(prometheus_pid).measure(lambda: backfill.run(start, END))

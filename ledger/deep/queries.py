@@ -86,13 +86,12 @@ class DeepQueries:
     def by(self) -> str:
         return ", ".join((*c.DCGM_IDENTITY_LABELS, *self.pod_labels))
 
-    def _avg(self, key: str, matchers: list[str], *, finite: bool = True) -> str:
-        """The window's average per series; NaN and ±Inf dropped (no telemetry) unless
-        ``finite`` is False (a series with only non-finite samples is still present)."""
+    def _avg(self, key: str, matchers: list[str]) -> str:
+        """The window's average per series, NaN and ±Inf dropped (no telemetry)."""
         selector = ", ".join(m for m in matchers if m)
         span = f"{self.window_seconds * 1000 - 1}ms"
         average = f"max by ({self.by}) (avg_over_time({c.DCGM_METRICS[key]}{{{selector}}}[{span}]))"
-        return f"({average} > -Inf < +Inf)" if finite else average
+        return f"({average} > -Inf < +Inf)"
 
     def _matchers(self, shard: str, pod: bool | None) -> list[str]:
         pod_label = self.pod_labels[1]
@@ -104,9 +103,12 @@ class DeepQueries:
         return found
 
     def present(self, shard: str, pod: bool | None) -> str:
-        """Series with a sample of any DCGM metric in the window (value 1)."""
-        matchers = self._matchers(shard, pod)
-        either = " or ".join(self._avg(key, matchers, finite=False) for key in c.DCGM_METRICS)
+        """Series with a sample of any DCGM metric in the window (value 1; NaN samples count)."""
+        selector = ", ".join(m for m in self._matchers(shard, pod) if m)
+        span = f"{self.window_seconds * 1000 - 1}ms"
+        either = " or ".join(
+            f"count_over_time({metric}{{{selector}}}[{span}])" for metric in c.DCGM_METRICS.values()
+        )
         return f"group by ({self.by}) ({either})"
 
     def share(self, shard: str) -> str:
