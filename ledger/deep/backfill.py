@@ -185,8 +185,10 @@ class DeepBackfill:
         return max(counted, Gpu.objects.filter(cluster=self.cluster).count())
 
     def _calls(
-        self, queries: q.DeepQueries, hour: datetime, shards: int
-    ) -> dict[str, Callable[[], list[dict]]]:
+        self, pool: ThreadPoolExecutor, queries: q.DeepQueries, hour: datetime, shards: int
+    ) -> dict[str, Callable[[], Any]]:
+        """The hour's queries by answer name. A shard's hour-step queries wait for its probe of
+        time-sliced GPUs: that call asks them itself and returns their futures."""
         end = hour + HOUR
         first = hour + timedelta(seconds=self.window_seconds)
         client, step = self.client, self.window_seconds
@@ -197,10 +199,24 @@ class DeepBackfill:
         def ranged(promql: str) -> Callable[[], list[dict]]:
             return lambda: client.query_range(promql, first, end, step)
 
-        calls: dict[str, Callable[[], list[dict]]] = {}
+        def series(matcher: str) -> Callable[[], dict[str, Future[list[dict]]]]:
+            def call() -> dict[str, Future[list[dict]]]:
+                found = client.query(queries.sliced_probe(matcher), end)
+                uuids = {
+                    str(item["metric"].get(c.LABEL_UUID) or "")
+                    for item in found
+                    if isinstance(item, dict) and isinstance(item.get("metric"), dict)
+                } - {""}
+                return {
+                    name: pool.submit(instant(promql))
+                    for name, promql in queries.hour_queries(matcher, sorted(uuids)).items()
+                }
+
+            return call
+
+        calls: dict[str, Callable[[], Any]] = {}
         for number, matcher in enumerate(q.shard_matchers(shards)):
-            for name, promql in queries.hour_queries(matcher).items():
-                calls[f"{HOURLY}{number}:{name}"] = instant(promql)
+            calls[f"{HOURLY}{number}"] = series(matcher)
             for name, promql in queries.window_queries(matcher).items():
                 calls[f"{WINDOWS}{number}:{name}"] = ranged(promql)
         for name, promql in queries.label_queries().items():
@@ -215,9 +231,10 @@ class DeepBackfill:
     ) -> Iterator[tuple[datetime, Callable[[], dict[str, list[dict]]]]]:
         """Each hour with a way to wait for its answers; the next hour's are already asked."""
 
-        def submit(hour: datetime) -> dict[str, Future[list[dict]]]:
+        def submit(hour: datetime) -> dict[str, Future[Any]]:
             return {
-                name: pool.submit(call) for name, call in self._calls(queries, hour, shards).items()
+                name: pool.submit(call)
+                for name, call in self._calls(pool, queries, hour, shards).items()
             }
 
         asked = [submit(hours[0])]
@@ -303,16 +320,28 @@ class DeepBackfill:
 
 
 def _wait(
-    futures: dict[str, Future[list[dict]]], asked: list[dict[str, Future[list[dict]]]]
+    futures: dict[str, Future[Any]], asked: list[dict[str, Future[Any]]]
 ) -> dict[str, list[dict]]:
-    """The answers of one hour; on a failure every query not yet started is cancelled."""
+    """The answers of one hour (a shard's hour-step answers named ``<shard>:<name>``, its
+    time-sliced GPUs' added to the others'); on a failure every query not yet started is
+    cancelled."""
+    answers: dict[str, list[dict]] = {}
+    inner: list[Future[list[dict]]] = []
     try:
-        return {name: future.result() for name, future in futures.items()}
+        for name, future in futures.items():
+            found = future.result()
+            if not isinstance(found, dict):
+                answers[name] = found
+                continue
+            inner += found.values()
+            for figure, answer in found.items():
+                plain = figure.removeprefix(q.SLICED)
+                answers.setdefault(f"{name}:{plain}", []).extend(answer.result())
     except BaseException:
-        for hour_futures in asked:
-            for future in hour_futures.values():
-                future.cancel()
+        for future in (*inner, *(f for hour in asked for f in hour.values())):
+            future.cancel()
         raise
+    return answers
 
 
 def _shard(answers: dict[str, list[dict]], prefix: str) -> dict[str, list[dict]]:

@@ -48,6 +48,18 @@ POD_SHARES = "pod_shares"
 POD_SEEN = "pod_seen"
 HOSTS = "hosts"
 REQUESTS = "requests"
+SLICED = "sliced:"
+
+
+def _join(*matchers: str) -> str:
+    return ", ".join(m for m in matchers if m)
+
+
+def _regex_literal(value: str) -> str:
+    """``value`` as an RE2 literal inside a PromQL string (metacharacters and quotes escaped)."""
+    # A regex backslash is itself escaped in a PromQL string: ``\\.`` matches a dot.
+    escaped = "".join("\\\\" + ch if ch in r"\.+*?()|[]{}^$" else ch for ch in value)
+    return escaped.replace('"', '\\"')
 
 
 def shard_matchers(shards: int) -> list[str]:
@@ -121,45 +133,75 @@ class DeepQueries:
         matchers = self._matchers(shard, True)
         return f"({self._avg('sm_active', matchers)} or {self._avg('gr_engine_active', matchers)})"
 
-    def _window_values(self, shard: str) -> dict[str, str]:
-        """Per window and pod series: what each SERIES_FIGURES sums."""
-        share = self.share(shard)
+    def _window_values(self, shard: str, sliced: bool) -> dict[str, str]:
+        """Per window and pod series: what each SERIES_FIGURES sums. ``sliced``: the shard's
+        GPUs had several pod series in some window, so each value is weighted by the series'
+        share of its GPU; otherwise the share is 1 and the GPU's series are not counted."""
         matchers = self._matchers(shard, True)
         activity = self._activity(shard)
         tensor = self._avg("pipe_tensor_active", matchers)
         util = self._avg("gpu_util", matchers)
         sm = self._avg("sm_active", matchers)
         gr = self._avg("gr_engine_active", matchers)
-        limits = self.limits
+        idle = f"({activity} < {self.limits.idle!r})"
+        fallback = f"({gr} unless {sm})"
+        busy = (
+            f"(({util} >= {self.limits.busy_gpu_util!r})"
+            f" and ({sm} < {self.limits.busy_sm_active!r}))"
+        )
+        if not sliced:
+            return {
+                "allocated": self.present(shard, True),
+                "telemetry": f"({activity} * 0 + 1)",
+                "active": activity,
+                "idle": f"({idle} * 0 + 1)",
+                "fallback": f"({fallback} * 0 + 1)",
+                "tensor": tensor,
+                "tensor_covered": f"({tensor} * 0 + 1)",
+                "util": f"({util} / 100)",
+                "util_covered": f"({util} * 0 + 1)",
+                "busy": f"({busy} * 0 + 1)",
+            }
+        share = self.share(shard)
         return {
             "allocated": share,
             "shared": f"({share} < 1)",
             "telemetry": f"({share} and {activity})",
             "active": f"({share} * {activity})",
-            "idle": f"({share} and ({activity} < {limits.idle!r}))",
-            "fallback": f"({share} and ({gr} unless {sm}))",
+            "idle": f"({share} and {idle})",
+            "fallback": f"({share} and {fallback})",
             "tensor": f"({share} * {tensor})",
             "tensor_covered": f"({share} and {tensor})",
             "util": f"({share} * {util} / 100)",
             "util_covered": f"({share} and {util})",
-            "busy": (
-                f"({share} and ({util} >= {limits.busy_gpu_util!r})"
-                f" and ({sm} < {limits.busy_sm_active!r}))"
-            ),
+            "busy": f"({share} and {busy})",
         }
 
     def _over_hour(self) -> str:
         # Steps at every window end of (T - 1 h, T]: 2.x subqueries include their left edge.
         return f"[{3600 * 1000 - 1}ms:{self.window_seconds}s]"
 
-    def hour_queries(self, shard: str) -> dict[str, str]:
+    def sliced_probe(self, shard: str) -> str:
+        """The UUIDs of the shard's GPUs with several pod series in some window of the hour."""
+        gpu = ", ".join(GPU_LABELS)
+        several = f"(count by ({gpu}) ({self.present(shard, True)}) > 1)"
+        return f"group by ({c.LABEL_UUID}) (max_over_time({several}{self._over_hour()}))"
+
+    def hour_queries(self, shard: str, sliced_uuids: list[str]) -> dict[str, str]:
         """Instant queries at the hour's end: per pod series each figure's sum over the hour's
-        windows, and per GPU the windows it had any series in (capacity)."""
+        windows (GPUs in ``sliced_uuids`` weighted by their series' shares, names prefixed
+        ``SLICED``), and per GPU the windows it had any series in (capacity)."""
         span = self._over_hour()
+        pattern = "|".join(_regex_literal(uuid) for uuid in sorted(sliced_uuids))
+        plain = _join(shard, f'{c.LABEL_UUID}!~"{pattern}"' if pattern else "")
         queries = {
             name: f"sum_over_time({expression}{span})"
-            for name, expression in self._window_values(shard).items()
+            for name, expression in self._window_values(plain, False).items()
         }
+        if pattern:
+            sliced = _join(shard, f'{c.LABEL_UUID}=~"{pattern}"')
+            for name, expression in self._window_values(sliced, True).items():
+                queries[SLICED + name] = f"sum_over_time({expression}{span})"
         identity = ", ".join(c.DCGM_IDENTITY_LABELS)
         queries[CAPACITY] = (
             f"count_over_time((group by ({identity}) ({self.present(shard, None)})){span})"
