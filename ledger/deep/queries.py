@@ -9,7 +9,9 @@ so the rules of ``fleet.ingest.build_window`` apply window by window:
 - a series is *present* in a window when any DCGM metric has a sample in it; a GPU's pod series
   are its entries, a series without pod labels counts only while the GPU has no pod series;
 - each pod series holds ``1 / n`` of its GPU, ``n`` its GPU's pod series in the window (a
-  time-sliced GPU is split evenly); the GPU's fraction (MIG slices / 7) is applied afterwards;
+  time-sliced GPU is split evenly); the GPU's fraction (MIG slices / 7) is applied afterwards.
+  ``sliced_probe`` lists the GPUs with ``n > 1`` in some window of the hour; only their series
+  are weighted by the share, the others hold 1 in every window they are present;
 - activity is SM_ACTIVE, else GR_ENGINE_ACTIVE, chosen per window; idle and "busy but not
   working" compare each window's averages with the thresholds.
 
