@@ -15,9 +15,11 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
+import time_machine
 from django.core.management import call_command
 
 from fleet.models import Cluster
@@ -26,7 +28,7 @@ from ledger.choices import RollupScope
 from ledger.deep import DeepBackfill, shards_for
 from ledger.deep.grain import GrainBuilder
 from ledger.deep.queries import shard_matchers
-from ledger.models import HourlyRollup, RollupHour
+from ledger.models import GpuUsage, HourlyRollup, RollupHour
 from ledger.rollup.sweep import due_hours
 from tests.fleet.conftest import T0, WINDOW_SECONDS
 
@@ -255,3 +257,25 @@ def test_malformed_items_are_skipped_and_counted_and_the_rest_kept():
     )
     # 60 one-minute windows of a 3g MIG instance (3/7 of a GPU); 30 of a whole GPU.
     assert figures == pytest.approx([3 / 7, 0.5])
+
+
+def test_collect_metrics_picks_the_path_per_hour_from_the_retention(alpha_prometheus, settings):
+    windows = window_rollups(alpha_prometheus.url)
+    settings.GPULEDGER_USAGE_RETENTION_DAYS = 1
+    Cluster.objects.create(name="mixed", prometheus_url=alpha_prometheus.url)
+    out = StringIO()
+    # A day and a half after the first hour: it is older than the retention, the second is not.
+    with time_machine.travel(START + timedelta(days=1, hours=1, minutes=30), tick=True):
+        call_command(
+            "collect_metrics", cluster="mixed", start=START.isoformat(), end=END.isoformat(),
+            no_progress=True, stdout=out,
+        )  # fmt: skip
+
+    assert "1 hours deep-backfilled" in out.getvalue(), out.getvalue()
+    marks = dict(
+        RollupHour.objects.filter(cluster__name="mixed").values_list("hour", "usage_pruned")
+    )
+    assert marks == {START: True, START + timedelta(hours=1): False}
+    usage_ends = GpuUsage.objects.filter(cluster__name="mixed").values_list("window_end", flat=True)
+    assert min(usage_ends) == START + timedelta(hours=1, seconds=WINDOW_SECONDS)
+    assert_same(rollups(Cluster.objects.get(name="mixed")), windows)
