@@ -4,6 +4,7 @@
         [--backfill-gpus 5000]
         [--queues 1000] [--database NAME] [--no-backfill] [--work DIR] [--rounds 3]
         [--compare-with CHECKOUT [--alternations N]]
+        [--deep [--deep-hours 24]]
 
 1. Generates an OpenMetrics backfill (DCGM exporter series with exported_* pod labels, 6 fields,
    30 s scrape interval, plus kube-state-metrics for the pods) and imports it with promtool.
@@ -19,6 +20,9 @@
    ``--compare-with CHECKOUT`` runs step 3 (without the floor) alternately on another checkout's
    code and on this one, against the same Prometheus: before/after under the same load.
 4. Backfills N minutes of a 5,000-GPU cluster window by window and extrapolates to 24 h.
+
+``--deep`` measures the deep backfill instead (bench/collect_deep.py): ``--deep-hours`` hours of
+a ``--backfill-gpus`` fleet straight into hourly rollups.
 
 Every figure is wall time plus the CPU time of this process, of its PostgreSQL backend and of
 Prometheus (all on this machine): on a shared machine the wall time mostly measures the queue for
@@ -597,13 +601,21 @@ def main() -> None:
         action="store_true",
         help="the same steps at a scale that takes seconds (tests/bench/test_benches.py runs it)",
     )
+    parser.add_argument("--deep", action="store_true", help="Measure the deep backfill only.")
+    parser.add_argument("--deep-hours", type=int, default=24, help="Hours to deep-backfill.")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.small:
         args.gpus, args.minutes, args.queues, args.rounds = 200, 3, 10, 1
-        args.backfill_gpus, args.backfill_minutes = 40, 2
+        args.backfill_gpus, args.backfill_minutes, args.deep_hours = 40, 2, 2
     if args.child:
         kind, *rest = args.child
+        if kind == "deep":
+            from collect_deep import measure_deep
+
+            url, database_url, hours, pid = rest
+            print(json.dumps(measure_deep(url, database_url, int(hours), int(pid) or None)))
+            return
         if kind == "window":
             url, database_url, queues, pid, rounds, floor = rest
             measured = measure_window(
@@ -617,6 +629,9 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="gl-bench-collect-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"bench/collect.py (work dir {work})")
+    if args.deep:
+        deep(args, work)
+        return
     server = prepare_prometheus(work, args.gpus, args.minutes, args.queues)
     process = getattr(server, "_process", None)
     pid = str(process.pid if process is not None else 0)
@@ -682,6 +697,22 @@ def main() -> None:
         f"{backfill['peak_rss_mib']:.0f} MiB; 24 h = 1,440 windows extrapolated: "
         f"{per_window * 1440 / 60:.1f} min"
     )
+
+
+def deep(args: argparse.Namespace, work: Path) -> None:
+    """``--deep``: the deep backfill of ``--deep-hours`` hours of a ``--backfill-gpus`` fleet."""
+    from collect_deep import report
+
+    server = prepare_prometheus(work, args.backfill_gpus, args.deep_hours * 60 + 5)
+    process = getattr(server, "_process", None)
+    pid = str(process.pid if process is not None else 0)
+    try:
+        measured = child(
+            "deep", server.url, fresh_database(args.database), str(args.deep_hours), pid
+        )
+    finally:
+        server.cleanup()
+    report(measured, args.backfill_gpus)
 
 
 if __name__ == "__main__":

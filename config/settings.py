@@ -429,6 +429,12 @@ GPULEDGER_LEASE_SECONDS = env_int("GPULEDGER_LEASE_SECONDS", 45, minimum=3)
 GPULEDGER_LEASE_HEARTBEAT = env_bool("GPULEDGER_LEASE_HEARTBEAT", True)
 GPULEDGER_USAGE_RETENTION_DAYS = env_int("GPULEDGER_USAGE_RETENTION_DAYS", 14, minimum=1)
 GPULEDGER_ROLLUP_RETENTION_DAYS = env_int("GPULEDGER_ROLLUP_RETENTION_DAYS", 400, minimum=1)
+# Deep backfill (hours older than the usage retention, straight into hourly rollups): Prometheus
+# queries in flight at once, and GPU series per query (more are split by GPU UUID into shards).
+GPULEDGER_DEEP_BACKFILL_CONCURRENCY = env_int("GPULEDGER_DEEP_BACKFILL_CONCURRENCY", 4, minimum=1)
+GPULEDGER_DEEP_BACKFILL_SERIES_PER_QUERY = env_int(
+    "GPULEDGER_DEEP_BACKFILL_SERIES_PER_QUERY", 10_000, minimum=1
+)
 # SM_ACTIVE below this is idle (docs/architecture.md "Figures"); real idle GPUs report a small noise
 # floor.
 GPULEDGER_IDLE_THRESHOLD = env_float("GPULEDGER_IDLE_THRESHOLD", 0.01)

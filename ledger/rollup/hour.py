@@ -54,8 +54,14 @@ def _merge_usage(target: dict[str, Any], row: dict[str, Any]) -> None:
         target[figure] = max(target[figure], row[figure])
 
 
-def _compute_rows(cluster: Cluster, hour: datetime) -> list[dict[str, Any]]:
-    """The cluster-hour's rollup rows as HourlyRollup field values (defaults left out)."""
+def _compute_rows(
+    cluster: Cluster, hour: datetime, usage_by_scope: dict[str, list[dict[str, Any]]] | None = None
+) -> list[dict[str, Any]]:
+    """The cluster-hour's rollup rows as HourlyRollup field values (defaults left out).
+
+    ``usage_by_scope``: every scope's usage rows when they come from elsewhere than the hour's
+    usage rows (``ledger.deep``); quota and pending figures are added the same way.
+    """
     end = hour + HOUR
     usage = GpuUsage.objects.filter(cluster_id=cluster.pk, window_end__gt=hour, window_end__lte=end)
     samples = ClusterQueueSample.objects.filter(
@@ -66,9 +72,11 @@ def _compute_rows(cluster: Cluster, hour: datetime) -> list[dict[str, Any]]:
     )
     rows: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     fleet_rows: list[dict[str, Any]] = []
-    fast = fast_usage_rows(cluster, hour, end) if fast_path_applies() else None
+    fast = usage_by_scope
+    if fast is None and fast_path_applies():
+        fast = fast_usage_rows(cluster, hour, end)
     for group in usage_groups(cluster.name):
-        found = fast[group.scope] if fast is not None else usage_rows(usage, group)
+        found = fast.get(group.scope, []) if fast is not None else usage_rows(usage, group)
         name_rows(group, found)
         if group.scope == RollupScope.FLEET:
             fleet_rows = found
@@ -120,6 +128,18 @@ def _compute_rows(cluster: Cluster, hour: datetime) -> list[dict[str, Any]]:
         {"cluster_id": cluster.pk, "scope": scope, "hour": hour, **values}
         for (scope, _key, _flavor, _model), values in rows.items()
     ]
+
+
+def compute_rows(
+    cluster: Cluster, hour: datetime, usage_by_scope: dict[str, list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """The rollup rows of an hour whose usage rows are given per scope (``ledger.deep``)."""
+    return _compute_rows(cluster, hour, usage_by_scope)
+
+
+def insert_rows(rows: list[dict[str, Any]]) -> None:
+    """Insert new rollup rows (see ``_insert_rows``)."""
+    _insert_rows(rows)
 
 
 def _insert_rows(rows: list[dict[str, Any]]) -> None:

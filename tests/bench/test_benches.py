@@ -74,6 +74,19 @@ BENCHES = [
         work_dir=True,
     ),
     Bench(
+        "collect",
+        "--database",
+        (
+            r"deep backfill 40 GPUs x 2 h: \d+\.\d+ s wall; CPU: process \d+\.\d+ s, "
+            r"PostgreSQL \d+\.\d+ s, Prometheus \d+\.\d+ s; [\d,]+ rollup rows",
+            r"30 days \(720 h\) at 40 GPUs extrapolated: \d+\.\d+ h wall",
+        ),
+        extra=("--deep",),
+        own_tables=True,
+        binaries=("prometheus", "promtool"),
+        work_dir=True,
+    ),
+    Bench(
         "rollup",
         "--database-url",
         (
@@ -211,11 +224,13 @@ def template() -> str:
 
 @pytest.mark.integration
 @on_postgresql
-@pytest.mark.parametrize("bench", BENCHES, ids=lambda bench: bench.script)
+@pytest.mark.parametrize(
+    "bench", BENCHES, ids=lambda bench: bench.script + ("-deep" if "--deep" in bench.extra else "")
+)
 def test_small_mode_runs_end_to_end_and_prints_its_figures(template, bench, tmp_path):
     for binary in bench.binaries:
         require_binary(binary)
-    name = f"{BASE_NAME}_bench_{bench.script}"
+    name = f"{BASE_NAME}_bench_{bench.script}{'_deep' if '--deep' in bench.extra else ''}"
     url = database_url(name)
     admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     if not bench.own_tables:

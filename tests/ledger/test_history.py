@@ -28,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -694,3 +695,28 @@ def test_the_same_history_collected_live_gives_the_same_rollups(prometheus, kube
     assert not ClusterQueueSample.objects.filter(
         cluster_queue__cluster=live, source=SampleSource.METRICS
     ).exists()
+    # and: deep-backfilled once older than the retention (no per-window rows), the same again
+    deep_backfill(prometheus, kube, settings)
+    deep = rollup_figures("deep")
+    assert sorted(set(deep) ^ set(collected)) == []
+    for identity, figures in collected.items():
+        for figure, value in figures.items():
+            got = deep[identity][figure]
+            assert got == pytest.approx(value, rel=TOLERANCE, abs=1e-6), (identity, figure)
+
+
+def deep_backfill(prometheus: PrometheusServer, api: FakeKubeAPI, settings: Any) -> str:
+    """The same range two days later with one day of per-window retention: the deep path."""
+    settings.GPULEDGER_COLLECT_SECONDS = WINDOW_SECONDS
+    settings.GPULEDGER_USAGE_RETENTION_DAYS = 1
+    load_now(api)
+    deep = Cluster.objects.create(name="deep", prometheus_url=prometheus.url)
+    run = sync_cluster(deep.pk, kubeconfig=str(api.kubeconfig))
+    assert run.status == "success", run.error
+    out = StringIO()
+    with time_machine.travel(NOW + timedelta(days=2), tick=True):
+        call_command(
+            "collect_metrics", cluster="deep", start=iso(START), end=iso(NOW), no_progress=True,
+            stdout=out,
+        )  # fmt: skip
+    return out.getvalue()

@@ -6,26 +6,50 @@
         --start 2026-06-01T00:00:00Z --end 2026-06-08T00:00:00Z  # backfill, window by window
     manage.py collect_metrics --cluster lab --prometheus-url http://127.0.0.1:9090
 
+A backfill takes two paths, hour by hour: hours that end more than GPULEDGER_USAGE_RETENTION_DAYS
+ago go straight into hourly rollups (``ledger.deep``: hour-step queries, no per-window rows,
+which retention would drop at once); newer ones are collected window by window. One progress bar
+(in windows, with an ETA) covers both.
+
 A backfill is resumable: after Ctrl-C (or a Prometheus failure), running the same command again
-skips every window that already has a successful IngestRun and collects the rest. Re-collecting a
-window replaces its rows, so overlapping ranges are harmless.
+skips every window that already has a successful IngestRun and every hour already rolled up or
+deep-backfilled, and collects the rest. Re-collecting a window replaces its rows, so overlapping
+ranges are harmless.
 """
 
 from __future__ import annotations
 
 import sys
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.validators import URLValidator
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from tqdm import tqdm
 
-from core.timewindows import windows_between
+from core.timewindows import hour_floor, windows_between
 from fleet.models import Cluster, ClusterChoiceError
 from fleet.prometheus import PrometheusError
 from ledger.collector import Collector, CollectResult
+from ledger.deep import DeepBackfill, DeepResult, hours_between
+
+
+@dataclass
+class Backfilled:
+    """A backfill's two parts: window by window, and deep (hourly rollups only)."""
+
+    windows: CollectResult
+    deep: DeepResult | None = None
+
+
+def deep_cutoff(now: datetime | None = None) -> datetime:
+    """Hours starting before this end more than the usage retention ago: deep-backfilled."""
+    now = now or timezone.now()
+    return hour_floor(now - timedelta(days=settings.GPULEDGER_USAGE_RETENTION_DAYS))
 
 
 def parse_moment(value: str, option: str) -> datetime:
@@ -72,9 +96,11 @@ class Command(BaseCommand):
             )
 
         collector = Collector(cluster)
+        deep: DeepResult | None = None
         try:
             if start and end:
-                result = self._backfill(collector, start, end, bool(options["no_progress"]))
+                both = self._backfill(collector, start, end, bool(options["no_progress"]))
+                result, deep = both.windows, both.deep
             else:
                 result = collector.run()
         except PrometheusError as exc:
@@ -85,8 +111,14 @@ class Command(BaseCommand):
             ) from exc
         except KeyboardInterrupt as exc:
             raise CommandError(
-                "interrupted; windows written so far are kept, run the same command to resume"
+                "interrupted; windows and hours written so far are kept, run the same command "
+                "to resume"
             ) from exc
+        if deep is not None:
+            self.stdout.write(
+                f"{cluster.name}: {len(deep.hours)} hours deep-backfilled into hourly rollups "
+                f"({deep.shards} shards), {deep.hours_skipped} already done"
+            )
         if not result.claimed:
             raise CommandError(f"{result.busy}; try again when it is done")
         self.stdout.write(
@@ -124,8 +156,15 @@ class Command(BaseCommand):
 
     def _backfill(
         self, collector: Collector, start: datetime, end: datetime, quiet: bool
-    ) -> CollectResult:
-        total = sum(1 for _ in windows_between(start, end, collector.window_seconds))
+    ) -> Backfilled:
+        """Deep-backfill the hours older than the retention, collect the rest window by window."""
+        cutoff = deep_cutoff()
+        deep_hours = hours_between(hour_floor(start), min(end, cutoff))
+        window_start = max(start, deep_hours[-1] + timedelta(hours=1)) if deep_hours else start
+        seconds = collector.window_seconds
+        total = len(deep_hours) * (3600 // seconds)
+        if window_start < end:
+            total += sum(1 for _ in windows_between(window_start, end, seconds))
         with tqdm(
             total=total,
             unit="window",
@@ -133,4 +172,13 @@ class Command(BaseCommand):
             disable=quiet,
             desc=collector.cluster.name,
         ) as bar:
-            return collector.backfill(start, end, progress=bar.update)
+            deep = None
+            if deep_hours:
+                deep = DeepBackfill(collector.cluster, window_seconds=seconds).run(
+                    deep_hours[0],
+                    deep_hours[-1] + timedelta(hours=1),
+                    progress=lambda hours: bar.update(hours * (3600 // seconds)),
+                )
+            if window_start >= end:
+                return Backfilled(CollectResult(cluster=collector.cluster.name), deep)
+            return Backfilled(collector.backfill(window_start, end, progress=bar.update), deep)

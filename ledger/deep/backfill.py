@@ -1,0 +1,378 @@
+"""Deep backfill: hours older than the per-window retention, straight into hourly rollups.
+
+``DeepBackfill.run(start, end)`` fills every whole hour of ``[start, end)`` that has no
+``RollupHour`` yet (an hour already deep-backfilled, or with windows collected, is skipped, so
+a run that stopped is resumed by running it again). Per hour:
+
+1. Fetch (nothing written yet): the hour-step and per-window queries of ``ledger.deep.queries``
+   per shard (GPU series split by UUID so a query reads at most
+   ``GPULEDGER_DEEP_BACKFILL_SERIES_PER_QUERY`` series), the pods' GPU requests per window, their
+   labels and owners over the hour, and Kueue's quota metrics per window; at most
+   ``GPULEDGER_DEEP_BACKFILL_CONCURRENCY`` queries in flight, the next hour's fetched while this
+   one is written. A Prometheus error or an unusable answer stops the run before the hour is
+   written; malformed items are skipped, counted and logged, as per window.
+2. Write, in one transaction: the nodes the hour names, Kueue's samples of each window where the
+   API server left none (``quotas.store.write_metric_samples``, as the collector does), the rollup
+   rows (``ledger.rollup.hour.compute_rows``: the same naming, quota and pending figures as a
+   rollup of per-window rows), and the hour's ``RollupHour`` with ``usage_pruned=True``: it has
+   no per-window rows, the sweep never rebuilds it and no hoarding alert looks at it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from core.failpoints import failpoint
+from core.timewindows import ensure_aware, hour_floor
+from fleet import constants as c
+from fleet.choices import PodLabelStyle
+from fleet.ingest import IngestStats, split_matrix
+from fleet.ingest.kube_state import collect_pod_owners
+from fleet.inventory import ensure_nodes
+from fleet.models import Cluster, Gpu
+from fleet.prometheus import PrometheusClient
+from ledger.collector import KUEUE, kueue_answers
+from ledger.deep import queries as q
+from ledger.deep.grain import Grain, GrainBuilder
+from ledger.deep.rows import hour_owners, scope_rows
+from ledger.models import HourlyRollup, RollupHour
+from ledger.rollup.hour import HOUR, compute_rows, insert_rows
+from ledger.rollup.row_figures import thresholds
+from quotas.constants import KUEUE_QUERIES
+from quotas.ingest.metrics import build_metric_samples
+from quotas.store import metric_sample_context, write_metric_samples
+
+logger = logging.getLogger(__name__)
+
+HOURLY = "hour:"
+WINDOWS = "windows:"
+LABELS = "labels:"
+
+
+@dataclass
+class DeepResult:
+    """What one deep backfill did."""
+
+    hours: list[datetime] = field(default_factory=list)
+    hours_skipped: int = 0
+    rows_written: int = 0
+    shards: int = 1
+    skipped_items: int = 0
+
+
+def hours_between(start: datetime, end: datetime) -> list[datetime]:
+    """The whole hours in ``[start, end)``."""
+    hour = hour_floor(ensure_aware(start))
+    if hour < ensure_aware(start):
+        hour += HOUR
+    found = []
+    while hour + HOUR <= ensure_aware(end):
+        found.append(hour)
+        hour += HOUR
+    return found
+
+
+def shards_for(series: int, per_query: int) -> int:
+    """Shards (a power of two, at most 16) so each holds about ``per_query`` series or fewer."""
+    wanted = max(1, math.ceil(series / max(per_query, 1)))
+    shards = 1
+    while shards < wanted and shards < 16:
+        shards *= 2
+    return shards
+
+
+class DeepBackfill:
+    """Deep-backfills one cluster; see the module docstring."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        client: PrometheusClient | None = None,
+        window_seconds: int | None = None,
+        concurrency: int | None = None,
+        series_per_query: int | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.client = client or PrometheusClient.for_cluster(cluster)
+        self.window_seconds = int(window_seconds or settings.GPULEDGER_COLLECT_SECONDS)
+        if 3600 % self.window_seconds:
+            raise ValueError(f"a window of {self.window_seconds} s does not divide an hour")
+        self.concurrency = concurrency or settings.GPULEDGER_DEEP_BACKFILL_CONCURRENCY
+        self.series_per_query = (
+            series_per_query or settings.GPULEDGER_DEEP_BACKFILL_SERIES_PER_QUERY
+        )
+        self.style = str(cluster.pod_label_style or PodLabelStyle.AUTO)
+        self._sample_context: tuple[dict[str, list[str]], dict[tuple[str, str], Decimal]] | None
+        self._sample_context = None
+
+    # --- entry point ------------------------------------------------------------------------
+
+    def todo(self, hours: list[datetime]) -> list[datetime]:
+        """The hours without a RollupHour (never collected, never deep-backfilled)."""
+        if not hours:
+            return []
+        done = set(
+            RollupHour.objects.filter(
+                cluster=self.cluster, hour__gte=hours[0], hour__lte=hours[-1]
+            ).values_list("hour", flat=True)
+        )
+        return [hour for hour in hours if hour not in done]
+
+    def run(
+        self,
+        start: datetime,
+        end: datetime,
+        progress: Callable[[int], None] | None = None,
+    ) -> DeepResult:
+        hours = hours_between(start, end)
+        todo = self.todo(hours)
+        result = DeepResult(hours_skipped=len(hours) - len(todo))
+        if progress is not None and result.hours_skipped:
+            progress(result.hours_skipped)
+        if not todo:
+            return result
+        style = self._resolve_style(todo[-1])
+        queries = q.DeepQueries(style, self.window_seconds, thresholds())
+        result.shards = shards_for(self._series_estimate(todo[-1]), self.series_per_query)
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            for hour, answers in self._prefetched(pool, queries, todo, result.shards):
+                stats = self._write_hour(hour, answers(), style)
+                result.hours.append(hour)
+                result.skipped_items += stats.skipped + stats.nonfinite_skipped
+                if progress is not None:
+                    progress(1)
+        result.rows_written = HourlyRollup.objects.filter(
+            cluster=self.cluster, hour__in=result.hours
+        ).count()
+        return result
+
+    # --- fetching ---------------------------------------------------------------------------
+
+    def _resolve_style(self, hour: datetime) -> str:
+        if self.style in (PodLabelStyle.EXPORTED, PodLabelStyle.PLAIN):
+            return self.style
+        names = "|".join(c.DCGM_METRICS.values())
+        promql = (
+            f'count(last_over_time({{__name__=~"{names}", {c.LABEL_EXPORTED_POD}!=""}}[1h]))'
+            f' or count(last_over_time({{__name__=~"{names}", '
+            f'{c.LABEL_EXPORTED_NAMESPACE}!=""}}[1h]))'
+        )
+        found = self.client.query(promql, hour + HOUR)
+        return PodLabelStyle.EXPORTED if found else PodLabelStyle.PLAIN
+
+    def _series_estimate(self, hour: datetime) -> int:
+        metric = c.DCGM_METRICS["gpu_util"]
+        answer = self.client.query(f"count(last_over_time({metric}[1h]))", hour + HOUR)
+        counted = 0
+        for item in answer:
+            try:
+                counted = max(counted, int(float(item["value"][1])))
+            except (KeyError, TypeError, ValueError, IndexError):
+                continue
+        return max(counted, Gpu.objects.filter(cluster=self.cluster).count())
+
+    def _calls(
+        self, pool: ThreadPoolExecutor, queries: q.DeepQueries, hour: datetime, shards: int
+    ) -> dict[str, Callable[[], Any]]:
+        """The hour's queries by answer name. A shard's hour-step queries wait for its probe of
+        time-sliced GPUs: that call asks them itself and returns their futures."""
+        end = hour + HOUR
+        first = hour + timedelta(seconds=self.window_seconds)
+        client, step = self.client, self.window_seconds
+
+        def instant(promql: str) -> Callable[[], list[dict]]:
+            return lambda: client.query(promql, end)
+
+        def ranged(promql: str) -> Callable[[], list[dict]]:
+            return lambda: client.query_range(promql, first, end, step)
+
+        def series(matcher: str) -> Callable[[], dict[str, Future[list[dict]]]]:
+            def call() -> dict[str, Future[list[dict]]]:
+                found = client.query(queries.sliced_probe(matcher), end)
+                uuids = {
+                    str(item["metric"].get(c.LABEL_UUID) or "")
+                    for item in found
+                    if isinstance(item, dict) and isinstance(item.get("metric"), dict)
+                } - {""}
+                return {
+                    name: pool.submit(instant(promql))
+                    for name, promql in queries.hour_queries(matcher, sorted(uuids)).items()
+                }
+
+            return call
+
+        calls: dict[str, Callable[[], Any]] = {}
+        for number, matcher in enumerate(q.shard_matchers(shards)):
+            calls[f"{HOURLY}{number}"] = series(matcher)
+            for name, promql in queries.window_queries(matcher).items():
+                calls[f"{WINDOWS}{number}:{name}"] = ranged(promql)
+        for name, promql in queries.label_queries().items():
+            calls[f"{LABELS}{name}"] = instant(promql)
+        calls[q.REQUESTS] = ranged(c.PROMQL_GPU_REQUESTS)
+        for name, promql in KUEUE_QUERIES.items():
+            calls[KUEUE + name] = ranged(promql)
+        return calls
+
+    def _prefetched(
+        self, pool: ThreadPoolExecutor, queries: q.DeepQueries, hours: list[datetime], shards: int
+    ) -> Iterator[tuple[datetime, Callable[[], dict[str, list[dict]]]]]:
+        """Each hour with a way to wait for its answers; the next hour's are already asked."""
+
+        def submit(hour: datetime) -> dict[str, Future[Any]]:
+            return {
+                name: pool.submit(call)
+                for name, call in self._calls(pool, queries, hour, shards).items()
+            }
+
+        asked = [submit(hours[0])]
+        for position, hour in enumerate(hours):
+            if position + 1 < len(hours):
+                asked.append(submit(hours[position + 1]))
+            yield hour, functools.partial(_wait, asked[position], asked)
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def grain(self, answers: dict[str, list[dict]], style: str) -> tuple[GrainBuilder, Any]:
+        """The hour's grain from its answers (``ledger.deep.grain``), owners not yet read."""
+        builder = GrainBuilder(style, self.window_seconds)
+        builder.add_kube_state(answers.get(q.REQUESTS, []), answers.get(f"{LABELS}pod_labels", []))
+        seen: dict[float, dict[tuple[str, str], float]] = {}
+        shard_numbers = sorted({name.split(":")[1] for name in answers if name.startswith(HOURLY)})
+        for number in shard_numbers:
+            builder.add_series(_shard(answers, f"{HOURLY}{number}:"))
+            for ts, by_pod in builder.add_windows(_shard(answers, f"{WINDOWS}{number}:")).items():
+                target = seen.setdefault(ts, {})
+                for ident, gpus in by_pod.items():
+                    target[ident] = target.get(ident, 0.0) + gpus
+        owners = collect_pod_owners(
+            answers.get(f"{LABELS}pod_owners", []),
+            answers.get(f"{LABELS}job_owners", []),
+            answers.get(f"{LABELS}pod_labels", []),
+            builder.grain.stats,
+        )
+        return builder, (seen, owners)
+
+    def _write_hour(
+        self, hour: datetime, answers: dict[str, list[dict]], style: str
+    ) -> IngestStats:
+        builder, (seen, owners) = self.grain(answers, style)
+        kueue = {
+            name: split_matrix(items, builder.grain.stats)
+            for name, items in answers.items()
+            if name.startswith(KUEUE)
+        }
+        with transaction.atomic():
+            cluster = (
+                Cluster.objects.select_for_update(no_key=True)
+                .only("pk", "name")
+                .get(pk=self.cluster.pk)
+            )
+            if RollupHour.objects.filter(cluster_id=cluster.pk, hour=hour).exists():
+                # Collected or deep-backfilled meanwhile (another run): that one stands.
+                return builder.grain.stats
+            wanted = builder.nodes()
+            nodes = ensure_nodes(cluster, list(wanted), wanted)
+            builder.add_unseen_requests(seen, {n: i.gpu_product for n, i in nodes.items()})
+            extra = sorted({p.node_name for p in builder.grain.pieces} - set(nodes) - {""})
+            if extra:
+                nodes.update(ensure_nodes(cluster, extra, {}))
+            self._write_samples(hour, kueue)
+            by_scope = scope_rows(
+                cluster, builder.grain, hour_owners(cluster, hour, builder.grain, owners), nodes
+            )
+            rows = compute_rows(cluster, hour, by_scope)
+            failpoint("deep.compute")
+            HourlyRollup.objects.filter(cluster_id=cluster.pk, hour=hour).delete()
+            insert_rows(rows)
+            _mark_deep(cluster.pk, hour)
+            failpoint("deep.write")
+        _log(self.cluster, hour, builder.grain, len(rows))
+        return builder.grain.stats
+
+    def _write_samples(self, hour: datetime, kueue: dict[str, dict[float, list[dict]]]) -> None:
+        """Kueue's quota samples of each window of the hour, as ``Collector._write`` stores them."""
+        if self._sample_context is None:
+            self._sample_context = metric_sample_context(self.cluster)
+        flavor_order, cohort_quota = self._sample_context
+        step = timedelta(seconds=self.window_seconds)
+        end = hour + step
+        while end <= hour + HOUR:
+            ts = end.timestamp()
+            per_window = {name: by_ts.get(ts, []) for name, by_ts in kueue.items()}
+            samples = build_metric_samples(
+                kueue_answers(per_window), flavor_order=flavor_order, cohort_quota=cohort_quota
+            )
+            write_metric_samples(self.cluster, samples.samples, end, self.window_seconds)
+            end += step
+
+
+def _wait(
+    futures: dict[str, Future[Any]], asked: list[dict[str, Future[Any]]]
+) -> dict[str, list[dict]]:
+    """The answers of one hour (a shard's hour-step answers named ``<shard>:<name>``, its
+    time-sliced GPUs' added to the others'); on a failure every query not yet started is
+    cancelled."""
+    answers: dict[str, list[dict]] = {}
+    inner: list[Future[list[dict]]] = []
+    try:
+        for name, future in futures.items():
+            found = future.result()
+            if not isinstance(found, dict):
+                answers[name] = found
+                continue
+            inner += found.values()
+            for figure, answer in found.items():
+                plain = figure.removeprefix(q.SLICED)
+                answers.setdefault(f"{name}:{plain}", []).extend(answer.result())
+    except BaseException:
+        for future in (*inner, *(f for hour in asked for f in hour.values())):
+            future.cancel()
+        raise
+    return answers
+
+
+def _shard(answers: dict[str, list[dict]], prefix: str) -> dict[str, list[dict]]:
+    return {
+        name[len(prefix) :]: items for name, items in answers.items() if name.startswith(prefix)
+    }
+
+
+def _mark_deep(cluster_id: int, hour: datetime) -> None:
+    """The hour has rollup rows and no per-window rows: never rebuilt, no hoarding alerts."""
+    now = timezone.now()
+    updated = RollupHour.objects.filter(cluster_id=cluster_id, hour=hour).update(
+        usage_pruned=True, rolled_up_at=now, updated_at=now
+    )
+    if not updated:
+        RollupHour.objects.create(
+            cluster_id=cluster_id, hour=hour, usage_pruned=True, rolled_up_at=now
+        )
+
+
+def _log(cluster: Cluster, hour: datetime, grain: Grain, rows: int) -> None:
+    stats = grain.stats
+    if stats.skipped or stats.nonfinite_skipped:
+        logger.warning(
+            "cluster %s hour %s: skipped %d malformed items %s and %d non-finite",
+            cluster,
+            hour.isoformat(),
+            stats.skipped,
+            dict(stats.skip_reasons),
+            stats.nonfinite_skipped,
+        )
+    logger.info(
+        "Deep-backfilled cluster %s hour %s: %d rollup rows", cluster, hour.isoformat(), rows
+    )

@@ -1,0 +1,281 @@
+"""Deep backfill against the generated fleet in a real Prometheus (tests/fleet/conftest.py: a
+2-GPU job, a GPU time-sliced between two pods, an idle GPU, a GPU with GR_ENGINE_ACTIVE only, a
+NaN sample, a MIG GPU, a pod whose series lost their pod labels, a pod starting half-way, a
+Pending pod): every rollup row of every scope must equal the one the per-window path gives
+(``collect_metrics --start --end`` window by window, then rolled up), within 0.5 %, for every
+figure; sharded or not; resumable; nothing written when Prometheus fails or answers garbage.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+import time_machine
+from django.core.management import call_command
+
+from fleet.models import Cluster
+from fleet.prometheus import PrometheusError
+from ledger.choices import RollupScope
+from ledger.deep import DeepBackfill, shards_for
+from ledger.deep.grain import GrainBuilder
+from ledger.deep.queries import shard_matchers
+from ledger.models import GpuUsage, HourlyRollup, RollupHour
+from ledger.rollup.sweep import due_hours
+from tests.fleet.conftest import T0, WINDOW_SECONDS
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+START, END = T0, T0 + timedelta(hours=2)
+IDENTITY = ("scope", "key", "hour", "flavor", "gpu_model")
+NOT_FIGURES = {"id", "cluster_id", "team_id", "cluster_queue_id", "workload_id", "updated_at"}
+FIGURES = tuple(
+    field.attname
+    for field in HourlyRollup._meta.concrete_fields
+    if field.attname not in {*IDENTITY, *NOT_FIGURES, "created_at"}
+)
+TOLERANCE = 0.005
+
+
+@pytest.fixture(autouse=True)
+def _collection_settings(settings):
+    settings.GPULEDGER_COLLECT_SECONDS = WINDOW_SECONDS
+    settings.GPULEDGER_CATCHUP_HOURS = 24
+    settings.GPULEDGER_IDLE_THRESHOLD = 0.01
+
+
+def rollups(cluster: Cluster) -> dict[tuple, dict[str, float]]:
+    found: dict[tuple, dict[str, float]] = {}
+    for row in HourlyRollup.objects.filter(cluster=cluster).values(*IDENTITY, *FIGURES):
+        key = "(the cluster)" if row["scope"] == RollupScope.FLEET else row["key"]
+        found[(row["scope"], key, row["hour"], row["flavor"], row["gpu_model"])] = {
+            figure: float(row[figure] or 0.0) for figure in FIGURES
+        }
+    return found
+
+
+_windowed: dict[str, dict[tuple, dict[str, float]]] = {}
+
+
+def window_rollups(url: str) -> dict[tuple, dict[str, float]]:
+    """The rollups of the per-window path (a backfill window by window), once per module."""
+    if "rows" not in _windowed:
+        cluster = Cluster.objects.create(name="windows", prometheus_url=url)
+        call_command(
+            "collect_metrics",
+            cluster=cluster.name,
+            start=START.isoformat(),
+            end=END.isoformat(),
+            no_progress=True,
+        )
+        _windowed["rows"] = rollups(cluster)
+        assert {key[0] for key in _windowed["rows"]} == set(RollupScope.values)
+    return _windowed["rows"]
+
+
+def assert_same(deep: dict[tuple, dict[str, float]], windows: dict[tuple, dict[str, float]]):
+    assert sorted(set(deep) - set(windows)) == [], "rows only the deep backfill wrote"
+    assert sorted(set(windows) - set(deep)) == [], "rows only the per-window path wrote"
+    wrong = [
+        (identity, figure, deep[identity][figure], want)
+        for identity, figures in windows.items()
+        for figure, want in figures.items()
+        if deep[identity][figure] != pytest.approx(want, rel=TOLERANCE, abs=1e-6)
+    ]
+    assert not wrong, "\n".join(map(str, wrong))
+
+
+def deep(url: str, name: str = "deep", **options: Any) -> tuple[Cluster, Any]:
+    cluster, _ = Cluster.objects.get_or_create(name=name, defaults={"prometheus_url": url})
+    result = DeepBackfill(cluster, window_seconds=WINDOW_SECONDS, **options).run(START, END)
+    return cluster, result
+
+
+def test_every_row_and_figure_equals_the_per_window_path(alpha_prometheus):
+    windows = window_rollups(alpha_prometheus.url)
+    cluster, result = deep(alpha_prometheus.url)
+
+    assert result.hours == [START, START + timedelta(hours=1)]
+    assert_same(rollups(cluster), windows)
+    # The hours are marked as having no per-window rows: never rebuilt by the sweep.
+    marks = RollupHour.objects.filter(cluster=cluster).values_list("hour", "usage_pruned")
+    assert sorted(marks) == [(START, True), (START + timedelta(hours=1), True)]
+    assert due_hours(cluster.pk, END + timedelta(days=1)) == []
+
+
+def test_sharded_queries_give_the_same_rows(alpha_prometheus):
+    windows = window_rollups(alpha_prometheus.url)
+    # Two series per query: the fleet's GPUs are split over the most shards there are.
+    cluster, result = deep(alpha_prometheus.url, series_per_query=2, concurrency=2)
+
+    assert result.shards == 16
+    assert_same(rollups(cluster), windows)
+
+
+def test_shards_cover_every_uuid_once():
+    uuids = ["GPU-0a", "GPU-ff", "GPU-9", "GPU-zz", "MIG-x_", "GPU-E", "GPU-"]
+    for shards in (1, 2, 4, 8, 16):
+        matchers = shard_matchers(shards)
+        assert len(matchers) == shards
+    assert shards_for(40_000, 10_000) == 4
+    assert shards_for(1, 10_000) == 1
+    assert shards_for(10**9, 1) == 16
+    # Each UUID matches exactly one shard: checked with Python's regex engine on the same
+    # patterns Prometheus anchors (RE2 and re agree on these character classes).
+    import re
+
+    for shards in (2, 4, 16):
+        for value in uuids:
+            hits = 0
+            for matcher in shard_matchers(shards):
+                label, op, pattern = re.match(r'(\w+)(=~|!~)"(.*)"', matcher).groups()
+                matched = re.fullmatch(pattern, value) is not None
+                hits += matched if op == "=~" else not matched
+            assert hits == 1, (shards, value)
+
+
+def test_a_second_run_skips_done_hours_and_collected_hours(alpha_prometheus):
+    cluster, first = deep(alpha_prometheus.url)
+    before = rollups(cluster)
+    stamps = dict(RollupHour.objects.filter(cluster=cluster).values_list("hour", "rolled_up_at"))
+
+    _, again = deep(alpha_prometheus.url)
+
+    assert (again.hours, again.hours_skipped) == ([], 2)
+    assert rollups(cluster) == before
+    assert (
+        dict(RollupHour.objects.filter(cluster=cluster).values_list("hour", "rolled_up_at"))
+        == stamps
+    )
+
+
+class _Broken(http.server.BaseHTTPRequestHandler):
+    """A Prometheus that passes queries on, except the hour-step queries of the hour ending at
+    ``fail_at`` (a Unix time), which fail or get nonsense."""
+
+    mode = "error"
+    upstream = ""
+    fail_at = ""
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        form = urllib.parse.parse_qs(body.decode())
+        failing = "sum_over_time" in form.get("query", [""])[0] and form.get("time") == [
+            type(self).fail_at
+        ]
+        if not failing:
+            request = urllib.request.Request(  # noqa: S310 (loopback)
+                type(self).upstream + self.path,
+                data=body,
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+            )
+            with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+                self._send(200, answer.read())
+        elif type(self).mode == "error":
+            self._send(503, b'{"status":"error","errorType":"unavailable","error":"down"}')
+        else:
+            nonsense = {"status": "success", "data": {"resultType": "vector", "result": "x"}}
+            self._send(200, json.dumps(nonsense).encode())
+
+    def _send(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def broken(alpha_prometheus) -> Iterator[type[_Broken]]:
+    handler = type("Handler", (_Broken,), {"upstream": alpha_prometheus.url})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    handler.url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
+    yield handler
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("mode", ["error", "garbage"])
+def test_a_failing_prometheus_leaves_no_hour_half_written_and_a_rerun_finishes(
+    broken, alpha_prometheus, mode
+):
+    windows = window_rollups(alpha_prometheus.url)
+    broken.mode = mode
+    broken.fail_at = f"{END.timestamp():.3f}"  # the second hour's end
+    cluster = Cluster.objects.create(name="broken", prometheus_url=broken.url)
+    with pytest.raises(PrometheusError):
+        DeepBackfill(cluster, window_seconds=WINDOW_SECONDS, concurrency=1).run(START, END)
+
+    # The first hour is whole, the second not there at all.
+    assert set(RollupHour.objects.filter(cluster=cluster).values_list("hour", flat=True)) == {START}
+    first_hour = {k: v for k, v in windows.items() if k[2] == START}
+    assert_same(rollups(cluster), first_hour)
+
+    broken.fail_at = ""
+    result = DeepBackfill(cluster, window_seconds=WINDOW_SECONDS).run(START, END)
+    assert (result.hours, result.hours_skipped) == ([START + timedelta(hours=1)], 1)
+    assert_same(rollups(cluster), windows)
+
+
+def test_malformed_items_are_skipped_and_counted_and_the_rest_kept():
+    builder = GrainBuilder("exported", 60)
+    gpu = {"UUID": "GPU-1", "Hostname": "n1", "modelName": "H100"}
+    pod = {"exported_namespace": "team-a", "exported_pod": "p-0"}
+    mig = {"UUID": "GPU-2", "Hostname": "n1", "GPU_I_ID": "1", "GPU_I_PROFILE": "3g.40gb"}
+    builder.add_series(
+        {
+            "allocated": [
+                {"metric": gpu | pod, "value": [0, "30"]},  # 30 windows of one GPU
+                {"metric": mig | pod, "value": [0, "60"]},  # 60 windows of 3/7 of one
+                {"metric": {"Hostname": "n1"} | pod, "value": [0, "60"]},  # no UUID
+                {"metric": gpu | {"exported_pod": "p-1"}, "value": [0, "60"]},  # no namespace
+                "not an item",
+                {"metric": gpu | {"exported_namespace": "x", "exported_pod": "y"}, "value": "z"},
+            ],
+            "active": [{"metric": gpu | pod, "value": [0, "NaN"]}],
+        }
+    )
+    stats = builder.grain.stats
+    assert stats.skip_reasons["missing_uuid"] == 1
+    assert stats.skip_reasons["pod_without_namespace"] == 1
+    assert stats.skipped >= 4 and stats.nonfinite_skipped == 1
+    figures = sorted(
+        piece.figures["allocated_gpu_hours"] for piece in builder.grain.pieces if piece.pod
+    )
+    # 60 one-minute windows of a 3g MIG instance (3/7 of a GPU); 30 of a whole GPU.
+    assert figures == pytest.approx([3 / 7, 0.5])
+
+
+def test_collect_metrics_picks_the_path_per_hour_from_the_retention(alpha_prometheus, settings):
+    windows = window_rollups(alpha_prometheus.url)
+    settings.GPULEDGER_USAGE_RETENTION_DAYS = 1
+    Cluster.objects.create(name="mixed", prometheus_url=alpha_prometheus.url)
+    out = StringIO()
+    # A day and a half after the first hour: it is older than the retention, the second is not.
+    with time_machine.travel(START + timedelta(days=1, hours=1, minutes=30), tick=True):
+        call_command(
+            "collect_metrics", cluster="mixed", start=START.isoformat(), end=END.isoformat(),
+            no_progress=True, stdout=out,
+        )  # fmt: skip
+
+    assert "1 hours deep-backfilled" in out.getvalue(), out.getvalue()
+    marks = dict(
+        RollupHour.objects.filter(cluster__name="mixed").values_list("hour", "usage_pruned")
+    )
+    assert marks == {START: True, START + timedelta(hours=1): False}
+    usage_ends = GpuUsage.objects.filter(cluster__name="mixed").values_list("window_end", flat=True)
+    assert min(usage_ends) == START + timedelta(hours=1, seconds=WINDOW_SECONDS)
+    assert_same(rollups(Cluster.objects.get(name="mixed")), windows)
