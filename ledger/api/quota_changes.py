@@ -56,6 +56,16 @@ class QuotaChangeFilterSet(django_filters.FilterSet):
         fields = ["cluster", "cluster_queue", "status", "source"]
 
 
+# The answers of a request that asked for a write which did not happen (``_answer``).
+WRITE_ANSWERS = {
+    409: OpenApiResponse(response=serializers.QuotaChangeSerializer, description=WRITE_REFUSED),
+    502: OpenApiResponse(
+        response=serializers.QuotaChangeSerializer,
+        description="The Kubernetes API server failed the write (api_answer).",
+    ),
+}
+
+
 class QuotaChangeViewSet(
     ApiViewMixin,
     mixins.ListModelMixin,
@@ -91,14 +101,7 @@ class QuotaChangeViewSet(
             400: OpenApiResponse(description="Invalid change or unknown field: field → reasons."),
             403: OpenApiResponse(description="No permission, or an API token."),
             404: OpenApiResponse(description="No such ClusterQueue."),
-            409: OpenApiResponse(
-                response=serializers.QuotaChangeSerializer,
-                description=WRITE_REFUSED,
-            ),
-            502: OpenApiResponse(
-                response=serializers.QuotaChangeSerializer,
-                description="The Kubernetes API server failed the write (api_answer).",
-            ),
+            **WRITE_ANSWERS,
         },
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -156,14 +159,7 @@ class QuotaChangeViewSet(
             400: OpenApiResponse(description="The change is not open (already decided)."),
             403: OpenApiResponse(description="No apply_quota_change permission, or an API token."),
             404: OpenApiResponse(description="No such change (or not visible to you)."),
-            409: OpenApiResponse(
-                response=serializers.QuotaChangeSerializer,
-                description=WRITE_REFUSED,
-            ),
-            502: OpenApiResponse(
-                response=serializers.QuotaChangeSerializer,
-                description="The Kubernetes API server failed the write (api_answer).",
-            ),
+            **WRITE_ANSWERS,
         },
     )
     @action(detail=True, methods=["post"])
