@@ -163,7 +163,7 @@ class QuotaChangeViewSet(
         },
     )
     @action(detail=True, methods=["post"])
-    def apply(self, request: Request, pk: str | None = None) -> Response:
+    def apply(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         """Apply a previewed change, or approve and apply a team lead's request, at the
         ``resourceVersion`` it was previewed at: 409 when the queue changed since."""
         if isinstance(request.auth, ApiToken):
