@@ -7,7 +7,7 @@ hours. The episode therefore keeps, in its evidence, what its newest hour added
 (``tally_newest_hour``); ``through_ended_hours`` takes that out while the hour is in progress
 and states the cut ("through 09:00"). The cost is the rate card's price of each window's
 GPU-hours (``alerts.pricing``, the precedence of ``ledger.chargeback.pricing``), as the
-chargeback and the workload page price their hours (docs/architecture.md "Alerts").
+chargeback and the workload page price their hours (docs/architecture.md "Hoarding alerts").
 """
 
 from __future__ import annotations
