@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 from django.db.models import Q
 
 from alerts.choices import Rule, Severity
+from alerts.ended import NEWEST_HOUR, join_newest_hours, tally_newest_hour
 from alerts.exemptions import ExemptionMatcher, Subject
 from alerts.models import Episode, Silence
 from alerts.pricing import Prices
@@ -39,6 +40,7 @@ from alerts.rules import Finding, Findings, Run, WorkloadInfo, uuid_of
 from alerts.store import update_episodes
 from alerts.summary import describe
 from core.bulk import fetch_instances
+from core.timewindows import hour_floor
 from fleet.models import Cluster, Node
 
 if TYPE_CHECKING:
@@ -324,6 +326,7 @@ class EpisodeBook:
             episode.held_seconds += seconds
             episode.idle_gpu_hours += finding.idle_gpus * hours
             episode.held_gpu_hours += finding.held_gpus * hours
+            cost = Decimal(0)
             if priced:
                 # The same terms as ``_extend``'s, computed once per hour and window length.
                 terms = costs.get((window.hour, seconds))
@@ -334,7 +337,11 @@ class EpisodeBook:
                         for flavor, gpu_model, share in priced
                     ]
                 for term in terms:
-                    exact += term
+                    cost += term
+                exact += cost
+            tally_newest_hour(
+                evidence, window.hour, finding.idle_gpus * hours, finding.held_gpus * hours, cost
+            )
             minutes = seconds / 60
             for entry, idle, series in tracked:
                 activity = series[position]
@@ -405,6 +412,10 @@ class EpisodeBook:
     def _gap(self, episode: Episode, finding: Finding, end: datetime, seconds: int) -> None:
         episode.evaluated_until = end
         episode.held_gpu_hours += finding.held_gpus * seconds / 3600
+        gap_hour = hour_floor(end - timedelta(seconds=seconds))
+        tally_newest_hour(
+            episode.evidence, gap_hour, 0.0, finding.held_gpus * seconds / 3600, Decimal(0)
+        )
         episode.evidence["gap_minutes"] = episode.evidence.get("gap_minutes", 0) + seconds // 60
         self._touch(episode)
 
@@ -462,6 +473,7 @@ class EpisodeBook:
             if mine["telemetry_minutes"]:
                 mine["mean"] = mine["sum"] / mine["telemetry_minutes"]
         later.evidence["held_minutes"] = later.held_seconds // 60
+        join_newest_hours(later.evidence, earlier.evidence.get(NEWEST_HOUR))
         self._forget_unresolved(earlier)
         if later.resolved_at is None:
             self.unresolved[later.rule].add(later.subject_key)

@@ -11,8 +11,10 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from alerts.choices import EpisodeState, ExemptionKind, Rule, Severity
+from alerts.ended import Ended, through_ended_hours
 from fleet.models import Cluster, Node
 from quotas.models import ClusterQueue, LocalQueue, Team, Workload
 
@@ -203,6 +205,12 @@ class Episode(models.Model):
         if self.fired_at is None:
             return EpisodeState.PENDING
         return EpisodeState.OPEN
+
+    @property
+    def ended(self) -> Ended:
+        """Its wasted and held GPU-hours and cost over the hours that have ended, the cut the
+        pages count (``alerts.ended``)."""
+        return through_ended_hours(self, timezone.now())
 
     def is_silenced(self, now: datetime) -> bool:
         return self.silenced_until is not None and self.silenced_until > now

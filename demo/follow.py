@@ -31,7 +31,7 @@ from fleet.ingest import IngestStats, WindowInput, build_window
 from fleet.models import Cluster, IngestRun
 from ledger.rollup import roll_up_range
 from ledger.store import write_window
-from quotas.ingest import build_queue_samples, build_snapshot, snapshot_from_lists
+from quotas.ingest import build_gpu_queue_samples, build_snapshot, snapshot_from_lists
 from quotas.ingest.metrics import build_metric_samples
 from quotas.store import (
     metric_sample_context,
@@ -80,7 +80,7 @@ def ingest_window(
     out.rows += write_metric_samples(cluster, metric.samples, window.end, window.seconds)
     if synced:
         out.rows += write_queue_samples(
-            cluster, build_queue_samples(batch), window.end, window.seconds
+            cluster, build_gpu_queue_samples(batch), window.end, window.seconds
         )
         # As the sync does after each sample: positions from the visibility API.
         positions = {}

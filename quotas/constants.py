@@ -136,10 +136,14 @@ _PER_QUEUE = "|".join(
         KUEUE_METRIC_ADMITTED_WORKLOADS,
     )
 )
+# Whole GPUs and MIG instances (``nvidia.com/mig-<profile>``), each its own series.
+_GPU_RESOURCES = "|".join(
+    (mig.GPU_RESOURCE.replace(".", r"\\."), mig.MIG_RESOURCE_PREFIX.replace(".", r"\\.") + ".+")
+)
 KUEUE_QUERIES: dict[str, str] = {
     "per_flavor": (
-        "max by (__name__, cluster_queue, cohort, flavor) ("
-        f'{{__name__=~"{_PER_FLAVOR}", resource="{mig.GPU_RESOURCE}", {KUEUE_REPLICA_FILTER}}})'
+        "max by (__name__, cluster_queue, cohort, flavor, resource) ("
+        f'{{__name__=~"{_PER_FLAVOR}", resource=~"{_GPU_RESOURCES}", {KUEUE_REPLICA_FILTER}}})'
     ),
     # Series without a resource label (the workload counts) match resource="" here.
     "per_queue": (

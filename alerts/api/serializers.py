@@ -21,6 +21,24 @@ class EpisodeSerializer(serializers.ModelSerializer):
     )
     cost = serializers.DecimalField(max_digits=16, decimal_places=4, read_only=True)
     url = serializers.SerializerMethodField(help_text="The episode's page.")
+    through = serializers.DateTimeField(
+        source="ended.through",
+        read_only=True,
+        help_text="The end of the hours the ended_* figures count: the last hour that ended, "
+        'or the episode\'s end (README "Which hours a range counts").',
+    )
+    ended_idle_gpu_hours = serializers.FloatField(
+        source="ended.idle_gpu_hours",
+        read_only=True,
+        help_text="Wasted GPU-hours through `through`, as the pages count them.",
+    )
+    ended_cost = serializers.DecimalField(
+        source="ended.cost",
+        max_digits=16,
+        decimal_places=4,
+        read_only=True,
+        help_text="Cost of `ended_idle_gpu_hours` under the rate card, as the pages price it.",
+    )
 
     class Meta:
         model = Episode
@@ -44,6 +62,9 @@ class EpisodeSerializer(serializers.ModelSerializer):
             "idle_gpu_hours",
             "held_gpu_hours",
             "cost",
+            "through",
+            "ended_idle_gpu_hours",
+            "ended_cost",
             "summary",
             "acknowledged_by",
             "acknowledged_at",

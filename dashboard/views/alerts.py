@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -16,6 +17,7 @@ from django.views.decorators.http import require_POST
 
 from alerts import actions, permissions
 from alerts.choices import EpisodeState, Rule, Severity
+from alerts.ended import through_ended_hours
 from alerts.models import Episode
 from core.params import InvalidParameter, check_text
 from core.ranges import TimeRange
@@ -84,6 +86,11 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
     now = timezone.now()
     end = episode.resolved_at or episode.evaluated_until
     evidence = episode.evidence or {}
+    # The hours that have ended, as the workload and chargeback pages count them.
+    ended = through_ended_hours(episode, now)
+    through = f"through {ended.through:%Y-%m-%d %H:%M} UTC"
+    if ended.cut:
+        through += " (the hour in progress counts once it ends)"
     gpus = sorted(
         (evidence.get("gpus") or {}).items(), key=lambda item: item[1].get("uuid", item[0])
     )
@@ -106,13 +113,19 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
         ),
         stat(
             "Wasted",
-            figure(episode.idle_gpu_hours),
+            figure(ended.idle_gpu_hours),
             "GPU-h",
-            f"{figure(episode.held_gpu_hours)} GPU-hours held",
-            tone="warn" if episode.idle_gpu_hours else None,
+            f"{figure(ended.held_gpu_hours)} GPU-hours held, {through}",
+            tone="warn" if ended.idle_gpu_hours else None,
             testid="stat-idle",
         ),
-        stat("Cost", f"{episode.cost:,.2f}", "", "under the rate card", testid="stat-cost"),
+        stat(
+            "Cost",
+            f"{ended.cost:,.2f}",
+            settings.GPULEDGER_CURRENCY,
+            f"under the rate card, {through}",
+            testid="stat-cost",
+        ),
     ]
     detail = window_detail(episode.cluster_id, episode.started_at - MARGIN, end + MARGIN)
     context = {

@@ -152,9 +152,10 @@ def _gpu_values(seed: int, gpu: SimGpu, workload: SimWorkload | None, window: Wi
 def kueue_answers(fleet: SimFleet, window: Window) -> dict[str, list[dict]]:
     """What Kueue's own metrics (``metrics.enableClusterQueueResources``) say at the window's
     end, as answers to ``quotas.constants.KUEUE_QUERIES``: each team's ClusterQueue quota
-    (``+Inf`` for an unset limit), usage and reservation per GPU flavor, pending GPUs and
+    (``+Inf`` for an unset limit), usage and reservation per GPU flavor (and per MIG resource
+    of the MIG flavor), pending GPUs and
     workloads, admitted workloads, and its cohort."""
-    from demo.simulation.scenario import TEAMS
+    from demo.simulation.scenario import MIG_QUOTA, TEAMS
 
     ts = window.end.timestamp()
 
@@ -185,6 +186,19 @@ def kueue_answers(fleet: SimFleet, window: Window) -> dict[str, list[dict]]:
             answers["lending_limit"].append(item(labels, "+Inf" if lend is None else lend))
             answers["usage"].append(item(labels, held))
             answers["reservation"].append(item(labels, held))
+        if team == "platform":
+            # The MIG quota, in instances per profile, as the ClusterQueue's spec and status.
+            for resource, nominal in MIG_QUOTA.items():
+                labels = {
+                    "cluster_queue": team,
+                    "cohort": cohort,
+                    "flavor": "a100-mig",
+                    "resource": resource,
+                }
+                held = sum(w.gpus for w in mine if w.holding and w.resource == resource)
+                answers["nominal"].append(item(labels, nominal))
+                answers["usage"].append(item(labels, held))
+                answers["reservation"].append(item(labels, held))
         waiting = [w for w in mine if w.admitted_at is None and w.finished_at is None]
         pending_gpus = sum(w.gpus for w in waiting if w.resource == "nvidia.com/gpu")
         queue = {"cluster_queue": team}

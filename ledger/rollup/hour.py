@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.failpoints import failpoint
-from core.mig import GPU_RESOURCE
+from core.mig import gpu_resource_q
 from core.timewindows import ensure_aware, hour_floor
 from fleet.models import Cluster
 from ledger.choices import RollupScope
@@ -65,8 +65,8 @@ def _compute_rows(
     end = hour + HOUR
     usage = GpuUsage.objects.filter(cluster_id=cluster.pk, window_end__gt=hour, window_end__lte=end)
     samples = ClusterQueueSample.objects.filter(
+        gpu_resource_q(),
         cluster_queue__cluster_id=cluster.pk,
-        resource=GPU_RESOURCE,
         sampled_at__gt=hour,
         sampled_at__lte=end,
     )

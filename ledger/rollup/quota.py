@@ -14,13 +14,19 @@ from typing import Any
 from django.db.models import Count, F, FloatField, QuerySet, Sum, Value
 from django.db.models.functions import Cast
 
+from core.mig import gpu_share_sql
 from ledger.rollup.groups import FOREIGN_KEYS, Group
 from quotas.models import ClusterQueueSample, ResourceFlavor
 
 
 def quota_rows(samples: QuerySet[ClusterQueueSample], group: Group) -> list[dict[str, Any]]:
-    """The group's quota GPU-hours and sample windows per (key, flavor) over ``samples``."""
-    hours = Cast(F("window_seconds"), FloatField()) / Value(3600.0)
+    """The group's quota GPU-hours and sample windows per (key, flavor) over ``samples``.
+
+    ``samples`` may mix whole GPUs and MIG resources: each counts in GPUs (slices/7 a MIG
+    instance), so a flavor's nominal, borrowed and lent GPU-hours add up all of them.
+    """
+    # Whole GPUs count 1 each and MIG instances slices/7 (``core.mig.gpu_share``).
+    hours = Cast(F("window_seconds"), FloatField()) / Value(3600.0) * gpu_share_sql()
 
     def gpu_hours(field: str) -> Sum:
         return Sum(Cast(F(field), FloatField()) * hours)

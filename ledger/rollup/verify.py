@@ -20,7 +20,7 @@ from datetime import datetime
 
 from django.db.models import Q, Sum
 
-from core.mig import GPU_RESOURCE
+from core.mig import gpu_resource_q, gpu_share
 from core.timewindows import ensure_aware, hour_floor
 from fleet.models import Cluster
 from ledger.choices import RollupScope
@@ -123,14 +123,16 @@ def usage_totals(cluster: Cluster, hour: datetime) -> Totals:
         for figure, value in zip(sums, values, strict=True):
             namespace[figure] += (value or 0.0) * hours
     samples = ClusterQueueSample.objects.filter(
+        gpu_resource_q(),
         cluster_queue__cluster_id=cluster.pk,
-        resource=GPU_RESOURCE,
         sampled_at__gt=hour,
         sampled_at__lte=hour + HOUR,
-    ).values_list("window_seconds", *QUOTA_SOURCES.values())
-    for window_seconds, *values in samples:
+    ).values_list("resource", "window_seconds", *QUOTA_SOURCES.values())
+    for resource, window_seconds, *values in samples:
+        # In GPUs, counted here in Python: whole GPUs 1 each, MIG instances slices/7.
+        share = gpu_share(resource) or 0.0
         for figure, value in zip(QUOTA_SOURCES, values, strict=True):
-            fleet[figure] += float(value or 0) * window_seconds / 3600
+            fleet[figure] += float(value or 0) * share * window_seconds / 3600
     for _row, gpu_hours in waited_gpu_hours(cluster, hour, sync_horizon(cluster.pk)):
         fleet["pending_gpu_hours"] += gpu_hours
     return totals

@@ -47,7 +47,7 @@ from quotas.ingest.rows import (
     TransitionRow,
     WorkloadRow,
 )
-from quotas.ingest.samples import build_queue_samples, cohort_totals
+from quotas.ingest.samples import build_gpu_queue_samples, build_queue_samples, cohort_totals
 from quotas.ingest.snapshot import build_snapshot, snapshot_from_lists
 from quotas.ingest.workloads import PENDING_STATES, parse_preemptor
 
@@ -71,6 +71,7 @@ __all__ = [
     "TransitionRow",
     "QueueUsageRow",
     "WorkloadRow",
+    "build_gpu_queue_samples",
     "build_queue_samples",
     "build_snapshot",
     "cohort_totals",

@@ -2,7 +2,8 @@
 
 Input: one window's answers to ``quotas.constants.KUEUE_QUERIES`` (Prometheus vector items).
 Output: the same ``QueueSampleRow`` the sync builds from ClusterQueue status
-(``build_queue_samples``), one per ClusterQueue and flavor of ``nvidia.com/gpu``:
+(``build_gpu_queue_samples``), one per ClusterQueue, flavor and GPU resource (whole GPUs, and
+each MIG resource in its own instances):
 
 * ``nominal`` / ``borrowing_limit`` / ``lending_limit`` from the quota gauges; ``+Inf`` means
   the limit is unset (None), as in the API;
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from core.mig import GPU_RESOURCE
+from core.mig import GPU_RESOURCE, gpu_share
 from quotas.constants import KUEUE_ANSWERS
 from quotas.ingest.fields import ZERO
 from quotas.ingest.rows import QueueSampleRow
@@ -134,11 +135,17 @@ def _labelled(
 
 def _per_flavor(
     items: Sequence[object], stats: MetricStats, cohorts: dict[str, str]
-) -> dict[tuple[str, str], float]:
-    found: dict[tuple[str, str], float] = {}
+) -> dict[tuple[str, str, str], float]:
+    """(queue, flavor, resource) -> value; a series without ``resource`` is whole GPUs (the
+    query asked for GPU resources only), one of a MIG resource of no known profile is skipped."""
+    found: dict[tuple[str, str, str], float] = {}
     for labels, (queue, flavor), number in _labelled(items, stats, ("cluster_queue", "flavor")):
+        resource = str(labels.get("resource") or GPU_RESOURCE)
+        if gpu_share(resource) is None:
+            stats.skip("kueue_not_a_gpu_resource")
+            continue
         cohorts.setdefault(queue, str(labels.get("cohort") or ""))
-        found[(queue, flavor)] = number
+        found[(queue, flavor, resource)] = number
     return found
 
 
@@ -184,25 +191,33 @@ def build_metric_samples(
         if queue:
             cohorts[str(queue)] = str(labels.get("parent_cohort") or "")
 
-    flavors_of: dict[str, set[str]] = defaultdict(set)
-    for queue, flavor in nominal:
-        flavors_of[queue].add(flavor)
+    flavors_of: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for queue, flavor, resource in nominal:
+        flavors_of[(queue, resource)].add(flavor)
     order = flavor_order or {}
     samples: list[QueueSampleRow] = []
-    for queue in sorted(flavors_of):
-        known = list(dict.fromkeys(f for f in order.get(queue, ()) if f in flavors_of[queue]))
-        flavors = known + sorted(flavors_of[queue] - set(known))
+    for queue, resource in sorted(flavors_of, key=lambda k: (k[0], k[1] != GPU_RESOURCE, k[1])):
+        known = list(
+            dict.fromkeys(f for f in order.get(queue, ()) if f in flavors_of[(queue, resource)])
+        )
+        flavors = known + sorted(flavors_of[(queue, resource)] - set(known))
+        # Per-queue figures go on the first flavor of whole GPUs (the pending demand is in GPUs);
+        # a queue with MIG quota only has its counts on its first MIG flavor, no demand there.
+        whole = (queue, GPU_RESOURCE) in flavors_of
         for index, flavor in enumerate(flavors):
-            key = (queue, flavor)
+            key = (queue, flavor, resource)
             quota = _decimal(nominal[key]) or ZERO
             used = _decimal(usage.get(key, 0.0)) or ZERO
             reserved = _decimal(reservation[key]) or ZERO if key in reservation else used
-            first = index == 0
+            first = index == 0 and (resource == GPU_RESOURCE or not whole)
+            if first and not whole and any(s.cluster_queue_name == queue for s in samples):
+                first = False
+            demand = (_decimal(pending.get(queue, 0.0)) or ZERO) if first and whole else ZERO
             samples.append(
                 QueueSampleRow(
                     cluster_queue_name=queue,
                     flavor_name=flavor,
-                    resource=GPU_RESOURCE,
+                    resource=resource,
                     total=used,
                     reserved=reserved,
                     borrowed=max(ZERO, used - quota),
@@ -210,11 +225,16 @@ def build_metric_samples(
                     nominal=quota,
                     borrowing_limit=_decimal(borrowing[key]) if key in borrowing else None,
                     lending_limit=_decimal(lending[key]) if key in lending else None,
-                    pending_demand=(_decimal(pending.get(queue, 0.0)) or ZERO) if first else ZERO,
+                    pending_demand=demand,
                     pending_workloads=_count(pending_count.get(queue)) if first else 0,
                     admitted_workloads=_count(admitted_count.get(queue)) if first else 0,
                 )
             )
     cohort_of = {queue: cohort for queue, cohort in cohorts.items() if cohort}
-    attribute_lending(samples, cohort_of, cohort_quota or {})
+    # Lending is inferred per resource: borrowed MIG instances are lent by MIG quota of the same
+    # profile. The cohorts' own pools are known for whole GPUs only.
+    for resource in sorted({sample.resource for sample in samples}):
+        same = [sample for sample in samples if sample.resource == resource]
+        pools = (cohort_quota or {}) if resource == GPU_RESOURCE else {}
+        attribute_lending(same, cohort_of, pools)
     return KueueMetricsWindow(samples=samples, cohorts=cohorts, stats=stats)

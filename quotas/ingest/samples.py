@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from decimal import Decimal
 
-from core.mig import GPU_RESOURCE
+from core.mig import GPU_RESOURCE, gpu_share
 from quotas.choices import WorkloadState
 from quotas.ingest.fields import ZERO
 from quotas.ingest.rows import KueueBatch, QueueSampleRow, QueueUsageRow
@@ -131,6 +131,25 @@ def build_queue_samples(batch: KueueBatch, resource: str = GPU_RESOURCE) -> list
             )
     _attribute_lending(batch, samples, resource)
     return samples
+
+
+def gpu_resources(batch: KueueBatch) -> list[str]:
+    """The GPU resources the batch's ClusterQueues have quota or usage of: ``nvidia.com/gpu``
+    first, then each MIG resource of a known profile, by name."""
+    found = {quota.resource for cq in batch.cluster_queues for quota in cq.quotas}
+    for cq in batch.cluster_queues:
+        found.update(row.resource for row in (*cq.usage, *cq.reservation))
+    mig = sorted(r for r in found if r != GPU_RESOURCE and gpu_share(r) is not None)
+    return [GPU_RESOURCE, *mig]
+
+
+def build_gpu_queue_samples(batch: KueueBatch) -> list[QueueSampleRow]:
+    """``build_queue_samples`` of every GPU resource (``gpu_resources``): whole GPUs and each
+    MIG profile apart, in their own units; readers weigh them into GPUs with
+    ``core.mig.gpu_share`` (docs/architecture.md "Figures")."""
+    return [
+        row for resource in gpu_resources(batch) for row in build_queue_samples(batch, resource)
+    ]
 
 
 def _attribute_lending(batch: KueueBatch, samples: list[QueueSampleRow], resource: str) -> None:

@@ -21,7 +21,7 @@ from core.deadlines import Deadline
 from core.timewindows import floor_time
 from fleet.models import Cluster
 from quotas.constants import LOOKUP_BATCH_SIZE, WRITE_BATCH_SIZE
-from quotas.ingest import PENDING_STATES, KueueBatch, build_queue_samples, build_snapshot
+from quotas.ingest import PENDING_STATES, KueueBatch, build_gpu_queue_samples, build_snapshot
 from quotas.kueue import KubeError, KubeTimeout, KueueClient
 from quotas.models import Workload
 from quotas.store import write_queue_samples
@@ -63,7 +63,7 @@ class Sampler:
             # Samples need every workload (pending demand) but no pods or nodes.
             kinds = (*SMALL_KINDS, "Workload")
             batch = build_snapshot(self.lists.snapshot(kinds), settings.GPULEDGER_TEAM_LABELS)
-        rows = build_queue_samples(batch)
+        rows = build_gpu_queue_samples(batch)
         self.tally.rows_written += write_queue_samples(self.cluster, rows, window_end, seconds)
         self.sampled_until = window_end
         self.first_window = self.first_window or window_end

@@ -177,7 +177,7 @@ def _table_figures() -> tuple:
 
 
 def test_the_simulators_kueue_metrics_match_its_clusterqueue_status():
-    from quotas.ingest import build_queue_samples, build_snapshot, snapshot_from_lists
+    from quotas.ingest import build_gpu_queue_samples, build_snapshot, snapshot_from_lists
     from quotas.ingest.metrics import build_metric_samples
 
     sim = FleetSimulator(seed=5, end=END, days=1, step_seconds=3600)
@@ -196,13 +196,19 @@ def test_the_simulators_kueue_metrics_match_its_clusterqueue_status():
 
         def figures(rows):
             return {
-                (r.cluster_queue_name, r.flavor_name): (r.total, r.borrowed, r.lent, r.nominal)
+                (r.cluster_queue_name, r.flavor_name, r.resource): (
+                    r.total,
+                    r.borrowed,
+                    r.lent,
+                    r.nominal,
+                )
                 for r in rows
             }
 
-        api = figures(build_queue_samples(batch))
+        api = figures(build_gpu_queue_samples(batch))
         metric = figures(build_metric_samples(sim.kueue_window(window), flavor_order=order).samples)
         assert metric == {key: api[key] for key in metric}, window.end
+        assert any(key[2].startswith("nvidia.com/mig-") for key in metric)
         compared += len(metric)
     assert compared > 0
 

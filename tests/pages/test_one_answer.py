@@ -230,3 +230,75 @@ def test_the_world_has_what_the_comparisons_need(reads):
     assert reads.chargeback("team")["totals"]["borrowed_gpu_hours"] > 0
     assert reads.overview.context["now"].busy > 0
     assert reads.overview.context["now"].idle > 0
+
+
+@compares("nominal GPU-h over the range, MIG quota at slices/7")
+def mig_nominal(reads: Reads) -> Compared:
+    """The platform queue's quota is 8 whole A100s plus MIG instances (1g, 2g, 3g): its nominal
+    GPU-hours are its spec's quota in GPUs (a MIG ``Ng`` instance N/7 of one) × the range's 24
+    hours, worked out here from the stored quota, not from the rollups the pages read."""
+    from core.mig import gpu_share
+    from quotas.models import ClusterQueueQuota
+
+    quotas = ClusterQueueQuota.objects.filter(cluster_queue__name="platform")
+    kinds = set(quotas.values_list("resource", flat=True))
+    assert "nvidia.com/gpu" in kinds and any(k.startswith("nvidia.com/mig-") for k in kinds)
+    gpus = sum(float(q.nominal) * (gpu_share(q.resource) or 0.0) for q in quotas)
+    teams = {row["group"]: row for row in reads.chargeback("team")["rows"]}
+    queues = {row["group"]: row for row in reads.chargeback("cluster_queue")["rows"]}
+    return {
+        "platform": [
+            ("spec quota in GPUs × 24 h", round(gpus * 24, 1)),
+            ("chargeback by team", teams["platform"]["nominal_gpu_hours"]),
+            ("chargeback by queue", queues["platform"]["nominal_gpu_hours"]),
+        ]
+    }
+
+
+@compares("an idle workload's alert and its workload page: wasted GPU-h and cost")
+def alert_vs_workload(reads: Reads) -> Compared:
+    """The idle workload episode that wasted the most, on the episode page and in the alerts
+    API, against its workload page over its life: the same ended hours, the same rate card
+    (README "Which hours a range counts", docs/architecture.md "Hoarding alerts")."""
+    from alerts.choices import Rule
+    from alerts.models import Episode
+
+    episode = (
+        Episode.objects.filter(rule=Rule.IDLE_WORKLOAD, workload__isnull=False)
+        .order_by("-idle_gpu_hours")
+        .first()
+    )
+    assert episode is not None and episode.workload is not None, [
+        (e.rule, e.subject_key) for e in Episode.objects.all()
+    ]
+    # The workload page over its whole life counts the hours the episode's GPUs were held; the
+    # episode covers the idle part of them, all of it for a notebook idle since it started.
+    alert = reads.client.get(reverse("dashboard:episode-detail", args=[episode.pk]))
+    page = reads.client.get(reverse("dashboard:workload-detail", args=[episode.workload_id]))
+    api = reads.client.get(reverse("alert-detail", args=[episode.pk])).json()
+    alert_cards = {card["testid"]: card for card in alert.context["stats"]}
+    page_cards = {card["testid"]: card for card in page.context["stats"]}
+    return {
+        f"{episode.workload.name} wasted GPU-h": [
+            ("episode page", number(alert_cards["stat-idle"]["value"])),
+            ("alerts API, through the last ended hour", round(api["ended_idle_gpu_hours"], 1)),
+            ("workload page idle GPU-hours", number(page_cards["stat-idle"]["note"])),
+        ],
+        f"{episode.workload.name} cost": [
+            ("episode page", number(alert_cards["stat-cost"]["value"])),
+            ("alerts API", round(float(api["ended_cost"]), 2)),
+            ("workload page", number(page_cards["stat-cost"]["value"])),
+        ],
+    }
+
+
+# Registered after ``test_every_figure_agrees_where_it_appears_twice`` took its list: run here.
+LATE_COMPARISONS = [
+    "nominal GPU-h over the range, MIG quota at slices/7",
+    "an idle workload's alert and its workload page: wasted GPU-h and cost",
+]
+
+
+@pytest.mark.parametrize("what", LATE_COMPARISONS)
+def test_mig_quota_and_alert_figures_agree(reads, what):
+    test_every_figure_agrees_where_it_appears_twice(reads, what)
