@@ -45,7 +45,7 @@ def _is_sql_aggregate(text: str) -> bool:
 ALLOWED = {
     # Bookkeeping, not figures.
     "demo/follow.py": "the newest window the demo wrote (Max over IngestRun), where to go on from",
-    "ledger/window_detail.py": "where a range's per-window rows start (Max/Min of hours and windows)",
+    "ledger/window_detail.py": "where per-window rows start (Max of hours, Min of windows)",
     # The figure sites themselves.
     "ledger/figures.py": "the registry: each usage figure's SUM … FILTER as SQL",
     "ledger/now.py": "figures now: the registry's rules summed over the newest windows",
