@@ -10,33 +10,36 @@ and APIs, each read once and cached) and returns, per subject (a team, the fleet
 ``(where, value)`` pairs that must all be equal; ``test_every_figure_agrees_where_it_appears_twice``
 runs each. Add one by writing a function: the figure, the places it appears, read from what the
 reader sees (the page's context, its cards, its chart JSON, the API's JSON).
+
+Each comparison must be able to fail: ``PERTURBED`` names, for each, a function that ONE of its
+places calls, and ``test_each_comparison_fails_when_one_place_is_wrong`` patches that name in
+that one module (its numbers made larger, its sentence reworded) and expects a disagreement.
+A contradiction found and not yet fixed is listed in ``KNOWN``: strict xfail, so its fix shows.
 """
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from functools import cached_property
 from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.test import Client
-from django.urls import reverse
 
 from tests.pages.built_once import build_once
-
-END = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
-NOW = END + timedelta(minutes=20)
-RANGE = {"range": "24h"}
-# The chargeback window of the same hours: the 24 that ended by NOW.
-WINDOW = {
-    "start": (END - timedelta(hours=24)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    "end": END.strftime("%Y-%m-%dT%H:%M:%SZ"),
-}
-TOLERANCE = 0.051  # pages print one decimal
+from tests.pages.one_answer_reads import (
+    END,
+    NOW,
+    Reads,
+    agrees,
+    by_team,
+    cards,
+    chart_bars,
+    hotter,
+    inflate,
+    number,
+    one,
+    reworded,
+)
 
 Pairs = list[tuple[str, Any]]  # numbers, or sentences that must be equal
 Compared = dict[str, Pairs]  # subject → the places it appears, with their values
@@ -49,154 +52,6 @@ def compares(what: str) -> Callable[[Callable[[Reads], Compared]], Callable[[Rea
         return function
 
     return register
-
-
-def number(text: str) -> float:
-    """A card's printed number ("1,234.5", "12") as a float."""
-    match = re.search(r"-?[\d,]+(?:\.\d+)?", text)
-    assert match, f"no number in {text!r}"
-    return float(match.group().replace(",", ""))
-
-
-def cards(response: Any, key: str = "cards") -> dict[str, dict[str, Any]]:
-    return {card.get("testid"): card for card in response.context[key]}
-
-
-class Reads:
-    """The pages and APIs of the range, each read once."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-
-    def page(self, name: str, *args: Any, **params: str) -> Any:
-        response = self.client.get(reverse(name, args=args), {**RANGE, **params})
-        assert response.status_code == 200, name
-        return response
-
-    @cached_property
-    def overview(self) -> Any:
-        return self.page("dashboard:overview")
-
-    @cached_property
-    def busy(self) -> Any:
-        return self.page("dashboard:busy")
-
-    @cached_property
-    def teams(self) -> Any:
-        return self.page("dashboard:team-list")
-
-    @functools.cache  # noqa: B019 (one Reads per test)
-    def chargeback(self, group_by: str) -> dict[str, Any]:
-        response = self.client.get(reverse("api-chargeback"), {**WINDOW, "group_by": group_by})
-        assert response.status_code == 200, response.content[:300]
-        return response.json()
-
-    @functools.cache  # noqa: B019
-    def allocation(self, aggregate: str) -> dict[str, Any]:
-        """The OpenCost allocation API for the same hours, as name → allocation."""
-        window = f"{WINDOW['start']},{WINDOW['end']}"
-        response = self.client.get(
-            reverse("api-allocation"), {"window": window, "aggregate": aggregate}
-        )
-        assert response.status_code == 200, response.content[:300]
-        (sets,) = response.json()["data"]
-        return dict(sets)
-
-    @cached_property
-    def my_teams(self) -> Any:
-        """My teams as the lead of every team sees it."""
-        from django.contrib.auth import get_user_model
-
-        from quotas.models import Team
-
-        lead, _ = get_user_model().objects.get_or_create(username="lead-of-all")
-        for team in Team.objects.all():
-            team.leads.add(lead)
-        client = Client()
-        client.force_login(lead)
-        response = client.get(reverse("dashboard:my-teams"), RANGE)
-        assert response.status_code == 200
-        assert response.context["cards"], "My teams is empty"
-        return response
-
-    @functools.cache  # noqa: B019
-    def team(self, name: str) -> Any:
-        return self.page("dashboard:team-detail", name)
-
-    @functools.cache  # noqa: B019
-    def queue(self, name: str) -> Any:
-        from quotas.models import ClusterQueue
-
-        queue = ClusterQueue.objects.select_related("cluster").get(name=name)
-        return self.page("dashboard:cluster-queue-detail", queue.cluster.name, name)
-
-    @cached_property
-    def cohorts(self) -> list[str]:
-        from quotas.models import Cohort
-
-        return sorted(Cohort.objects.values_list("name", flat=True))
-
-    @functools.cache  # noqa: B019
-    def cohort(self, name: str) -> Any:
-        from quotas.models import Cohort
-
-        cohort = Cohort.objects.select_related("cluster").get(name=name)
-        return self.page("dashboard:cohort-detail", cohort.cluster.name, name)
-
-    @cached_property
-    def cohort_members(self) -> dict[str, dict[str, Any]]:
-        """Every cohort page's member rows, by the member queue's team (one queue per team)."""
-        return {
-            row["queue"].team.name: row
-            for name in self.cohorts
-            for row in self.cohort(name).context["member_rows"]
-        }
-
-    @cached_property
-    def map_rows(self) -> list[dict[str, Any]]:
-        response = self.page("dashboard:map", per_page="100")
-        assert not response.context["page_obj"].has_next()
-        return list(response.context["rows"])
-
-    @cached_property
-    def special_nodes(self) -> dict[str, str]:
-        """A node of each kind: MIG, time-sliced, GR_ENGINE_ACTIVE only, plain H100."""
-        from fleet.choices import ActivitySource
-        from fleet.models import Gpu
-        from ledger.models import GpuUsage
-
-        def node_of(rows: Any) -> str:
-            return str(rows.values_list("node_name", flat=True).order_by("node_name")[0])
-
-        return {
-            "mig": str(Gpu.objects.exclude(gi_id="").values_list("node__name", flat=True).first()),
-            "shared": node_of(GpuUsage.objects.filter(shared=True)),
-            "gr_engine": node_of(
-                GpuUsage.objects.filter(activity_source=ActivitySource.GR_ENGINE_ACTIVE)
-            ),
-            "h100": node_of(GpuUsage.objects.filter(flavor="h100")),
-        }
-
-    def held_by_pods(self, workload: Any) -> float:
-        """GPUs of the newest collected window held by the workload's running pods."""
-        from django.db.models import Max
-
-        from ledger.models import GpuUsage
-
-        newest = GpuUsage.objects.aggregate(end=Max("window_end"))["end"]
-        rows = GpuUsage.objects.filter(window_end=newest, allocated=True, workload=workload)
-        return float(sum(row.gpus for row in rows))
-
-    def preview_reason(self, queue: Any, workload: Any) -> str:
-        """The quota-change preview's sentence for ``workload`` when ``queue`` keeps its quota."""
-        from quotas.writeback.state import synced_cells, whatif_inputs
-        from quotas.writeback.whatif import what_if
-
-        cells = synced_cells(queue)
-        summary = what_if(whatif_inputs(queue, cells, cells, NOW))
-        name = f"{workload.namespace}/{workload.name}"
-        (row,) = [row for row in summary["pending"] if row["name"] == name]
-        return str(row["reason"])
 
 
 @compares("busy but not working now (GPUs)")
@@ -291,16 +146,6 @@ def pending_now(reads: Reads) -> Compared:
 
 
 # --- Teams, My teams, queues and cohorts ----------------------------------------------------------
-
-
-def by_team(rows: list[dict[str, Any]], key: str = "group") -> dict[str, dict[str, Any]]:
-    return {row[key]: row for row in rows}
-
-
-def chart_bars(chart: dict[str, Any], trace: int = 0) -> dict[str, float]:
-    """A horizontal bar chart's JSON as label → value (the figure the reader hovers)."""
-    data = chart["data"][trace]
-    return dict(zip(data["y"], (float(x) for x in data["x"]), strict=True))
 
 
 def team_figure(figure: str, card: str, chart: str | None) -> Callable[[Reads], Compared]:
@@ -599,6 +444,7 @@ def pending_reasons(reads: Reads) -> Compared:
     compared: Compared = {}
     for workload in Workload.objects.pending().select_related("cluster_queue__team")[:8]:
         queue = workload.cluster_queue
+        assert queue is not None and queue.team is not None, workload
         team = reads.team(queue.team.name).context["workload_rows"]
         said = [
             (
@@ -614,11 +460,6 @@ def pending_reasons(reads: Reads) -> Compared:
         compared[workload.name] = said
     assert compared, "no pending workload"
     return compared
-
-
-def one(rows: list[dict[str, Any]], workload: Any) -> str:
-    (row,) = [row for row in rows if row["workload"].pk == workload.pk]
-    return row["short_reason"]
 
 
 @compares("busy but not working GPU-h per team: busy page vs its chart JSON")
@@ -682,12 +523,77 @@ def test_every_figure_agrees_where_it_appears_twice(reads, what):
         assert len(pairs) >= 2, f"{what}: a comparison needs two places"
         first_where, first = pairs[0]
         for where, value in pairs[1:]:
-            same = (
-                value == first
-                if isinstance(first, str)
-                else value == pytest.approx(first, abs=TOLERANCE)
+            assert agrees(first, value), (
+                f"{what}, {subject}: {first_where} says {first}, {where} says {value}"
             )
-            assert same, f"{what}, {subject}: {first_where} says {first}, {where} says {value}"
+
+
+# Comparison → (module, function the page or API of ONE of its places calls, how it goes wrong).
+# Patching the name inside that one module leaves every other place as it is.
+PERTURBED: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
+    **{
+        what: ("ledger.chargeback", "row_dict", inflate)
+        for what in COMPARISONS
+        if what.endswith("per team, on every team page and API")
+    },
+    "idle GPU-h over the range, per team": ("ledger.chargeback", "row_dict", inflate),
+    "GPU-hours and cost per workload over the range": ("ledger.chargeback", "row_dict", inflate),
+    "allocated GPU-h over the range, fleet": ("ledger.chargeback", "totals_dict", inflate),
+    "borrowed and lent GPU-h over the range: cohort lender→borrower table vs chargeback": (
+        "dashboard.views.cohorts",
+        "borrowing_flows",
+        inflate,
+    ),
+    "quota used over the range, per team and flavor (My teams)": (
+        "ledger.chargeback",
+        "row_dict",
+        inflate,
+    ),
+    "admitted, nominal and pending GPUs now, per queue": (
+        "dashboard.views.cluster_queues",
+        "holding_gpus",
+        inflate,
+    ),
+    "nominal and admitted GPUs now, per cohort": (
+        "dashboard.views.cohorts",
+        "holding_gpus",
+        inflate,
+    ),
+    "GPUs and GPUs held now, per node: fleet map vs node page": (
+        "dashboard.views.nodes",
+        "node_capacity",
+        inflate,
+    ),
+    "SM_ACTIVE now, per GPU: node page vs GPU page": ("dashboard.views.gpus", "gpu_rows", hotter),
+    "GPU-hours, cost and GPUs held, per workload: workload page vs list, team page, chargeback": (
+        "dashboard.views.workloads",
+        "workload_charges",
+        inflate,
+    ),
+    "why a workload is pending: one sentence on every page and the quota preview": (
+        "dashboard.views.cluster_queues",
+        "workload_reason",
+        reworded,
+    ),
+}
+
+
+@pytest.mark.parametrize("what", sorted(PERTURBED))
+def test_each_comparison_fails_when_one_place_is_wrong(reads, monkeypatch, what):
+    """The meta-test: one place's source made wrong, the comparison must see a disagreement."""
+    import importlib
+
+    module_name, name, wrong = PERTURBED[what]
+    module = importlib.import_module(module_name)
+    original = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *args, **kwargs: wrong(original(*args, **kwargs)))
+    compared = COMPARISONS[what](reads)
+    disagreeing = [
+        subject
+        for subject, pairs in compared.items()
+        if not all(agrees(pairs[0][1], value) for _where, value in pairs[1:])
+    ]
+    assert disagreeing, f"{what}: {module_name}.{name} made wrong, and every place still agrees"
 
 
 def test_the_world_has_what_the_comparisons_need(reads):
