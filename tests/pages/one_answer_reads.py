@@ -204,12 +204,20 @@ def inflate(value: Any) -> Any:
         return {key: inflate(item) for key, item in value.items()}
     if isinstance(value, list):
         return [inflate(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(inflate(item) for item in value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         changed = {
             f.name: inflate(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init
         }
         return dataclasses.replace(value, **changed)
     return value
+
+
+def total_inflated(result: tuple[Any, float]) -> tuple[Any, float]:
+    """Rows as they are, their total larger (the rows carry ids a page links to)."""
+    rows, total = result
+    return rows, inflate(total)
 
 
 def reworded(sentence: str) -> str:

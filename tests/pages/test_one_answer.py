@@ -39,6 +39,7 @@ from tests.pages.one_answer_reads import (
     number,
     one,
     reworded,
+    total_inflated,
 )
 
 Pairs = list[tuple[str, Any]]  # numbers, or sentences that must be equal
@@ -361,7 +362,10 @@ def fleet_capacity(reads: Reads) -> Compared:
     return {
         "fleet GPUs": [
             ("overview capacity card", number(overview["capacity"]["value"])),
-            ("fleet map, nodes summed", sum(row["story"].gpus for row in reads.map_rows)),
+            (
+                "fleet map table, nodes summed",
+                sum(number(row["cells"]["gpus"]) for row in reads.map_rows),
+            ),
         ],
         "fleet held": [
             ("overview allocated card", number(overview["allocated"]["value"])),
@@ -501,12 +505,7 @@ def reads(world, db, time_machine, staff_client) -> Reads:
 
 
 # Contradictions found and not yet fixed: each must still fail (strict), so fixing it shows.
-KNOWN = {
-    "capacity and GPUs held now: overview vs fleet map": (
-        "a node whose DCGM telemetry is missing (gpu-node-h100-01) counts 8 GPUs of capacity on "
-        "the overview but 0 GPUs and 0 devices in the fleet map's node table"
-    ),
-}
+KNOWN: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(
@@ -562,6 +561,31 @@ PERTURBED: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
     "GPUs and GPUs held now, per node: fleet map vs node page": (
         "dashboard.views.nodes",
         "node_capacity",
+        inflate,
+    ),
+    "capacity and GPUs held now: overview vs fleet map": (
+        "dashboard.views.fleet_map",
+        "node_capacities",
+        inflate,
+    ),
+    "busy but not working now (GPUs)": (
+        "dashboard.views.busy",
+        "busy_gpus_now",
+        total_inflated,
+    ),
+    "busy but not working over the range (GPU-h)": (
+        "dashboard.views.busy",
+        "fleet_figures",
+        inflate,
+    ),
+    "busy but not working GPU-h per team: busy page vs its chart JSON": (
+        "dashboard.charts.busy",
+        "busy_by_team",
+        inflate,
+    ),
+    "pending GPUs now, by flavor, on the overview": (
+        "dashboard.views.overview",
+        "pending_while_free",
         inflate,
     ),
     "SM_ACTIVE now, per GPU: node page vs GPU page": ("dashboard.views.gpus", "gpu_rows", hotter),
