@@ -76,6 +76,19 @@ class Reads:
         (sets,) = response.json()["data"]
         return dict(sets)
 
+    @functools.cache  # noqa: B019
+    def api_list(self, name: str) -> list[dict[str, Any]]:
+        """Every result of a list endpoint of the REST API (all its pages)."""
+        url: str | None = f"/api/v1/{name}/"
+        results: list[dict[str, Any]] = []
+        while url:
+            response = self.client.get(url)
+            assert response.status_code == 200, response.content[:300]
+            body = response.json()
+            results.extend(body["results"])
+            url = body["next"]
+        return results
+
     @cached_property
     def my_teams(self) -> Any:
         """My teams as the lead of every team sees it."""
@@ -218,6 +231,11 @@ def total_inflated(result: tuple[Any, float]) -> tuple[Any, float]:
     """Rows as they are, their total larger (the rows carry ids a page links to)."""
     rows, total = result
     return rows, inflate(total)
+
+
+def misprinted(text: str) -> str:
+    """A printed number with a digit too many ("4" → "41")."""
+    return f"{text}1" if text else text
 
 
 def reworded(sentence: str) -> str:

@@ -36,6 +36,7 @@ from tests.pages.one_answer_reads import (
     chart_bars,
     hotter,
     inflate,
+    misprinted,
     number,
     one,
     reworded,
@@ -480,6 +481,71 @@ def busy_chart(reads: Reads) -> Compared:
     return compared
 
 
+# --- REST APIs and the chargeback page ------------------------------------------------------------
+
+
+@compares("admitted and pending GPUs now, per queue: queue page vs cluster-queues API")
+def queue_api(reads: Reads) -> Compared:
+    compared: Compared = {}
+    for queue in reads.api_list("cluster-queues"):
+        stats = cards(reads.queue(queue["name"]), "stats")
+        now = queue["gpus_now"] or {}
+        compared[f"{queue['name']} admitted"] = [
+            ("queue page", number(stats["stat-usage"]["value"])),
+            ("cluster-queues API gpus_now.total", now.get("total")),
+        ]
+        compared[f"{queue['name']} pending"] = [
+            ("queue page", number(stats["stat-pending"]["value"])),
+            ("cluster-queues API gpus_now.pending", now.get("pending")),
+        ]
+    assert compared, "no queue in the API"
+    return compared
+
+
+@compares("GPUs admitted (quota) per workload: workload page vs workloads API")
+def workload_api(reads: Reads) -> Compared:
+    compared: Compared = {}
+    for workload in reads.api_list("workloads"):
+        if workload["state"] != "admitted":
+            continue
+        stats = cards(reads.page("dashboard:workload-detail", workload["id"]), "stats")
+        note = stats["stat-gpus"]["note"]
+        compared[workload["name"]] = [
+            ("workload page card", number(note.split("admitted (quota)")[1])),
+            ("workloads API admitted_gpus", workload["admitted_gpus"]),
+        ]
+        if len(compared) >= 6:
+            break
+    assert compared, "no admitted workload in the API"
+    return compared
+
+
+@compares("chargeback per team: chargeback page vs chargeback API")
+def chargeback_page(reads: Reads) -> Compared:
+    page = reads.page("dashboard:chargeback", group_by="team")
+    api = by_team(reads.chargeback("team")["rows"])
+    compared: Compared = {}
+    for row in page.context["rows"]:
+        charged = api[row["group"]]
+        for shown, field in (
+            ("allocated", "allocated_gpu_hours"),
+            ("active", "active_gpu_hours"),
+            ("idle", "idle_gpu_hours"),
+            ("borrowed", "borrowed_gpu_hours"),
+            ("lent", "lent_gpu_hours"),
+        ):
+            compared[f"{row['group']} {shown}"] = [
+                ("chargeback page", number(row[shown])),
+                ("chargeback API", round(charged[field], 1)),
+            ]
+        compared[f"{row['group']} cost"] = [
+            ("chargeback page", number(row["cost_total"])),
+            ("chargeback API", charged["cost"]["total"]),
+        ]
+    assert compared, "no row on the chargeback page"
+    return compared
+
+
 @pytest.fixture(scope="module")
 def world(django_db_setup, django_db_blocker):
     def build() -> None:
@@ -505,7 +571,13 @@ def reads(world, db, time_machine, staff_client) -> Reads:
 
 
 # Contradictions found and not yet fixed: each must still fail (strict), so fixing it shows.
-KNOWN: dict[str, str] = {}
+KNOWN: dict[str, str] = {
+    "admitted and pending GPUs now, per queue: queue page vs cluster-queues API": (
+        "the cluster-queues API reads gpus_now from the queues' fresh usage samples only and "
+        "answers null where the queue page counts its admitted and pending workloads (34 and 48 "
+        "GPUs for batch on the simulated fleet, which writes no fresh sample)"
+    ),
+}
 
 
 @pytest.mark.parametrize(
@@ -587,6 +659,16 @@ PERTURBED: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
         "dashboard.views.overview",
         "pending_while_free",
         inflate,
+    ),
+    "chargeback per team: chargeback page vs chargeback API": (
+        "ledger.chargeback",
+        "row_dict",
+        inflate,
+    ),
+    "GPUs admitted (quota) per workload: workload page vs workloads API": (
+        "dashboard.views.workloads",
+        "figure",
+        misprinted,
     ),
     "SM_ACTIVE now, per GPU: node page vs GPU page": ("dashboard.views.gpus", "gpu_rows", hotter),
     "GPU-hours, cost and GPUs held, per workload: workload page vs list, team page, chargeback": (
