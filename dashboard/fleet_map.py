@@ -166,10 +166,17 @@ def page_states(
 
     ``holders=False`` for the node table, which counts held GPUs and names no holder.
     """
+    nodes = list(nodes)
     names = {node.pk: node.name for node in nodes}
     gpus = node_gpus(list(names))
     return gpu_states(
-        gpu_refs(gpus), windows, allowed, node_names=names, holders=holders, gpu_query=gpus
+        gpu_refs(gpus),
+        windows,
+        allowed,
+        node_names=names,
+        holders=holders,
+        gpu_query=gpus,
+        nodes=[(node.cluster_id, node.name) for node in nodes],
     )
 
 

@@ -21,7 +21,7 @@ reads the states without the holders' names (``holders=False``).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Protocol
@@ -208,6 +208,7 @@ def gpu_states(
     *,
     holders: bool = True,
     gpu_query: QuerySet[Gpu] | None = None,
+    nodes: Iterable[tuple[int, str]] = (),
 ) -> GpuStates:
     """gpu id → its ``GpuState`` in its cluster's newest window (two queries at most).
 
@@ -223,9 +224,13 @@ def gpu_states(
 
     ``gpu_query``: the same GPUs as a query, which the usage read then takes as a subquery; an
     800-id literal list costs more to send than the rows it finds.
+
+    ``nodes``: (cluster id, node name) of the nodes asked about, so a node DCGM has never
+    reported a GPU of still counts what its pods hold (all of it unplaced).
     """
     states = GpuStates({gpu.pk: GpuState(gpu) for gpu in gpus})
-    if not states or not windows:
+    asked = list(nodes)
+    if not windows or not (states or asked):
         return states
     identity = _IDENTITY if holders else ()
     usage = latest_usage(windows)
@@ -253,6 +258,8 @@ def gpu_states(
     by_node: dict[tuple[int, str], list[GpuState]] = defaultdict(list)
     for state in states.values():
         by_node[(state.gpu.cluster_id, _node_name(state.gpu, node_names))].append(state)
+    for key in asked:
+        by_node.setdefault(key, [])
     unplaced = (
         latest_usage(windows)
         .filter(

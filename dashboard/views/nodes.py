@@ -27,7 +27,7 @@ def node_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> HttpRes
     gpus = list(
         Gpu.objects.physical().filter(node=node).select_related("node").order_by("index", "gi_id")
     )
-    states = gpu_states(gpus, latest_windows(), allowed)
+    states = gpu_states(gpus, latest_windows(), allowed, nodes=[(node.cluster_id, node.name)])
     story = node_story(list(states.values()), states.unplaced_on(node.cluster_id, node.name))
     rows = gpu_rows(gpus, allowed, states)
     gpu_by_id = {gpu.pk: gpu for gpu in gpus}

@@ -10,34 +10,40 @@ and APIs, each read once and cached) and returns, per subject (a team, the fleet
 ``(where, value)`` pairs that must all be equal; ``test_every_figure_agrees_where_it_appears_twice``
 runs each. Add one by writing a function: the figure, the places it appears, read from what the
 reader sees (the page's context, its cards, its chart JSON, the API's JSON).
+
+Each comparison must be able to fail: ``PERTURBED`` names, for each, a function that ONE of its
+places calls, and ``test_each_comparison_fails_when_one_place_is_wrong`` patches that name in
+that one module (its numbers made larger, its sentence reworded) and expects a disagreement.
+A contradiction found and not yet fixed is listed in ``KNOWN``: strict xfail, so its fix shows.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from functools import cached_property
 from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.test import Client
-from django.urls import reverse
 
 from tests.pages.built_once import build_once
+from tests.pages.one_answer_reads import (
+    END,
+    NOW,
+    Reads,
+    agrees,
+    by_team,
+    cards,
+    chart_bars,
+    hotter,
+    inflate,
+    misprinted,
+    number,
+    one,
+    reworded,
+    total_inflated,
+)
 
-END = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
-NOW = END + timedelta(minutes=20)
-RANGE = {"range": "24h"}
-# The chargeback window of the same hours: the 24 that ended by NOW.
-WINDOW = {
-    "start": (END - timedelta(hours=24)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    "end": END.strftime("%Y-%m-%dT%H:%M:%SZ"),
-}
-TOLERANCE = 0.051  # pages print one decimal
-
-Pairs = list[tuple[str, float]]
+Pairs = list[tuple[str, Any]]  # numbers, or sentences that must be equal
 Compared = dict[str, Pairs]  # subject → the places it appears, with their values
 COMPARISONS: dict[str, Callable[[Reads], Compared]] = {}
 
@@ -48,46 +54,6 @@ def compares(what: str) -> Callable[[Callable[[Reads], Compared]], Callable[[Rea
         return function
 
     return register
-
-
-def number(text: str) -> float:
-    """A card's printed number ("1,234.5", "12") as a float."""
-    match = re.search(r"-?[\d,]+(?:\.\d+)?", text)
-    assert match, f"no number in {text!r}"
-    return float(match.group().replace(",", ""))
-
-
-def cards(response: Any, key: str = "cards") -> dict[str, dict[str, Any]]:
-    return {card.get("testid"): card for card in response.context[key]}
-
-
-class Reads:
-    """The pages and APIs of the range, each read once."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-
-    def page(self, name: str, *args: Any, **params: str) -> Any:
-        response = self.client.get(reverse(name, args=args), {**RANGE, **params})
-        assert response.status_code == 200, name
-        return response
-
-    @cached_property
-    def overview(self) -> Any:
-        return self.page("dashboard:overview")
-
-    @cached_property
-    def busy(self) -> Any:
-        return self.page("dashboard:busy")
-
-    @cached_property
-    def teams(self) -> Any:
-        return self.page("dashboard:team-list")
-
-    def chargeback(self, group_by: str) -> dict[str, Any]:
-        response = self.client.get(reverse("api-chargeback"), {**WINDOW, "group_by": group_by})
-        assert response.status_code == 200, response.content[:300]
-        return response.json()
 
 
 @compares("busy but not working now (GPUs)")
@@ -181,6 +147,405 @@ def pending_now(reads: Reads) -> Compared:
     }
 
 
+# --- Teams, My teams, queues and cohorts ----------------------------------------------------------
+
+
+def team_figure(figure: str, card: str, chart: str | None) -> Callable[[Reads], Compared]:
+    """Per team, one range figure: overview, Teams list, team page, My teams, chargeback,
+    the OpenCost allocation API, the cohort page's members and (where one draws it) a chart."""
+
+    def compare(reads: Reads) -> Compared:
+        charged = by_team(reads.chargeback("team")["rows"])
+        allocation = reads.allocation("team")
+        listed = {row["team"].name: row for row in reads.teams.context["rows"]}
+        mine = {card_["team"].name: card_ for card_ in reads.my_teams.context["cards"]}
+        members = reads.cohort_members
+        drawn = chart_bars(reads.page(chart).json()) if chart else {}
+        compared: Compared = {}
+        for team in reads.overview.context["teams"]:
+            pairs: Pairs = [
+                ("overview team table", getattr(team.figures, f"{figure}_gpu_hours")),
+                ("chargeback", charged[team.key][f"{figure}_gpu_hours"]),
+                ("Teams list", number(listed[team.key][card])),
+                (
+                    "team page",
+                    getattr(reads.team(team.key).context["figures"], f"{figure}_gpu_hours"),
+                ),
+            ]
+            if figure in ("allocated", "active", "idle"):
+                pairs.append(
+                    ("allocation API", allocation[team.key]["gpuLedger"][f"{figure}_gpu_hours"])
+                )
+            if figure in ("allocated", "idle"):
+                pairs.append(("My teams", number(mine[team.key][f"{figure}_hours"])))
+            if figure in ("allocated", "active", "idle") and team.key in members:
+                pairs.append(("cohort page members", number(members[team.key][f"{figure}_hours"])))
+            if chart:
+                pairs.append((f"{chart} JSON", drawn.get(team.key, 0.0)))
+            compared[team.key] = pairs
+        assert compared, "no team"
+        return compared
+
+    return compare
+
+
+for _figure, _card, _chart in (
+    ("allocated", "allocated", None),
+    ("active", "active", "dashboard:chart-team-active"),
+    ("idle", "idle", "dashboard:chart-team-idle"),
+    ("borrowed", "borrowed", None),
+    ("nominal", "nominal", None),
+):
+    compares(f"{_figure} GPU-h over the range, per team, on every team page and API")(
+        team_figure(_figure, _card, _chart)
+    )
+
+
+@compares("borrowed and lent GPU-h over the range: cohort lender→borrower table vs chargeback")
+def cohort_flows(reads: Reads) -> Compared:
+    charged = by_team(reads.chargeback("team")["rows"])
+    compared: Compared = {}
+    for cohort in reads.cohorts:
+        flows = reads.cohort(cohort).context["flows"]
+        assert not any(row["pool"] for row in flows["rows"]), "a cohort without quota lends"
+        for name, total in zip(flows["borrowers"], flows["totals"], strict=True):
+            compared[f"{name} borrowed"] = [
+                ("cohort table, borrower column", total),
+                ("chargeback borrowed", charged[name]["borrowed_gpu_hours"]),
+            ]
+        for row in flows["rows"]:
+            compared[f"{row['name']} lent"] = [
+                ("cohort table, lender row", row["total"]),
+                ("chargeback lent", charged[row["name"]]["lent_gpu_hours"]),
+            ]
+        compared[f"{cohort} balance"] = [
+            ("cohort table, borrowed", sum(flows["totals"])),
+            ("cohort table, lent", flows["total"]),
+        ]
+    assert len(compared) > 2, "no borrowing in a cohort"
+    return compared
+
+
+@compares("quota used over the range, per team and flavor (My teams)")
+def quota_used(reads: Reads) -> Compared:
+    charged = by_team(reads.chargeback("team")["rows"])
+    per_flavor: dict[str, float] = {}
+    compared: Compared = {}
+    for card in reads.my_teams.context["cards"]:
+        team = card["team"].name
+        for row in card["quota_used"]:
+            per_flavor[row["flavor"]] = per_flavor.get(row["flavor"], 0.0) + number(
+                row["allocated"]
+            )
+            if not number(row["nominal"]):
+                continue  # no nominal quota of that flavor: "—"
+            compared[f"{team} {row['flavor']} used %"] = [
+                ("My teams", number(row["used"])),
+                ("allocated ÷ nominal", 100 * number(row["allocated"]) / number(row["nominal"])),
+            ]
+        compared[f"{team} allocated"] = [
+            ("My teams, flavors summed", sum(number(r["allocated"]) for r in card["quota_used"])),
+            ("chargeback", charged[team]["allocated_gpu_hours"]),
+        ]
+        compared[f"{team} nominal"] = [
+            ("My teams, flavors summed", sum(number(r["nominal"]) for r in card["quota_used"])),
+            ("chargeback", charged[team]["nominal_gpu_hours"]),
+        ]
+    flavors = by_team(reads.chargeback("flavor")["rows"])
+    for flavor, allocated in per_flavor.items():
+        compared[f"fleet {flavor}"] = [
+            ("My teams, teams summed", allocated),
+            ("chargeback by flavor", flavors[flavor]["allocated_gpu_hours"]),
+        ]
+    return compared
+
+
+@compares("admitted, nominal and pending GPUs now, per queue")
+def queue_now(reads: Reads) -> Compared:
+    listed = {
+        row["queue"].name: row for row in reads.page("dashboard:cluster-queue-list").context["rows"]
+    }
+    mine = {card["team"].name: card for card in reads.my_teams.context["cards"]}
+    teams = {row["team"].name: row for row in reads.teams.context["rows"]}
+    members = reads.cohort_members
+    compared: Compared = {}
+    for name, row in listed.items():
+        queue = row["queue"]
+        stats = cards(reads.queue(name), "stats")
+        team = reads.team(queue.team.name)
+        (on_team,) = [r for r in team.context["queue_rows"] if r["queue"].name == name]
+        team_stats = cards(team, "stats")
+        compared[f"{name} admitted"] = [
+            ("queue list", number(row["usage"])),
+            ("queue page", number(stats["stat-usage"]["value"])),
+            ("team page queue table", on_team["usage"]),
+            ("team page card", number(team_stats["stat-allocated-now"]["value"])),
+            ("Teams list", number(teams[queue.team.name]["now"])),
+            ("My teams", number(mine[queue.team.name]["admitted"])),
+        ] + ([("cohort page", number(members[name]["usage"]))] if name in members else [])
+        compared[f"{name} nominal"] = [
+            ("queue list", number(row["nominal"])),
+            ("queue page", number(stats["stat-nominal"]["value"])),
+            ("team page queue table", on_team["nominal"]),
+        ] + ([("cohort page", number(members[name]["nominal"]))] if name in members else [])
+        compared[f"{name} pending"] = [
+            ("queue page", number(stats["stat-pending"]["value"])),
+            ("team page", number(team_stats["stat-pending"]["value"])),
+            ("My teams", mine[queue.team.name]["pending"]["gpus"]),
+        ]
+        compared[f"{name} held by running pods"] = [
+            ("team page", number(team_stats["stat-held-now"]["value"])),
+            ("Teams list", number(teams[queue.team.name]["held"])),
+            ("My teams", number(mine[queue.team.name]["held"])),
+        ]
+    return compared
+
+
+@compares("nominal and admitted GPUs now, per cohort")
+def cohort_now(reads: Reads) -> Compared:
+    listed = {
+        row["cohort"].name: row for row in reads.page("dashboard:cohort-list").context["rows"]
+    }
+    compared: Compared = {}
+    for name in reads.cohorts:
+        page = reads.cohort(name)
+        stats = cards(page, "stats")
+        rows = page.context["member_rows"]
+        for figure, testid in (("nominal", "stat-nominal"), ("usage", "stat-usage")):
+            compared[f"{name} {figure}"] = [
+                ("cohort list", number(listed[name][figure])),
+                ("cohort page card", number(stats[testid]["value"])),
+                ("cohort page members, summed", sum(number(r[figure]) for r in rows)),
+            ]
+    return compared
+
+
+# --- Fleet map, nodes and GPUs --------------------------------------------------------------------
+
+
+@compares("GPUs and GPUs held now, per node: fleet map vs node page")
+def nodes(reads: Reads) -> Compared:
+    compared: Compared = {}
+    for row in reads.map_rows:
+        node = row["node"]
+        if node.name not in reads.special_nodes.values():
+            continue
+        page = cards(reads.page("dashboard:node", node.pk))
+        compared[f"{node.name} GPUs"] = [
+            ("fleet map table", number(row["cells"]["gpus"])),
+            ("node page card", number(page["node-gpus"]["value"])),
+        ]
+        compared[f"{node.name} devices"] = [
+            ("fleet map table", number(row["cells"]["devices"])),
+            ("node page card", number(page["node-gpus"]["note"])),
+        ]
+        compared[f"{node.name} devices held"] = [
+            ("fleet map node story", row["story"].held_devices),
+            ("node page card", number(page["node-held"]["value"])),
+        ]
+    # By hand from the scenario: the MIG node's 23 devices are instances whose compute slices add
+    # up to 7.1 GPUs (slices/7), and its time-sliced node has 8 physical GPUs, each counted once
+    # however many pods share it.
+    compared["MIG node GPUs, by hand"] = [
+        ("scenario", 7.1),
+        *compared[f"{reads.special_nodes['mig']} GPUs"][:2],
+    ]
+    compared["time-sliced node GPUs, by hand"] = [
+        ("scenario", 8.0),
+        *compared[f"{reads.special_nodes['shared']} GPUs"][:2],
+    ]
+    return compared
+
+
+@compares("capacity and GPUs held now: overview vs fleet map")
+def fleet_capacity(reads: Reads) -> Compared:
+    overview = cards(reads.overview)
+    return {
+        "fleet GPUs": [
+            ("overview capacity card", number(overview["capacity"]["value"])),
+            (
+                "fleet map table, nodes summed",
+                sum(number(row["cells"]["gpus"]) for row in reads.map_rows),
+            ),
+        ],
+        "fleet held": [
+            ("overview allocated card", number(overview["allocated"]["value"])),
+            ("fleet map, nodes summed", sum(row["story"].held for row in reads.map_rows)),
+        ],
+    }
+
+
+@compares("SM_ACTIVE now, per GPU: node page vs GPU page")
+def gpus(reads: Reads) -> Compared:
+    compared: Compared = {}
+    for row in reads.map_rows:
+        if row["node"].name not in reads.special_nodes.values():
+            continue
+        node = reads.page("dashboard:node", row["node"].pk)
+        for gpu_row in node.context["gpu_rows"]:
+            if gpu_row["activity_pct"] is None:
+                continue
+            gpu = gpu_row["gpu"]
+            shown = reads.page("dashboard:gpu", gpu.pk)
+            compared[str(gpu)] = [
+                ("node page GPU table", round(gpu_row["activity_pct"], 1)),
+                ("GPU page card", round(shown.context["activity"], 1)),
+            ]
+    assert compared, "no GPU with telemetry"
+    return compared
+
+
+# --- Workloads and the pending explanation --------------------------------------------------------
+
+
+@compares(
+    "GPU-hours, cost and GPUs held, per workload: workload page vs list, team page, chargeback"
+)
+def workload_pages(reads: Reads) -> Compared:
+    listed = reads.page("dashboard:workload-list", sort="gpu_hours").context["rows"]
+    charged = {row["group"]: row for row in reads.chargeback("workload")["rows"]}
+    compared: Compared = {}
+    for row in listed[:6]:
+        workload = row["workload"]
+        stats = cards(reads.page("dashboard:workload-detail", workload.pk), "stats")
+        on_team = {
+            r["workload"].pk: r for r in reads.team(row["team"].name).context["workload_rows"]
+        }
+        charge = charged[f"{workload.namespace}/{workload.name}"]
+        compared[f"{workload.name} GPU-h"] = [
+            ("workload page", number(stats["stat-gpu-hours"]["value"])),
+            ("workload list", number(row["gpu_hours"])),
+            ("chargeback", round(charge["allocated_gpu_hours"], 1)),
+        ] + (
+            [("team page", number(on_team[workload.pk]["gpu_hours"]))]
+            if workload.pk in on_team
+            else []
+        )
+        compared[f"{workload.name} cost"] = [
+            ("workload page", number(stats["stat-cost"]["value"])),
+            ("workload list", number(row["cost"])),
+            ("chargeback", charge["cost"]["total"]),
+        ] + (
+            [("team page", number(on_team[workload.pk]["cost"]))] if workload.pk in on_team else []
+        )
+        if stats["stat-gpus"]["label"] != "GPUs held":
+            continue  # a finished workload shows the most its pods held at once
+        compared[f"{workload.name} held"] = [
+            ("workload page", number(stats["stat-gpus"]["value"])),
+            ("running pods' GPUs", reads.held_by_pods(workload)),
+        ]
+    return compared
+
+
+@compares("why a workload is pending: one sentence on every page and the quota preview")
+def pending_reasons(reads: Reads) -> Compared:
+    from quotas.models import Workload
+
+    mine = {
+        row["workload"].pk: row["short_reason"]
+        for card in reads.my_teams.context["cards"]
+        for row in card["pending_rows"]
+    }
+    compared: Compared = {}
+    for workload in Workload.objects.pending().select_related("cluster_queue__team")[:8]:
+        queue = workload.cluster_queue
+        assert queue is not None and queue.team is not None, workload
+        team = reads.team(queue.team.name).context["workload_rows"]
+        said = [
+            (
+                "workload page",
+                reads.page("dashboard:workload-detail", workload.pk).context["short_reason"],
+            ),
+            ("queue page", one(reads.queue(queue.name).context["pending_rows"], workload)),
+            ("team page", one(team, workload)),
+            ("quota preview", reads.preview_reason(queue, workload)),
+        ]
+        if workload.pk in mine:
+            said.append(("My teams", mine[workload.pk]))
+        compared[workload.name] = said
+    assert compared, "no pending workload"
+    return compared
+
+
+@compares("busy but not working GPU-h per team: busy page vs its chart JSON")
+def busy_chart(reads: Reads) -> Compared:
+    drawn = chart_bars(reads.page("dashboard:chart-busy-teams").json())
+    compared: Compared = {}
+    for team in reads.busy.context["teams"]:
+        if team.figures.busy_not_working_gpu_hours:
+            compared[team.key] = [
+                ("busy page table", team.figures.busy_not_working_gpu_hours),
+                ("busy chart JSON", drawn.get(team.key, 0.0)),
+            ]
+    assert compared, "nobody busy but not working"
+    return compared
+
+
+# --- REST APIs and the chargeback page ------------------------------------------------------------
+
+
+@compares("admitted and pending GPUs now, per queue: queue page vs cluster-queues API")
+def queue_api(reads: Reads) -> Compared:
+    compared: Compared = {}
+    for queue in reads.api_list("cluster-queues"):
+        stats = cards(reads.queue(queue["name"]), "stats")
+        now = queue["gpus_now"] or {}
+        compared[f"{queue['name']} admitted"] = [
+            ("queue page", number(stats["stat-usage"]["value"])),
+            ("cluster-queues API gpus_now.total", now.get("total")),
+        ]
+        compared[f"{queue['name']} pending"] = [
+            ("queue page", number(stats["stat-pending"]["value"])),
+            ("cluster-queues API gpus_now.pending", now.get("pending")),
+        ]
+    assert compared, "no queue in the API"
+    return compared
+
+
+@compares("GPUs admitted (quota) per workload: workload page vs workloads API")
+def workload_api(reads: Reads) -> Compared:
+    compared: Compared = {}
+    for workload in reads.api_list("workloads"):
+        if workload["state"] != "admitted":
+            continue
+        stats = cards(reads.page("dashboard:workload-detail", workload["id"]), "stats")
+        note = stats["stat-gpus"]["note"]
+        compared[workload["name"]] = [
+            ("workload page card", number(note.split("admitted (quota)")[1])),
+            ("workloads API admitted_gpus", workload["admitted_gpus"]),
+        ]
+        if len(compared) >= 6:
+            break
+    assert compared, "no admitted workload in the API"
+    return compared
+
+
+@compares("chargeback per team: chargeback page vs chargeback API")
+def chargeback_page(reads: Reads) -> Compared:
+    page = reads.page("dashboard:chargeback", group_by="team")
+    api = by_team(reads.chargeback("team")["rows"])
+    compared: Compared = {}
+    for row in page.context["rows"]:
+        charged = api[row["group"]]
+        for shown, field in (
+            ("allocated", "allocated_gpu_hours"),
+            ("active", "active_gpu_hours"),
+            ("idle", "idle_gpu_hours"),
+            ("borrowed", "borrowed_gpu_hours"),
+            ("lent", "lent_gpu_hours"),
+        ):
+            compared[f"{row['group']} {shown}"] = [
+                ("chargeback page", number(row[shown])),
+                ("chargeback API", round(charged[field], 1)),
+            ]
+        compared[f"{row['group']} cost"] = [
+            ("chargeback page", number(row["cost_total"])),
+            ("chargeback API", charged["cost"]["total"]),
+        ]
+    assert compared, "no row on the chargeback page"
+    return compared
+
+
 @pytest.fixture(scope="module")
 def world(django_db_setup, django_db_blocker):
     def build() -> None:
@@ -205,15 +570,136 @@ def reads(world, db, time_machine, staff_client) -> Reads:
     return Reads(staff_client)
 
 
-@pytest.mark.parametrize("what", sorted(COMPARISONS))
+# Contradictions found and not yet fixed: each must still fail (strict), so fixing it shows.
+KNOWN: dict[str, str] = {
+    "admitted and pending GPUs now, per queue: queue page vs cluster-queues API": (
+        "the cluster-queues API reads gpus_now from the queues' fresh usage samples only and "
+        "answers null where the queue page counts its admitted and pending workloads (34 and 48 "
+        "GPUs for batch on the simulated fleet, which writes no fresh sample)"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "what",
+    [
+        pytest.param(what, marks=pytest.mark.xfail(strict=True, reason=KNOWN[what]))
+        if what in KNOWN
+        else what
+        for what in sorted(COMPARISONS)
+    ],
+)
 def test_every_figure_agrees_where_it_appears_twice(reads, what):
     for subject, pairs in COMPARISONS[what](reads).items():
         assert len(pairs) >= 2, f"{what}: a comparison needs two places"
         first_where, first = pairs[0]
         for where, value in pairs[1:]:
-            assert value == pytest.approx(first, abs=TOLERANCE), (
+            assert agrees(first, value), (
                 f"{what}, {subject}: {first_where} says {first}, {where} says {value}"
             )
+
+
+# Comparison → (module, function the page or API of ONE of its places calls, how it goes wrong).
+# Patching the name inside that one module leaves every other place as it is.
+PERTURBED: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
+    **{
+        what: ("ledger.chargeback", "row_dict", inflate)
+        for what in COMPARISONS
+        if what.endswith("per team, on every team page and API")
+    },
+    "idle GPU-h over the range, per team": ("ledger.chargeback", "row_dict", inflate),
+    "GPU-hours and cost per workload over the range": ("ledger.chargeback", "row_dict", inflate),
+    "allocated GPU-h over the range, fleet": ("ledger.chargeback", "totals_dict", inflate),
+    "borrowed and lent GPU-h over the range: cohort lender→borrower table vs chargeback": (
+        "dashboard.views.cohorts",
+        "borrowing_flows",
+        inflate,
+    ),
+    "quota used over the range, per team and flavor (My teams)": (
+        "ledger.chargeback",
+        "row_dict",
+        inflate,
+    ),
+    "admitted, nominal and pending GPUs now, per queue": (
+        "dashboard.views.cluster_queues",
+        "holding_gpus",
+        inflate,
+    ),
+    "nominal and admitted GPUs now, per cohort": (
+        "dashboard.views.cohorts",
+        "holding_gpus",
+        inflate,
+    ),
+    "GPUs and GPUs held now, per node: fleet map vs node page": (
+        "dashboard.views.nodes",
+        "node_capacity",
+        inflate,
+    ),
+    "capacity and GPUs held now: overview vs fleet map": (
+        "dashboard.views.fleet_map",
+        "node_capacities",
+        inflate,
+    ),
+    "busy but not working now (GPUs)": (
+        "dashboard.views.busy",
+        "busy_gpus_now",
+        total_inflated,
+    ),
+    "busy but not working over the range (GPU-h)": (
+        "dashboard.views.busy",
+        "fleet_figures",
+        inflate,
+    ),
+    "busy but not working GPU-h per team: busy page vs its chart JSON": (
+        "dashboard.charts.busy",
+        "busy_by_team",
+        inflate,
+    ),
+    "pending GPUs now, by flavor, on the overview": (
+        "dashboard.views.overview",
+        "pending_while_free",
+        inflate,
+    ),
+    "chargeback per team: chargeback page vs chargeback API": (
+        "ledger.chargeback",
+        "row_dict",
+        inflate,
+    ),
+    "GPUs admitted (quota) per workload: workload page vs workloads API": (
+        "dashboard.views.workloads",
+        "figure",
+        misprinted,
+    ),
+    "SM_ACTIVE now, per GPU: node page vs GPU page": ("dashboard.views.gpus", "gpu_rows", hotter),
+    "GPU-hours, cost and GPUs held, per workload: workload page vs list, team page, chargeback": (
+        "dashboard.views.workloads",
+        "workload_charges",
+        inflate,
+    ),
+    "why a workload is pending: one sentence on every page and the quota preview": (
+        "dashboard.views.cluster_queues",
+        "workload_reason",
+        reworded,
+    ),
+}
+
+
+@pytest.mark.parametrize("what", sorted(PERTURBED))
+def test_each_comparison_fails_when_one_place_is_wrong(reads, monkeypatch, what):
+    """The meta-test: one place's source made wrong, the comparison must see a disagreement."""
+    import importlib
+
+    module_name, name, wrong = PERTURBED[what]
+    module = importlib.import_module(module_name)
+    original = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *args, **kwargs: wrong(original(*args, **kwargs)))
+    compared = COMPARISONS[what](reads)
+    disagreeing = [
+        subject
+        for subject, pairs in compared.items()
+        if not all(agrees(pairs[0][1], value) for _where, value in pairs[1:])
+    ]
+    assert disagreeing, f"{what}: {module_name}.{name} made wrong, and every place still agrees"
 
 
 def test_the_world_has_what_the_comparisons_need(reads):

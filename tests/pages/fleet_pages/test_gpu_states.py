@@ -141,3 +141,45 @@ def test_an_empty_gpu_chart_spans_the_range_too(staff_client, silent):
         start, end = (datetime.fromisoformat(value) for value in xaxis["range"])
         assert xaxis["type"] == "date"
         assert end - start == timedelta(days=7)
+
+
+def test_a_node_dcgm_never_reported_counts_what_its_pods_hold(staff_client, fleet_data):
+    """node-unseen: 4 GPUs by kube-state-metrics, no GPU of it ever reported by DCGM, a 4-GPU pod
+    on it now. The overview counts those 4 as held; the node table and node page did not."""
+    from fleet.models import Node
+    from ledger.models import GpuUsage
+    from tests.pages.conftest import _usage
+
+    node = Node.objects.create(
+        cluster=fleet_data.cluster,
+        name="node-unseen",
+        flavor="h100",
+        gpu_product="NVIDIA-H100-80GB-HBM3",
+        gpu_capacity=4,
+        gpu_allocatable=4,
+    )
+    held = _usage(
+        fleet_data.cluster,
+        fleet_data.now,
+        None,
+        allocated=True,
+        pod="unseen-0",
+        activity=None,
+        gpus=4.0,
+        capacity_gpus=4.0,
+        node_name="node-unseen",
+        team=fleet_data.team_b,
+        cluster_queue=fleet_data.cq_b,
+        workload=fleet_data.workload_b,
+        namespace="ns-beta",
+    )
+    GpuUsage.objects.bulk_create([held])
+
+    [row] = staff_client.get(reverse("dashboard:map"), {"q": "node-unseen"}).context["rows"]
+    page = staff_client.get(reverse("dashboard:node", args=[node.pk]))
+
+    assert row["allocated"] == pytest.approx(4.0)
+    assert (row["cells"]["gpus"], row["cells"]["held"]) == ("4", "4")
+    assert row["story"].held_no_telemetry == pytest.approx(4.0)
+    card = next(card for card in page.context["cards"] if card["testid"] == "node-held")
+    assert "+4 GPUs held that DCGM shows on no GPU" in card["note"]
