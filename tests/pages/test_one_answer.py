@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.urls import reverse
 
 from tests.pages.built_once import build_once
 from tests.pages.one_answer_reads import (
