@@ -4,8 +4,10 @@
 ``RollupHour`` yet (an hour already deep-backfilled, or with windows collected, is skipped, so
 a run that stopped is resumed by running it again). Per hour:
 
-1. Fetch (nothing written yet): the hour-step and per-window queries of ``ledger.deep.queries``
-   per shard (GPU series split by UUID so a query reads at most
+1. Fetch (nothing written yet): per shard the series present in each window (one range query,
+   from which ``ledger.deep.presence`` derives allocation, capacity, per-window pod shares and
+   hosts, and the time-sliced GPUs), then the hour-step queries of ``ledger.deep.queries``
+   (GPU series split by UUID so a query reads at most
    ``GPULEDGER_DEEP_BACKFILL_SERIES_PER_QUERY`` series), the pods' GPU requests per window, their
    labels and owners over the hour, and Kueue's quota metrics per window; at most
    ``GPULEDGER_DEEP_BACKFILL_CONCURRENCY`` queries in flight, the next hour's fetched while this
@@ -44,6 +46,7 @@ from fleet.inventory import ensure_nodes
 from fleet.models import Cluster, Gpu
 from fleet.prometheus import PrometheusClient
 from ledger.collector import KUEUE, kueue_answers
+from ledger.deep import presence
 from ledger.deep import queries as q
 from ledger.deep.grain import Grain, GrainBuilder
 from ledger.deep.rows import hour_owners, scope_rows
@@ -57,7 +60,6 @@ from quotas.store import metric_sample_context, write_metric_samples
 logger = logging.getLogger(__name__)
 
 HOURLY = "hour:"
-WINDOWS = "windows:"
 LABELS = "labels:"
 
 
@@ -187,8 +189,9 @@ class DeepBackfill:
     def _calls(
         self, pool: ThreadPoolExecutor, queries: q.DeepQueries, hour: datetime, shards: int
     ) -> dict[str, Callable[[], Any]]:
-        """The hour's queries by answer name. A shard's hour-step queries wait for its probe of
-        time-sliced GPUs: that call asks them itself and returns their futures."""
+        """The hour's queries by answer name. A shard's hour-step queries wait for its presence
+        answer (which names its time-sliced GPUs): that call asks them itself and returns their
+        futures, with the answers derived from presence already resolved."""
         end = hour + HOUR
         first = hour + timedelta(seconds=self.window_seconds)
         client, step = self.client, self.window_seconds
@@ -201,24 +204,32 @@ class DeepBackfill:
 
         def series(matcher: str) -> Callable[[], dict[str, Future[list[dict]]]]:
             def call() -> dict[str, Future[list[dict]]]:
-                found = client.query(queries.sliced_probe(matcher), end)
-                uuids = {
-                    str(item["metric"].get(c.LABEL_UUID) or "")
-                    for item in found
-                    if isinstance(item, dict) and isinstance(item.get("metric"), dict)
-                } - {""}
-                return {
-                    name: pool.submit(instant(promql))
-                    for name, promql in queries.hour_queries(matcher, sorted(uuids)).items()
-                }
+                found = presence.derive(
+                    client.query_range(queries.presence(matcher), first, end, step),
+                    queries.pod_labels,
+                    end.timestamp(),
+                )
+                if found.stats.skipped:
+                    logger.warning(
+                        "cluster %s hour %s: skipped %d malformed presence items %s",
+                        self.cluster,
+                        hour.isoformat(),
+                        found.stats.skipped,
+                        dict(found.stats.skip_reasons),
+                    )
+                futures: dict[str, Future[list[dict]]] = {}
+                for name, answer in found.answers.items():
+                    futures[name] = Future()
+                    futures[name].set_result(answer)
+                for name, promql in queries.hour_queries(matcher, found.sliced_uuids).items():
+                    futures[name] = pool.submit(instant(promql))
+                return futures
 
             return call
 
         calls: dict[str, Callable[[], Any]] = {}
         for number, matcher in enumerate(q.shard_matchers(shards)):
             calls[f"{HOURLY}{number}"] = series(matcher)
-            for name, promql in queries.window_queries(matcher).items():
-                calls[f"{WINDOWS}{number}:{name}"] = ranged(promql)
         for name, promql in queries.label_queries().items():
             calls[f"{LABELS}{name}"] = instant(promql)
         calls[q.REQUESTS] = ranged(c.PROMQL_GPU_REQUESTS)
@@ -252,8 +263,9 @@ class DeepBackfill:
         seen: dict[float, dict[tuple[str, str], float]] = {}
         shard_numbers = sorted({name.split(":")[1] for name in answers if name.startswith(HOURLY)})
         for number in shard_numbers:
-            builder.add_series(_shard(answers, f"{HOURLY}{number}:"))
-            for ts, by_pod in builder.add_windows(_shard(answers, f"{WINDOWS}{number}:")).items():
+            shard = _shard(answers, f"{HOURLY}{number}:")
+            builder.add_series(shard)
+            for ts, by_pod in builder.add_windows(shard).items():
                 target = seen.setdefault(ts, {})
                 for ident, gpus in by_pod.items():
                     target[ident] = target.get(ident, 0.0) + gpus

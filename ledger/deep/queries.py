@@ -10,14 +10,17 @@ so the rules of ``fleet.ingest.build_window`` apply window by window:
   are its entries, a series without pod labels counts only while the GPU has no pod series;
 - each pod series holds ``1 / n`` of its GPU, ``n`` its GPU's pod series in the window (a
   time-sliced GPU is split evenly); the GPU's fraction (MIG slices / 7) is applied afterwards.
-  ``sliced_probe`` lists the GPUs with ``n > 1`` in some window of the hour; only their series
-  are weighted by the share, the others hold 1 in every window they are present;
+  ``ledger.deep.presence`` lists the GPUs with ``n > 1`` in some window of the hour; only their
+  series are weighted by the share, the others hold 1 in every window they are present;
 - activity is SM_ACTIVE, else GR_ENGINE_ACTIVE, chosen per window; idle and "busy but not
   working" compare each window's averages with the thresholds.
 
-``hour_queries`` are instant queries at the hour's end, one value per series for the whole
-hour; ``window_queries`` are range queries with step = window over the hour, one value per pod
-or host per window (for peaks, requests without telemetry, and hosts without DCGM series).
+``presence`` is a range query with step = window over the hour: the series present in each
+window, from which ``ledger.deep.presence`` derives every figure that depends on presence only
+(allocated, shared, capacity, per-window pod shares and hosts, the time-sliced GPUs), so the
+presence test reads the samples once per shard and hour. ``hour_queries`` are instant queries at
+the hour's end, one value per series for the whole hour, of the figures that read a metric's
+values.
 """
 
 from __future__ import annotations
@@ -153,7 +156,6 @@ class DeepQueries:
         )
         if not sliced:
             return {
-                "allocated": self.present(shard, True),
                 "telemetry": f"({activity} * 0 + 1)",
                 "active": activity,
                 "idle": f"({idle} * 0 + 1)",
@@ -166,8 +168,6 @@ class DeepQueries:
             }
         share = self.share(shard)
         return {
-            "allocated": share,
-            "shared": f"({share} < 1)",
             "telemetry": f"({share} and {activity})",
             "active": f"({share} * {activity})",
             "idle": f"({share} and {idle})",
@@ -183,16 +183,11 @@ class DeepQueries:
         # Steps at every window end of (T - 1 h, T]: 2.x subqueries include their left edge.
         return f"[{3600 * 1000 - 1}ms:{self.window_seconds}s]"
 
-    def sliced_probe(self, shard: str) -> str:
-        """The UUIDs of the shard's GPUs with several pod series in some window of the hour."""
-        gpu = ", ".join(GPU_LABELS)
-        several = f"(count by ({gpu}) ({self.present(shard, True)}) > 1)"
-        return f"group by ({c.LABEL_UUID}) (max_over_time({several}{self._over_hour()}))"
-
     def hour_queries(self, shard: str, sliced_uuids: list[str]) -> dict[str, str]:
-        """Instant queries at the hour's end: per pod series each figure's sum over the hour's
-        windows (GPUs in ``sliced_uuids`` weighted by their series' shares, names prefixed
-        ``SLICED``), and per GPU the windows it had any series in (capacity)."""
+        """Instant queries at the hour's end: per pod series the sum over the hour's windows of
+        each figure that reads a metric (GPUs in ``sliced_uuids`` weighted by their series'
+        shares, names prefixed ``SLICED``). Allocated, shared and capacity come from
+        ``presence`` (``ledger.deep.presence``)."""
         span = self._over_hour()
         pattern = "|".join(_regex_literal(uuid) for uuid in sorted(sliced_uuids))
         plain = _join(shard, f'{c.LABEL_UUID}!~"{pattern}"' if pattern else "")
@@ -204,29 +199,11 @@ class DeepQueries:
             sliced = _join(shard, f'{c.LABEL_UUID}=~"{pattern}"')
             for name, expression in self._window_values(sliced, True).items():
                 queries[SLICED + name] = f"sum_over_time({expression}{span})"
-        identity = ", ".join(c.DCGM_IDENTITY_LABELS)
-        queries[CAPACITY] = (
-            f"count_over_time((group by ({identity}) ({self.present(shard, None)})){span})"
-        )
         return queries
 
-    def window_queries(self, shard: str) -> dict[str, str]:
-        """Range queries (step = window): per pod and host its GPU share, per pod and MIG
-        profile its series (the GPUs it is seen on), and the hosts with any series."""
-        namespace, pod, _container = self.pod_labels
-        hosts = ", ".join(HOST_LABELS)
-        return {
-            POD_SHARES: (
-                f"sum by ({namespace}, {pod}, {hosts}, {c.LABEL_MODEL_NAME}, "
-                f"{c.LABEL_GPU_INSTANCE_PROFILE}) "
-                f"({self.share(shard)})"
-            ),
-            POD_SEEN: (
-                f"count by ({namespace}, {pod}, {c.LABEL_GPU_INSTANCE_PROFILE}) "
-                f"({self.present(shard, True)})"
-            ),
-            HOSTS: (f"group by ({hosts}, {c.LABEL_MODEL_NAME}) ({self.present(shard, None)})"),
-        }
+    def presence(self, shard: str) -> str:
+        """Range query (step = window): every series of the shard present in each window."""
+        return self.present(shard, None)
 
     def label_queries(self) -> dict[str, str]:
         """Per pod, over the hour: its Kueue labels, owners and its Jobs' owners (every label
