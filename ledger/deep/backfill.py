@@ -189,9 +189,7 @@ class DeepBackfill:
     def _calls(
         self, pool: ThreadPoolExecutor, queries: q.DeepQueries, hour: datetime, shards: int
     ) -> dict[str, Callable[[], Any]]:
-        """The hour's queries by answer name. A shard's hour-step queries wait for its presence
-        answer (which names its time-sliced GPUs): that call asks them itself and returns their
-        futures, with the answers derived from presence already resolved."""
+        """The hour's queries by answer name (a shard's named ``<HOURLY><shard>:<name>``)."""
         end = hour + HOUR
         first = hour + timedelta(seconds=self.window_seconds)
         client, step = self.client, self.window_seconds
@@ -202,34 +200,11 @@ class DeepBackfill:
         def ranged(promql: str) -> Callable[[], list[dict]]:
             return lambda: client.query_range(promql, first, end, step)
 
-        def series(matcher: str) -> Callable[[], dict[str, Future[list[dict]]]]:
-            def call() -> dict[str, Future[list[dict]]]:
-                found = presence.derive(
-                    client.query_range(queries.presence(matcher), first, end, step),
-                    queries.pod_labels,
-                    end.timestamp(),
-                )
-                if found.stats.skipped:
-                    logger.warning(
-                        "cluster %s hour %s: skipped %d malformed presence items %s",
-                        self.cluster,
-                        hour.isoformat(),
-                        found.stats.skipped,
-                        dict(found.stats.skip_reasons),
-                    )
-                futures: dict[str, Future[list[dict]]] = {}
-                for name, answer in found.answers.items():
-                    futures[name] = Future()
-                    futures[name].set_result(answer)
-                for name, promql in queries.hour_queries(matcher, found.sliced_uuids).items():
-                    futures[name] = pool.submit(instant(promql))
-                return futures
-
-            return call
-
         calls: dict[str, Callable[[], Any]] = {}
         for number, matcher in enumerate(q.shard_matchers(shards)):
-            calls[f"{HOURLY}{number}"] = series(matcher)
+            calls[f"{HOURLY}{number}:{q.PRESENCE}"] = ranged(queries.presence(matcher))
+            for name, promql in queries.metric_windows(matcher).items():
+                calls[f"{HOURLY}{number}:{name}"] = ranged(promql)
         for name, promql in queries.label_queries().items():
             calls[f"{LABELS}{name}"] = instant(promql)
         calls[q.REQUESTS] = ranged(c.PROMQL_GPU_REQUESTS)
@@ -256,14 +231,25 @@ class DeepBackfill:
 
     # --- writing ----------------------------------------------------------------------------
 
-    def grain(self, answers: dict[str, list[dict]], style: str) -> tuple[GrainBuilder, Any]:
-        """The hour's grain from its answers (``ledger.deep.grain``), owners not yet read."""
+    def grain(
+        self, answers: dict[str, list[dict]], style: str, end: datetime
+    ) -> tuple[GrainBuilder, Any]:
+        """The hour's grain from its answers (``ledger.deep.presence`` sums each shard's
+        per-window answers, ``ledger.deep.grain`` joins them), owners not yet read."""
         builder = GrainBuilder(style, self.window_seconds)
+        limits = thresholds()
         builder.add_kube_state(answers.get(q.REQUESTS, []), answers.get(f"{LABELS}pod_labels", []))
         seen: dict[float, dict[tuple[str, str], float]] = {}
         shard_numbers = sorted({name.split(":")[1] for name in answers if name.startswith(HOURLY)})
         for number in shard_numbers:
-            shard = _shard(answers, f"{HOURLY}{number}:")
+            found = presence.derive(
+                _shard(answers, f"{HOURLY}{number}:"),
+                c.POD_LABELS_BY_STYLE[style],
+                end.timestamp(),
+                limits,
+            )
+            builder.grain.stats.merge(found.stats)
+            shard = found.answers
             builder.add_series(shard)
             for ts, by_pod in builder.add_windows(shard).items():
                 target = seen.setdefault(ts, {})
@@ -280,7 +266,7 @@ class DeepBackfill:
     def _write_hour(
         self, hour: datetime, answers: dict[str, list[dict]], style: str
     ) -> IngestStats:
-        builder, (seen, owners) = self.grain(answers, style)
+        builder, (seen, owners) = self.grain(answers, style, hour + HOUR)
         kueue = {
             name: split_matrix(items, builder.grain.stats)
             for name, items in answers.items()
@@ -334,23 +320,13 @@ class DeepBackfill:
 def _wait(
     futures: dict[str, Future[Any]], asked: list[dict[str, Future[Any]]]
 ) -> dict[str, list[dict]]:
-    """The answers of one hour (a shard's hour-step answers named ``<shard>:<name>``, its
-    time-sliced GPUs' added to the others'); on a failure every query not yet started is
-    cancelled."""
+    """The answers of one hour; on a failure every query not yet started is cancelled."""
     answers: dict[str, list[dict]] = {}
-    inner: list[Future[list[dict]]] = []
     try:
         for name, future in futures.items():
-            found = future.result()
-            if not isinstance(found, dict):
-                answers[name] = found
-                continue
-            inner += found.values()
-            for figure, answer in found.items():
-                plain = figure.removeprefix(q.SLICED)
-                answers.setdefault(f"{name}:{plain}", []).extend(answer.result())
+            answers[name] = future.result()
     except BaseException:
-        for future in (*inner, *(f for hour in asked for f in hour.values())):
+        for future in (f for hour in asked for f in hour.values()):
             future.cancel()
         raise
     return answers

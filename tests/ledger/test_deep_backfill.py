@@ -158,8 +158,8 @@ def test_a_second_run_skips_done_hours_and_collected_hours(alpha_prometheus):
 
 
 class _Broken(http.server.BaseHTTPRequestHandler):
-    """A Prometheus that passes queries on, except the hour-step queries of the hour ending at
-    ``fail_at`` (a Unix time), which fail or get nonsense."""
+    """A Prometheus that passes queries on, except the per-series queries of the hour ending
+    at ``fail_at`` (a Unix time), which fail or get nonsense."""
 
     mode = "error"
     upstream = ""
@@ -168,7 +168,7 @@ class _Broken(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         form = urllib.parse.parse_qs(body.decode())
-        failing = "sum_over_time" in form.get("query", [""])[0] and form.get("time") == [
+        failing = "avg_over_time" in form.get("query", [""])[0] and form.get("end") == [
             type(self).fail_at
         ]
         if not failing:
