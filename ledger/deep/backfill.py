@@ -200,11 +200,21 @@ class DeepBackfill:
         def ranged(promql: str) -> Callable[[], list[dict]]:
             return lambda: client.query_range(promql, first, end, step)
 
+        def compacted(promql: str) -> Callable[[], presence.Windows]:
+            # Compacted in the pool's thread as it arrives: a per-series answer of a large
+            # shard is held as arrays of doubles, not as parsed JSON, until the hour is written.
+            return lambda: presence.compact(
+                client.query_range(promql, first, end, step),
+                queries.by_labels,
+                first.timestamp(),
+                step,
+            )
+
         calls: dict[str, Callable[[], Any]] = {}
         for number, matcher in enumerate(q.shard_matchers(shards)):
-            calls[f"{HOURLY}{number}:{q.PRESENCE}"] = ranged(queries.presence(matcher))
+            calls[f"{HOURLY}{number}:{q.PRESENCE}"] = compacted(queries.presence(matcher))
             for name, promql in queries.metric_windows(matcher).items():
-                calls[f"{HOURLY}{number}:{name}"] = ranged(promql)
+                calls[f"{HOURLY}{number}:{name}"] = compacted(promql)
         for name, promql in queries.label_queries().items():
             calls[f"{LABELS}{name}"] = instant(promql)
         calls[q.REQUESTS] = ranged(c.PROMQL_GPU_REQUESTS)
@@ -237,15 +247,18 @@ class DeepBackfill:
         """The hour's grain from its answers (``ledger.deep.presence`` sums each shard's
         per-window answers, ``ledger.deep.grain`` joins them), owners not yet read."""
         builder = GrainBuilder(style, self.window_seconds)
-        limits = thresholds()
+        queries = q.DeepQueries(style, self.window_seconds, thresholds())
+        limits = queries.limits
         builder.add_kube_state(answers.get(q.REQUESTS, []), answers.get(f"{LABELS}pod_labels", []))
         seen: dict[float, dict[tuple[str, str], float]] = {}
         shard_numbers = sorted({name.split(":")[1] for name in answers if name.startswith(HOURLY)})
         for number in shard_numbers:
             found = presence.derive(
                 _shard(answers, f"{HOURLY}{number}:"),
-                c.POD_LABELS_BY_STYLE[style],
-                end.timestamp(),
+                queries.by_labels,
+                queries.pod_labels,
+                (end - HOUR).timestamp() + self.window_seconds,
+                self.window_seconds,
                 limits,
             )
             builder.grain.stats.merge(found.stats)
@@ -332,7 +345,7 @@ def _wait(
     return answers
 
 
-def _shard(answers: dict[str, list[dict]], prefix: str) -> dict[str, list[dict]]:
+def _shard(answers: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {
         name[len(prefix) :]: items for name, items in answers.items() if name.startswith(prefix)
     }

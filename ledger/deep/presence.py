@@ -24,6 +24,8 @@ matrices of per-window values), so ``ledger.deep.grain`` reads them unchanged.
 from __future__ import annotations
 
 import math
+import sys
+from array import array
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -63,10 +65,24 @@ def _matrix(by_ts: dict[float, dict[Labels, float]]) -> list[dict]:
     return [{"metric": dict(labels), "values": values} for labels, values in series.items()]
 
 
-def _series(matrix: list[dict], stats: IngestStats) -> list[tuple[dict, list[float]]]:
-    """(labels, window ends) of each usable matrix item; malformed items and points counted."""
-    found = []
-    for item in matrix:
+@dataclass
+class Windows:
+    """One range answer of a shard and hour, compacted as it arrives: per series (its label
+    values in ``DeepQueries.by`` order, interned) its value in each window of the hour (NaN: no
+    point), in an ``array`` of doubles; unusable items and points counted in ``stats``."""
+
+    series: dict[tuple[str, ...], array] = field(default_factory=dict)
+    stats: IngestStats = field(default_factory=IngestStats)
+
+
+def compact(items: list[dict], labels: tuple[str, ...], first: float, step: int) -> Windows:
+    """``items`` (a range answer over the hour's window ends ``first``, ``first + step``, ...,
+    ``first + (3600 / step - 1) * step``) as ``Windows``. Non-finite values count as skipped and
+    are left out (no telemetry), as ``parse_samples`` does."""
+    found = Windows()
+    stats = found.stats
+    count = 3600 // step
+    for item in items:
         if (
             not isinstance(item, dict)
             or not isinstance(metric := item.get("metric"), dict)
@@ -74,40 +90,20 @@ def _series(matrix: list[dict], stats: IngestStats) -> list[tuple[dict, list[flo
         ):
             stats.skip("malformed_matrix_item")
             continue
-        times = []
+        key = tuple(sys.intern(str(metric.get(name) or "")) for name in labels)
+        row = found.series.get(key)
+        if row is None:
+            row = found.series[key] = array("d", [math.nan]) * count
         for point in values:
             try:
-                times.append(float(point[0]))
-            except (TypeError, ValueError, IndexError, KeyError):
-                stats.skip("malformed_matrix_point")
-        found.append((metric, times))
-    return found
-
-
-def _key(metric: dict) -> Labels:
-    return tuple(sorted((name, str(value)) for name, value in metric.items()))
-
-
-def _values(matrix: list[dict], stats: IngestStats) -> dict[Labels, dict[float, float]]:
-    """Per series (its labels) its per-window values; unusable values skipped and counted."""
-    found: dict[Labels, dict[float, float]] = {}
-    for item in matrix:
-        if (
-            not isinstance(item, dict)
-            or not isinstance(metric := item.get("metric"), dict)
-            or not isinstance(values := item.get("values"), list)
-        ):
-            stats.skip("malformed_matrix_item")
-            continue
-        by_ts = found.setdefault(_key(metric), {})
-        for point in values:
-            try:
-                ts, value = float(point[0]), float(point[1])
+                position, value = (float(point[0]) - first) / step, float(point[1])
             except (TypeError, ValueError, IndexError, KeyError):
                 stats.skip("malformed_matrix_point")
                 continue
-            if math.isfinite(value):
-                by_ts[ts] = value
+            if not (position.is_integer() and 0 <= position < count):
+                stats.skip("matrix_point_outside_the_hour")
+            elif math.isfinite(value):
+                row[int(position)] = value
             else:
                 stats.nonfinite_skipped += 1
     return found
@@ -141,19 +137,33 @@ def _figures(
             yield "busy", share
 
 
+def _at(row: array | None, position: int) -> float | None:
+    if row is None:
+        return None
+    value = row[position]
+    return None if value != value else value  # NaN: no point in that window
+
+
 def derive(
-    answers: dict[str, list[dict]],
+    answers: dict[str, Windows],
+    labels: tuple[str, ...],
     pod_labels: tuple[str, str, str],
-    end: float,
+    first: float,
+    step: int,
     limits: Thresholds,
 ) -> Presence:
     """The hour's answers of one shard in the shapes ``ledger.deep.grain`` reads.
 
-    ``answers``: the range answers of ``DeepQueries.presence`` (``PRESENCE``) and of
-    ``DeepQueries.metric_windows`` (by metric key); ``end``: the hour's end (the instant of
-    per-hour values); ``limits``: the idle and "busy but not working" thresholds."""
+    ``answers``: the compacted range answers of ``DeepQueries.presence`` (``PRESENCE``) and of
+    ``DeepQueries.metric_windows`` (by metric key), their series keyed by their values of
+    ``labels``; ``first``, ``step``: the hour's first window end and the window; ``limits``: the
+    idle and "busy but not working" thresholds."""
     namespace, pod, _container = pod_labels
     found = Presence()
+    empty = Windows()
+    for answer in answers.values():
+        found.stats.merge(answer.stats)
+    end = first + (3600 // step - 1) * step
     share_labels = (
         namespace,
         pod,
@@ -163,48 +173,53 @@ def derive(
     )
     seen_labels = (namespace, pod, c.LABEL_GPU_INSTANCE_PROFILE)
     host_labels = (*q.HOST_LABELS, c.LABEL_MODEL_NAME)
-    series = _series(answers.get(q.PRESENCE, []), found.stats)
-    sm, gr, tensor, util = (_values(answers.get(key, []), found.stats) for key in q.METRIC_KEYS)
+    metrics = [answers.get(key, empty).series for key in q.METRIC_KEYS]
+    series = []
+    for key, row in answers.get(q.PRESENCE, empty).series.items():
+        metric = {name: value for name, value in zip(labels, key, strict=True) if value}
+        series.append((key, metric, [i for i, value in enumerate(row) if value == value]))
     # The pod series of each GPU in each window.
     per_gpu: dict[tuple, int] = defaultdict(int)
-    for metric, times in series:
+    for _key, metric, positions in series:
         if metric.get(pod):
             gpu = tuple(metric.get(name) for name in q.GPU_LABELS)
-            for ts in times:
-                per_gpu[(gpu, ts)] += 1
+            for position in positions:
+                per_gpu[(gpu, position)] += 1
     figures: dict[str, dict[Labels, float]] = {name: {} for name in q.SERIES_FIGURES}
-    capacity: dict[Labels, set[float]] = defaultdict(set)
+    capacity: dict[Labels, set[int]] = defaultdict(set)
     pod_shares: dict[float, dict[Labels, float]] = defaultdict(lambda: defaultdict(float))
     pod_seen: dict[float, dict[Labels, float]] = defaultdict(lambda: defaultdict(float))
     hosts: dict[float, dict[Labels, float]] = defaultdict(dict)
-    empty: dict[float, float] = {}
-    for metric, times in series:
-        capacity[_pick(metric, c.DCGM_IDENTITY_LABELS)].update(times)
+    for key, metric, positions in series:
+        capacity[_pick(metric, c.DCGM_IDENTITY_LABELS)].update(positions)
         host = _pick(metric, host_labels)
-        for ts in times:
-            hosts[ts][host] = 1.0
+        for position in positions:
+            hosts[first + position * step][host] = 1.0
         if not metric.get(pod):
             continue
         gpu = tuple(metric.get(name) for name in q.GPU_LABELS)
         share_key, seen_key = _pick(metric, share_labels), _pick(metric, seen_labels)
-        labels = _key(metric)
-        values = [m.get(labels, empty) for m in (sm, gr, tensor, util)]
+        rows = [by_key.get(key) for by_key in metrics]
         sums: dict[str, float] = {}
-        for ts in times:
-            n = per_gpu[(gpu, ts)]
+        for position in positions:
+            ts = first + position * step
+            n = per_gpu[(gpu, position)]
             share = 1 / n
             sums["allocated"] = sums.get("allocated", 0.0) + share
             if n > 1:
                 sums["shared"] = sums.get("shared", 0.0) + share
             pod_shares[ts][share_key] += share
             pod_seen[ts][seen_key] += 1
-            window = (v.get(ts) for v in values)
+            window = (_at(row, position) for row in rows)
             for name, value in _figures(limits, share, *window):
                 sums[name] = sums.get(name, 0.0) + value
+        labelled = tuple(sorted(metric.items()))
         for name, value in sums.items():
-            figures[name][labels] = figures[name].get(labels, 0.0) + value
+            figures[name][labelled] = figures[name].get(labelled, 0.0) + value
     found.answers = {name: _vector(values, end) for name, values in figures.items()}
-    found.answers[q.CAPACITY] = _vector({key: float(len(ts)) for key, ts in capacity.items()}, end)
+    found.answers[q.CAPACITY] = _vector(
+        {key: float(len(positions)) for key, positions in capacity.items()}, end
+    )
     found.answers[q.POD_SHARES] = _matrix(pod_shares)
     found.answers[q.POD_SEEN] = _matrix(pod_seen)
     found.answers[q.HOSTS] = _matrix(hosts)

@@ -89,8 +89,13 @@ class DeepQueries:
         return c.POD_LABELS_BY_STYLE[self.style]
 
     @property
+    def by_labels(self) -> tuple[str, ...]:
+        """The labels of a per-series answer: the GPU's identity and the pod's."""
+        return (*c.DCGM_IDENTITY_LABELS, *self.pod_labels)
+
+    @property
     def by(self) -> str:
-        return ", ".join((*c.DCGM_IDENTITY_LABELS, *self.pod_labels))
+        return ", ".join(self.by_labels)
 
     def _avg(self, key: str, matchers: list[str]) -> str:
         """The window's average per series, NaN and ±Inf dropped (no telemetry)."""
