@@ -4,10 +4,10 @@
 ``RollupHour`` yet (an hour already deep-backfilled, or with windows collected, is skipped, so
 a run that stopped is resumed by running it again). Per hour:
 
-1. Fetch (nothing written yet): per shard the series present in each window (one range query,
-   from which ``ledger.deep.presence`` derives allocation, capacity, per-window pod shares and
-   hosts, and the time-sliced GPUs), then the hour-step queries of ``ledger.deep.queries``
-   (GPU series split by UUID so a query reads at most
+1. Fetch (nothing written yet): per shard the range queries of ``ledger.deep.queries`` (the
+   series present in each window and four metrics' averages per window, compacted as they
+   arrive; ``ledger.deep.presence`` sums the figures from them) (GPU series split by UUID so a
+   query reads at most
    ``GPULEDGER_DEEP_BACKFILL_SERIES_PER_QUERY`` series), the pods' GPU requests per window, their
    labels and owners over the hour, and Kueue's quota metrics per window; at most
    ``GPULEDGER_DEEP_BACKFILL_CONCURRENCY`` queries in flight, the next hour's fetched while this
