@@ -27,7 +27,6 @@ import math
 import sys
 from array import array
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from fleet import constants as c
@@ -55,14 +54,6 @@ def _vector(values: dict[Labels, float], at: float) -> list[dict]:
     return [
         {"metric": dict(labels), "value": [at, repr(value)]} for labels, value in values.items()
     ]
-
-
-def _matrix(by_ts: dict[float, dict[Labels, float]]) -> list[dict]:
-    series: dict[Labels, list[list]] = defaultdict(list)
-    for ts in sorted(by_ts):
-        for labels, value in by_ts[ts].items():
-            series[labels].append([ts, repr(value)])
-    return [{"metric": dict(labels), "values": values} for labels, values in series.items()]
 
 
 @dataclass
@@ -109,41 +100,6 @@ def compact(items: list[dict], labels: tuple[str, ...], first: float, step: int)
     return found
 
 
-def _figures(
-    limits: Thresholds,
-    share: float,
-    sm: float | None,
-    gr: float | None,
-    tensor: float | None,
-    util: float | None,
-) -> Iterator[tuple[str, float]]:
-    """What one window adds to each figure of a pod series holding ``share`` of its GPU, as
-    ``fleet.ingest.build_window`` counts it (None: no telemetry of that metric)."""
-    activity = sm if sm is not None else gr
-    if activity is not None:
-        yield "telemetry", share
-        yield "active", share * activity
-        if activity < limits.idle:
-            yield "idle", share
-        if sm is None:
-            yield "fallback", share
-    if tensor is not None:
-        yield "tensor", share * tensor
-        yield "tensor_covered", share
-    if util is not None:
-        yield "util", share * util / 100
-        yield "util_covered", share
-        if sm is not None and util >= limits.busy_gpu_util and sm < limits.busy_sm_active:
-            yield "busy", share
-
-
-def _at(row: array | None, position: int) -> float | None:
-    if row is None:
-        return None
-    value = row[position]
-    return None if value != value else value  # NaN: no point in that window
-
-
 def derive(
     answers: dict[str, Windows],
     labels: tuple[str, ...],
@@ -174,45 +130,47 @@ def derive(
     seen_labels = (namespace, pod, c.LABEL_GPU_INSTANCE_PROFILE)
     host_labels = (*q.HOST_LABELS, c.LABEL_MODEL_NAME)
     metrics = [answers.get(key, empty).series for key in q.METRIC_KEYS]
+    count = 3600 // step
     series = []
     for key, row in answers.get(q.PRESENCE, empty).series.items():
         metric = {name: value for name, value in zip(labels, key, strict=True) if value}
         series.append((key, metric, [i for i, value in enumerate(row) if value == value]))
     # The pod series of each GPU in each window.
-    per_gpu: dict[tuple, int] = defaultdict(int)
+    per_gpu: dict[tuple, array] = {}
     for _key, metric, positions in series:
         if metric.get(pod):
             gpu = tuple(metric.get(name) for name in q.GPU_LABELS)
+            counts = per_gpu.get(gpu)
+            if counts is None:
+                counts = per_gpu[gpu] = array("i", [0]) * count
             for position in positions:
-                per_gpu[(gpu, position)] += 1
+                counts[position] += 1
     figures: dict[str, dict[Labels, float]] = {name: {} for name in q.SERIES_FIGURES}
     capacity: dict[Labels, set[int]] = defaultdict(set)
-    pod_shares: dict[float, dict[Labels, float]] = defaultdict(lambda: defaultdict(float))
-    pod_seen: dict[float, dict[Labels, float]] = defaultdict(lambda: defaultdict(float))
-    hosts: dict[float, dict[Labels, float]] = defaultdict(dict)
+    shares_of: dict[Labels, array] = {}
+    seen_of: dict[Labels, array] = {}
+    hosts_of: dict[Labels, array] = {}
+    nothing = array("d", [math.nan]) * count
     for key, metric, positions in series:
         capacity[_pick(metric, c.DCGM_IDENTITY_LABELS)].update(positions)
         host = _pick(metric, host_labels)
+        present = hosts_of.get(host)
+        if present is None:
+            present = hosts_of[host] = array("d", [0.0]) * count
         for position in positions:
-            hosts[first + position * step][host] = 1.0
+            present[position] = 1.0
         if not metric.get(pod):
             continue
-        gpu = tuple(metric.get(name) for name in q.GPU_LABELS)
+        counts = per_gpu[tuple(metric.get(name) for name in q.GPU_LABELS)]
         share_key, seen_key = _pick(metric, share_labels), _pick(metric, seen_labels)
-        rows = [by_key.get(key) for by_key in metrics]
-        sums: dict[str, float] = {}
-        for position in positions:
-            ts = first + position * step
-            n = per_gpu[(gpu, position)]
-            share = 1 / n
-            sums["allocated"] = sums.get("allocated", 0.0) + share
-            if n > 1:
-                sums["shared"] = sums.get("shared", 0.0) + share
-            pod_shares[ts][share_key] += share
-            pod_seen[ts][seen_key] += 1
-            window = (_at(row, position) for row in rows)
-            for name, value in _figures(limits, share, *window):
-                sums[name] = sums.get(name, 0.0) + value
+        shares = shares_of.get(share_key)
+        if shares is None:
+            shares = shares_of[share_key] = array("d", [0.0]) * count
+        seen = seen_of.get(seen_key)
+        if seen is None:
+            seen = seen_of[seen_key] = array("d", [0.0]) * count
+        sm_row, gr_row, tensor_row, util_row = (by_key.get(key, nothing) for by_key in metrics)
+        sums = _sums(limits, positions, counts, shares, seen, sm_row, gr_row, tensor_row, util_row)
         labelled = tuple(sorted(metric.items()))
         for name, value in sums.items():
             figures[name][labelled] = figures[name].get(labelled, 0.0) + value
@@ -220,7 +178,65 @@ def derive(
     found.answers[q.CAPACITY] = _vector(
         {key: float(len(positions)) for key, positions in capacity.items()}, end
     )
-    found.answers[q.POD_SHARES] = _matrix(pod_shares)
-    found.answers[q.POD_SEEN] = _matrix(pod_seen)
-    found.answers[q.HOSTS] = _matrix(hosts)
+    found.answers[q.POD_SHARES] = _rows(shares_of, first, step)
+    found.answers[q.POD_SEEN] = _rows(seen_of, first, step)
+    found.answers[q.HOSTS] = _rows(hosts_of, first, step)
     return found
+
+
+def _rows(rows: dict[Labels, array], first: float, step: int) -> list[dict]:
+    """Per-window sums as a matrix answer (a window without any contribution has no point)."""
+    return [
+        {
+            "metric": dict(labels),
+            "values": [[first + i * step, repr(value)] for i, value in enumerate(row) if value],
+        }
+        for labels, row in rows.items()
+    ]
+
+
+def _sums(
+    limits: Thresholds,
+    positions: list[int],
+    counts: array,
+    shares: array,
+    seen: array,
+    sm_row: array,
+    gr_row: array,
+    tensor_row: array,
+    util_row: array,
+) -> dict[str, float]:
+    """One pod series' figures summed over its windows (``positions``), as
+    ``fleet.ingest.build_window`` counts them per window; adds its share of its GPU and its
+    presence to its pod's per-window ``shares`` and ``seen``. A figure no window added to is
+    left out (as Prometheus' sum over no point is no answer)."""
+    idle, busy_util, busy_sm = limits.idle, limits.busy_gpu_util, limits.busy_sm_active
+    sums: dict[str, float] = {}
+    for position in positions:
+        n = counts[position]
+        share = 1 / n
+        shares[position] += share
+        seen[position] += 1
+        sums["allocated"] = sums.get("allocated", 0.0) + share
+        if n > 1:
+            sums["shared"] = sums.get("shared", 0.0) + share
+        sm, gr = sm_row[position], gr_row[position]
+        activity = sm if sm == sm else gr
+        if activity == activity:
+            sums["telemetry"] = sums.get("telemetry", 0.0) + share
+            sums["active"] = sums.get("active", 0.0) + share * activity
+            if activity < idle:
+                sums["idle"] = sums.get("idle", 0.0) + share
+            if sm != sm:
+                sums["fallback"] = sums.get("fallback", 0.0) + share
+        tensor = tensor_row[position]
+        if tensor == tensor:
+            sums["tensor"] = sums.get("tensor", 0.0) + share * tensor
+            sums["tensor_covered"] = sums.get("tensor_covered", 0.0) + share
+        util = util_row[position]
+        if util == util:
+            sums["util"] = sums.get("util", 0.0) + share * util / 100
+            sums["util_covered"] = sums.get("util_covered", 0.0) + share
+            if sm == sm and util >= busy_util and sm < busy_sm:
+                sums["busy"] = sums.get("busy", 0.0) + share
+    return sums
