@@ -292,7 +292,7 @@ def test_per_window_answers_summed_by_hand_time_slicing_and_bad_points():
     pod_a = gpu | {"exported_namespace": "t", "exported_pod": "a"}
     pod_b = gpu | {"exported_namespace": "t", "exported_pod": "b"}
     ends = [first + 60 * i for i in range(60)]
-    raw = {
+    raw: dict[str, list[Any]] = {
         "presence": [
             {"metric": pod_a, "values": [[ts, "1"] for ts in ends]},
             {"metric": pod_b, "values": [[ts, "1"] for ts in ends[:30]]},
