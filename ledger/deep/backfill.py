@@ -4,8 +4,10 @@
 ``RollupHour`` yet (an hour already deep-backfilled, or with windows collected, is skipped, so
 a run that stopped is resumed by running it again). Per hour:
 
-1. Fetch (nothing written yet): the hour-step and per-window queries of ``ledger.deep.queries``
-   per shard (GPU series split by UUID so a query reads at most
+1. Fetch (nothing written yet): per shard the range queries of ``ledger.deep.queries`` (the
+   series present in each window and four metrics' averages per window, compacted as they
+   arrive; ``ledger.deep.presence`` sums the figures from them) (GPU series split by UUID so a
+   query reads at most
    ``GPULEDGER_DEEP_BACKFILL_SERIES_PER_QUERY`` series), the pods' GPU requests per window, their
    labels and owners over the hour, and Kueue's quota metrics per window; at most
    ``GPULEDGER_DEEP_BACKFILL_CONCURRENCY`` queries in flight, the next hour's fetched while this
@@ -44,6 +46,7 @@ from fleet.inventory import ensure_nodes
 from fleet.models import Cluster, Gpu
 from fleet.prometheus import PrometheusClient
 from ledger.collector import KUEUE, kueue_answers
+from ledger.deep import presence
 from ledger.deep import queries as q
 from ledger.deep.grain import Grain, GrainBuilder
 from ledger.deep.rows import hour_owners, scope_rows
@@ -57,7 +60,6 @@ from quotas.store import metric_sample_context, write_metric_samples
 logger = logging.getLogger(__name__)
 
 HOURLY = "hour:"
-WINDOWS = "windows:"
 LABELS = "labels:"
 
 
@@ -187,8 +189,7 @@ class DeepBackfill:
     def _calls(
         self, pool: ThreadPoolExecutor, queries: q.DeepQueries, hour: datetime, shards: int
     ) -> dict[str, Callable[[], Any]]:
-        """The hour's queries by answer name. A shard's hour-step queries wait for its probe of
-        time-sliced GPUs: that call asks them itself and returns their futures."""
+        """The hour's queries by answer name (a shard's named ``<HOURLY><shard>:<name>``)."""
         end = hour + HOUR
         first = hour + timedelta(seconds=self.window_seconds)
         client, step = self.client, self.window_seconds
@@ -199,26 +200,21 @@ class DeepBackfill:
         def ranged(promql: str) -> Callable[[], list[dict]]:
             return lambda: client.query_range(promql, first, end, step)
 
-        def series(matcher: str) -> Callable[[], dict[str, Future[list[dict]]]]:
-            def call() -> dict[str, Future[list[dict]]]:
-                found = client.query(queries.sliced_probe(matcher), end)
-                uuids = {
-                    str(item["metric"].get(c.LABEL_UUID) or "")
-                    for item in found
-                    if isinstance(item, dict) and isinstance(item.get("metric"), dict)
-                } - {""}
-                return {
-                    name: pool.submit(instant(promql))
-                    for name, promql in queries.hour_queries(matcher, sorted(uuids)).items()
-                }
-
-            return call
+        def compacted(promql: str) -> Callable[[], presence.Windows]:
+            # Compacted in the pool's thread as it arrives: a per-series answer of a large
+            # shard is held as arrays of doubles, not as parsed JSON, until the hour is written.
+            return lambda: presence.compact(
+                client.query_range(promql, first, end, step),
+                queries.by_labels,
+                first.timestamp(),
+                step,
+            )
 
         calls: dict[str, Callable[[], Any]] = {}
         for number, matcher in enumerate(q.shard_matchers(shards)):
-            calls[f"{HOURLY}{number}"] = series(matcher)
-            for name, promql in queries.window_queries(matcher).items():
-                calls[f"{WINDOWS}{number}:{name}"] = ranged(promql)
+            calls[f"{HOURLY}{number}:{q.PRESENCE}"] = compacted(queries.presence(matcher))
+            for name, promql in queries.metric_windows(matcher).items():
+                calls[f"{HOURLY}{number}:{name}"] = compacted(promql)
         for name, promql in queries.label_queries().items():
             calls[f"{LABELS}{name}"] = instant(promql)
         calls[q.REQUESTS] = ranged(c.PROMQL_GPU_REQUESTS)
@@ -245,15 +241,30 @@ class DeepBackfill:
 
     # --- writing ----------------------------------------------------------------------------
 
-    def grain(self, answers: dict[str, list[dict]], style: str) -> tuple[GrainBuilder, Any]:
-        """The hour's grain from its answers (``ledger.deep.grain``), owners not yet read."""
+    def grain(
+        self, answers: dict[str, list[dict]], style: str, end: datetime
+    ) -> tuple[GrainBuilder, Any]:
+        """The hour's grain from its answers (``ledger.deep.presence`` sums each shard's
+        per-window answers, ``ledger.deep.grain`` joins them), owners not yet read."""
         builder = GrainBuilder(style, self.window_seconds)
+        queries = q.DeepQueries(style, self.window_seconds, thresholds())
+        limits = queries.limits
         builder.add_kube_state(answers.get(q.REQUESTS, []), answers.get(f"{LABELS}pod_labels", []))
         seen: dict[float, dict[tuple[str, str], float]] = {}
         shard_numbers = sorted({name.split(":")[1] for name in answers if name.startswith(HOURLY)})
         for number in shard_numbers:
-            builder.add_series(_shard(answers, f"{HOURLY}{number}:"))
-            for ts, by_pod in builder.add_windows(_shard(answers, f"{WINDOWS}{number}:")).items():
+            found = presence.derive(
+                _shard(answers, f"{HOURLY}{number}:"),
+                queries.by_labels,
+                queries.pod_labels,
+                (end - HOUR).timestamp() + self.window_seconds,
+                self.window_seconds,
+                limits,
+            )
+            builder.grain.stats.merge(found.stats)
+            shard = found.answers
+            builder.add_series(shard)
+            for ts, by_pod in builder.add_windows(shard).items():
                 target = seen.setdefault(ts, {})
                 for ident, gpus in by_pod.items():
                     target[ident] = target.get(ident, 0.0) + gpus
@@ -268,7 +279,7 @@ class DeepBackfill:
     def _write_hour(
         self, hour: datetime, answers: dict[str, list[dict]], style: str
     ) -> IngestStats:
-        builder, (seen, owners) = self.grain(answers, style)
+        builder, (seen, owners) = self.grain(answers, style, hour + HOUR)
         kueue = {
             name: split_matrix(items, builder.grain.stats)
             for name, items in answers.items()
@@ -322,29 +333,19 @@ class DeepBackfill:
 def _wait(
     futures: dict[str, Future[Any]], asked: list[dict[str, Future[Any]]]
 ) -> dict[str, list[dict]]:
-    """The answers of one hour (a shard's hour-step answers named ``<shard>:<name>``, its
-    time-sliced GPUs' added to the others'); on a failure every query not yet started is
-    cancelled."""
+    """The answers of one hour; on a failure every query not yet started is cancelled."""
     answers: dict[str, list[dict]] = {}
-    inner: list[Future[list[dict]]] = []
     try:
         for name, future in futures.items():
-            found = future.result()
-            if not isinstance(found, dict):
-                answers[name] = found
-                continue
-            inner += found.values()
-            for figure, answer in found.items():
-                plain = figure.removeprefix(q.SLICED)
-                answers.setdefault(f"{name}:{plain}", []).extend(answer.result())
+            answers[name] = future.result()
     except BaseException:
-        for future in (*inner, *(f for hour in asked for f in hour.values())):
+        for future in (f for hour in asked for f in hour.values()):
             future.cancel()
         raise
     return answers
 
 
-def _shard(answers: dict[str, list[dict]], prefix: str) -> dict[str, list[dict]]:
+def _shard(answers: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {
         name[len(prefix) :]: items for name, items in answers.items() if name.startswith(prefix)
     }

@@ -3,7 +3,7 @@ series, per GPU (capacity) and per pod requesting GPUs it is not seen on, with i
 and the GPUs each pod and host held in each window (peaks and window counts).
 
 The per-window rules are those of ``fleet.ingest.build_window`` (docs/architecture.md "Deep
-backfill"): the figures come summed over the hour's windows from ``ledger.deep.queries``; here
+backfill"): the figures come summed over the hour's windows from ``ledger.deep.presence``; here
 they are multiplied by the GPU's fraction (MIG slices / 7) and the window's hours. A pod's node
 is the node its GPU request names, else the host of its series; its uid and Kueue labels are
 those of the hour (``fleet.ingest.kube_state`` choosing among several as it does per window).
@@ -136,7 +136,7 @@ class GrainBuilder:
                 self.pod_nodes[ident] = best[ident].node
 
     def add_series(self, answers: dict[str, list[dict]]) -> None:
-        """The hour-step answers of one shard: per pod series and per GPU."""
+        """The per-hour answers of one shard: per pod series and per GPU."""
         stats = self.grain.stats
         pieces: dict[tuple[str, str, str], Piece] = {}
         for name in q.SERIES_FIGURES:

@@ -1,23 +1,24 @@
-"""The PromQL of a deep-backfilled hour: hour-step subqueries per GPU series, and per-window
-answers per pod and per host, sharded by GPU UUID.
+"""The PromQL of a deep-backfilled hour: per-window answers per GPU series over the hour (range
+queries with step = window), sharded by GPU UUID, and the pods' labels over the hour.
 
-Every expression is built from the per-window answers of ``ledger.collector`` (the same
+Every per-series expression is the collector's per-window answer (the same
 ``max by (<labels>) (avg_over_time(<metric>[<window>]))`` over each window), evaluated by
-Prometheus at each window end inside a subquery ``[<hour>:<window>]`` aligned on the windows,
-so the rules of ``fleet.ingest.build_window`` apply window by window:
+Prometheus at each window end of the hour, so the rules of ``fleet.ingest.build_window`` apply
+window by window (``ledger.deep.presence`` applies them):
 
-- a series is *present* in a window when any DCGM metric has a sample in it; a GPU's pod series
-  are its entries, a series without pod labels counts only while the GPU has no pod series;
-- each pod series holds ``1 / n`` of its GPU, ``n`` its GPU's pod series in the window (a
-  time-sliced GPU is split evenly); the GPU's fraction (MIG slices / 7) is applied afterwards.
-  ``sliced_probe`` lists the GPUs with ``n > 1`` in some window of the hour; only their series
-  are weighted by the share, the others hold 1 in every window they are present;
-- activity is SM_ACTIVE, else GR_ENGINE_ACTIVE, chosen per window; idle and "busy but not
-  working" compare each window's averages with the thresholds.
+- ``presence``: the series with a sample of any DCGM metric in the window (the presence test;
+  NaN samples count). A GPU's pod series are its entries, a series without pod labels counts
+  only while the GPU has no pod series; each pod series holds ``1 / n`` of its GPU, ``n`` its
+  GPU's pod series in the window (a time-sliced GPU is split evenly); the GPU's fraction (MIG
+  slices / 7) is applied afterwards;
+- ``metric_windows``: per pod series each window's average of SM_ACTIVE, GR_ENGINE_ACTIVE,
+  PIPE_TENSOR_ACTIVE and GPU_UTIL (NaN and ±Inf dropped: no telemetry). Activity is SM_ACTIVE,
+  else GR_ENGINE_ACTIVE, chosen per window; idle and "busy but not working" compare each
+  window's averages with the thresholds.
 
-``hour_queries`` are instant queries at the hour's end, one value per series for the whole
-hour; ``window_queries`` are range queries with step = window over the hour, one value per pod
-or host per window (for peaks, requests without telemetry, and hosts without DCGM series).
+Each raw sample is read once per hour: Prometheus evaluates every query apart (no common
+subexpression is shared between queries, nor between the parts of one), so the figures are
+summed from these answers in Python rather than asked one PromQL expression per figure.
 """
 
 from __future__ import annotations
@@ -50,18 +51,9 @@ POD_SHARES = "pod_shares"
 POD_SEEN = "pod_seen"
 HOSTS = "hosts"
 REQUESTS = "requests"
-SLICED = "sliced:"
-
-
-def _join(*matchers: str) -> str:
-    return ", ".join(m for m in matchers if m)
-
-
-def _regex_literal(value: str) -> str:
-    """``value`` as an RE2 literal inside a PromQL string (metacharacters and quotes escaped)."""
-    # A regex backslash is itself escaped in a PromQL string: ``\\.`` matches a dot.
-    escaped = "".join("\\\\" + ch if ch in r"\.+*?()|[]{}^$" else ch for ch in value)
-    return escaped.replace('"', '\\"')
+PRESENCE = "presence"
+# The DCGM metrics whose per-window averages the figures read.
+METRIC_KEYS = ("sm_active", "gr_engine_active", "pipe_tensor_active", "gpu_util")
 
 
 def shard_matchers(shards: int) -> list[str]:
@@ -97,8 +89,13 @@ class DeepQueries:
         return c.POD_LABELS_BY_STYLE[self.style]
 
     @property
+    def by_labels(self) -> tuple[str, ...]:
+        """The labels of a per-series answer: the GPU's identity and the pod's."""
+        return (*c.DCGM_IDENTITY_LABELS, *self.pod_labels)
+
+    @property
     def by(self) -> str:
-        return ", ".join((*c.DCGM_IDENTITY_LABELS, *self.pod_labels))
+        return ", ".join(self.by_labels)
 
     def _avg(self, key: str, matchers: list[str]) -> str:
         """The window's average per series, NaN and ±Inf dropped (no telemetry)."""
@@ -125,108 +122,19 @@ class DeepQueries:
         )
         return f"group by ({self.by}) ({either})"
 
-    def share(self, shard: str) -> str:
-        """Pod series, valued 1 / the pod series of their GPU in the window."""
-        held = self.present(shard, True)
-        gpu = ", ".join(GPU_LABELS)
-        return f"({held} / on ({gpu}) group_left () count by ({gpu}) ({held}))"
-
-    def _activity(self, shard: str) -> str:
-        matchers = self._matchers(shard, True)
-        return f"({self._avg('sm_active', matchers)} or {self._avg('gr_engine_active', matchers)})"
-
-    def _window_values(self, shard: str, sliced: bool) -> dict[str, str]:
-        """Per window and pod series: what each SERIES_FIGURES sums. ``sliced``: the shard's
-        GPUs had several pod series in some window, so each value is weighted by the series'
-        share of its GPU; otherwise the share is 1 and the GPU's series are not counted."""
-        matchers = self._matchers(shard, True)
-        activity = self._activity(shard)
-        tensor = self._avg("pipe_tensor_active", matchers)
-        util = self._avg("gpu_util", matchers)
-        sm = self._avg("sm_active", matchers)
-        gr = self._avg("gr_engine_active", matchers)
-        idle = f"({activity} < {self.limits.idle!r})"
-        fallback = f"({gr} unless {sm})"
-        busy = (
-            f"(({util} >= {self.limits.busy_gpu_util!r})"
-            f" and ({sm} < {self.limits.busy_sm_active!r}))"
-        )
-        if not sliced:
-            return {
-                "allocated": self.present(shard, True),
-                "telemetry": f"({activity} * 0 + 1)",
-                "active": activity,
-                "idle": f"({idle} * 0 + 1)",
-                "fallback": f"({fallback} * 0 + 1)",
-                "tensor": tensor,
-                "tensor_covered": f"({tensor} * 0 + 1)",
-                "util": f"({util} / 100)",
-                "util_covered": f"({util} * 0 + 1)",
-                "busy": f"({busy} * 0 + 1)",
-            }
-        share = self.share(shard)
-        return {
-            "allocated": share,
-            "shared": f"({share} < 1)",
-            "telemetry": f"({share} and {activity})",
-            "active": f"({share} * {activity})",
-            "idle": f"({share} and {idle})",
-            "fallback": f"({share} and {fallback})",
-            "tensor": f"({share} * {tensor})",
-            "tensor_covered": f"({share} and {tensor})",
-            "util": f"({share} * {util} / 100)",
-            "util_covered": f"({share} and {util})",
-            "busy": f"({share} and {busy})",
-        }
-
     def _over_hour(self) -> str:
         # Steps at every window end of (T - 1 h, T]: 2.x subqueries include their left edge.
         return f"[{3600 * 1000 - 1}ms:{self.window_seconds}s]"
 
-    def sliced_probe(self, shard: str) -> str:
-        """The UUIDs of the shard's GPUs with several pod series in some window of the hour."""
-        gpu = ", ".join(GPU_LABELS)
-        several = f"(count by ({gpu}) ({self.present(shard, True)}) > 1)"
-        return f"group by ({c.LABEL_UUID}) (max_over_time({several}{self._over_hour()}))"
+    def presence(self, shard: str) -> str:
+        """Range query (step = window): every series of the shard present in each window."""
+        return self.present(shard, None)
 
-    def hour_queries(self, shard: str, sliced_uuids: list[str]) -> dict[str, str]:
-        """Instant queries at the hour's end: per pod series each figure's sum over the hour's
-        windows (GPUs in ``sliced_uuids`` weighted by their series' shares, names prefixed
-        ``SLICED``), and per GPU the windows it had any series in (capacity)."""
-        span = self._over_hour()
-        pattern = "|".join(_regex_literal(uuid) for uuid in sorted(sliced_uuids))
-        plain = _join(shard, f'{c.LABEL_UUID}!~"{pattern}"' if pattern else "")
-        queries = {
-            name: f"sum_over_time({expression}{span})"
-            for name, expression in self._window_values(plain, False).items()
-        }
-        if pattern:
-            sliced = _join(shard, f'{c.LABEL_UUID}=~"{pattern}"')
-            for name, expression in self._window_values(sliced, True).items():
-                queries[SLICED + name] = f"sum_over_time({expression}{span})"
-        identity = ", ".join(c.DCGM_IDENTITY_LABELS)
-        queries[CAPACITY] = (
-            f"count_over_time((group by ({identity}) ({self.present(shard, None)})){span})"
-        )
-        return queries
-
-    def window_queries(self, shard: str) -> dict[str, str]:
-        """Range queries (step = window): per pod and host its GPU share, per pod and MIG
-        profile its series (the GPUs it is seen on), and the hosts with any series."""
-        namespace, pod, _container = self.pod_labels
-        hosts = ", ".join(HOST_LABELS)
-        return {
-            POD_SHARES: (
-                f"sum by ({namespace}, {pod}, {hosts}, {c.LABEL_MODEL_NAME}, "
-                f"{c.LABEL_GPU_INSTANCE_PROFILE}) "
-                f"({self.share(shard)})"
-            ),
-            POD_SEEN: (
-                f"count by ({namespace}, {pod}, {c.LABEL_GPU_INSTANCE_PROFILE}) "
-                f"({self.present(shard, True)})"
-            ),
-            HOSTS: (f"group by ({hosts}, {c.LABEL_MODEL_NAME}) ({self.present(shard, None)})"),
-        }
+    def metric_windows(self, shard: str) -> dict[str, str]:
+        """Range queries (step = window): per pod series each window's average of the metrics
+        the figures read (``METRIC_KEYS``), NaN and ±Inf dropped."""
+        matchers = self._matchers(shard, True)
+        return {key: self._avg(key, matchers) for key in METRIC_KEYS}
 
     def label_queries(self) -> dict[str, str]:
         """Per pod, over the hour: its Kueue labels, owners and its Jobs' owners (every label

@@ -25,10 +25,11 @@ from django.core.management import call_command
 from fleet.models import Cluster
 from fleet.prometheus import PrometheusError
 from ledger.choices import RollupScope
-from ledger.deep import DeepBackfill, shards_for
+from ledger.deep import DeepBackfill, presence, shards_for
 from ledger.deep.grain import GrainBuilder
-from ledger.deep.queries import shard_matchers
+from ledger.deep.queries import DeepQueries, shard_matchers
 from ledger.models import GpuUsage, HourlyRollup, RollupHour
+from ledger.rollup.row_figures import Thresholds
 from ledger.rollup.sweep import due_hours
 from tests.fleet.conftest import T0, WINDOW_SECONDS
 
@@ -158,8 +159,8 @@ def test_a_second_run_skips_done_hours_and_collected_hours(alpha_prometheus):
 
 
 class _Broken(http.server.BaseHTTPRequestHandler):
-    """A Prometheus that passes queries on, except the hour-step queries of the hour ending at
-    ``fail_at`` (a Unix time), which fail or get nonsense."""
+    """A Prometheus that passes queries on, except the per-series queries of the hour ending
+    at ``fail_at`` (a Unix time), which fail or get nonsense."""
 
     mode = "error"
     upstream = ""
@@ -168,7 +169,7 @@ class _Broken(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         form = urllib.parse.parse_qs(body.decode())
-        failing = "sum_over_time" in form.get("query", [""])[0] and form.get("time") == [
+        failing = "avg_over_time" in form.get("query", [""])[0] and form.get("end") == [
             type(self).fail_at
         ]
         if not failing:
@@ -279,3 +280,59 @@ def test_collect_metrics_picks_the_path_per_hour_from_the_retention(alpha_promet
     usage_ends = GpuUsage.objects.filter(cluster__name="mixed").values_list("window_end", flat=True)
     assert min(usage_ends) == START + timedelta(hours=1, seconds=WINDOW_SECONDS)
     assert_same(rollups(Cluster.objects.get(name="mixed")), windows)
+
+
+def test_per_window_answers_summed_by_hand_time_slicing_and_bad_points():
+    """Two pods share GPU-1 in the first 30 of 60 windows; pod a keeps it alone for the rest."""
+    queries = DeepQueries(
+        "exported", 60, Thresholds(idle=0.1, busy_gpu_util=50.0, busy_sm_active=0.2)
+    )
+    first = 3660.0
+    gpu = {"UUID": "GPU-1", "Hostname": "n1", "modelName": "H100"}
+    pod_a = gpu | {"exported_namespace": "t", "exported_pod": "a"}
+    pod_b = gpu | {"exported_namespace": "t", "exported_pod": "b"}
+    ends = [first + 60 * i for i in range(60)]
+    raw: dict[str, list[Any]] = {
+        "presence": [
+            {"metric": pod_a, "values": [[ts, "1"] for ts in ends]},
+            {"metric": pod_b, "values": [[ts, "1"] for ts in ends[:30]]},
+        ],
+        "sm_active": [
+            # 0.5 in every window but the last, which is NaN; a point before the hour and an
+            # unreadable one are skipped.
+            {"metric": pod_a, "values": [[ts, "0.5"] for ts in ends[:59]]
+             + [[ends[59], "NaN"], [first - 60, "0.5"], ["x", "0.5"]]},
+            {"metric": pod_b, "values": [[ts, "0.05"] for ts in ends[:30]]},
+            "not an item",
+        ],
+    }  # fmt: skip
+    answers = {
+        name: presence.compact(items, queries.by_labels, first, 60) for name, items in raw.items()
+    }
+    found = presence.derive(
+        answers, queries.by_labels, queries.pod_labels, first, 60, queries.limits
+    )
+
+    def by_pod(name: str) -> dict[str, float]:
+        return {
+            item["metric"]["exported_pod"]: float(item["value"][1]) for item in found.answers[name]
+        }
+
+    # a: 30 windows at 1/2 + 30 alone; b: 30 windows at 1/2.
+    assert by_pod("allocated") == pytest.approx({"a": 45.0, "b": 15.0})
+    assert by_pod("shared") == pytest.approx({"a": 15.0, "b": 15.0})
+    # a has SM_ACTIVE in 59 windows (29 of them alone): 30 x 0.5 + 29 x 1 shares.
+    assert by_pod("telemetry") == pytest.approx({"a": 44.0, "b": 15.0})
+    assert by_pod("active") == pytest.approx({"a": 30 * 0.5 * 0.5 + 29 * 0.5, "b": 15 * 0.05})
+    assert by_pod("idle") == pytest.approx({"b": 15.0})  # 0.05 < 0.1
+    assert [float(item["value"][1]) for item in found.answers["capacity"]] == [60.0]
+    stats = found.stats
+    assert stats.skip_reasons["matrix_point_outside_the_hour"] == 1
+    assert stats.skip_reasons["malformed_matrix_point"] == 1
+    assert stats.skip_reasons["malformed_matrix_item"] == 1
+    assert stats.nonfinite_skipped == 1
+    # Per window, pod a held half of GPU-1 while b was there, then all of it.
+    shares = {
+        item["metric"]["exported_pod"]: item["values"] for item in found.answers["pod_shares"]
+    }
+    assert [float(v) for _ts, v in shares["a"]] == [0.5] * 30 + [1.0] * 30
