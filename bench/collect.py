@@ -21,7 +21,7 @@
    code and on this one, against the same Prometheus: before/after under the same load.
 4. Backfills N minutes of a 5,000-GPU cluster window by window and extrapolates to 24 h.
 
-``--deep`` measures the deep backfill instead (bench/collect_deep.py): ``--deep-hours`` hours of
+``--deep`` measures the deep backfill instead (bench/_collect_deep.py): ``--deep-hours`` hours of
 a ``--backfill-gpus`` fleet straight into hourly rollups.
 
 Every figure is wall time plus the CPU time of this process, of its PostgreSQL backend and of
@@ -611,7 +611,7 @@ def main() -> None:
     if args.child:
         kind, *rest = args.child
         if kind == "deep":
-            from collect_deep import measure_deep
+            from _collect_deep import measure_deep
 
             url, database_url, hours, pid = rest
             print(json.dumps(measure_deep(url, database_url, int(hours), int(pid) or None)))
@@ -701,7 +701,7 @@ def main() -> None:
 
 def deep(args: argparse.Namespace, work: Path) -> None:
     """``--deep``: the deep backfill of ``--deep-hours`` hours of a ``--backfill-gpus`` fleet."""
-    from collect_deep import report
+    from _collect_deep import report
 
     server = prepare_prometheus(work, args.backfill_gpus, args.deep_hours * 60 + 5)
     process = getattr(server, "_process", None)

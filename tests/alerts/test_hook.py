@@ -10,6 +10,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.db import transaction
+from django.test import override_settings
 
 from alerts.choices import Rule
 from alerts.models import AlertEvaluation, Episode
@@ -121,6 +122,13 @@ def test_nothing_is_queued_when_the_windows_roll_back(django_capture_on_commit_c
 
 
 def _backfill(alpha_prometheus) -> None:
+    # A retention that reaches this history keeps it on the per-window path (the one that
+    # evaluates alerts); older hours would be deep-backfilled into hourly rollups only.
+    with override_settings(GPULEDGER_USAGE_RETENTION_DAYS=36500):
+        _collect(alpha_prometheus)
+
+
+def _collect(alpha_prometheus) -> None:
     call_command(
         "collect_metrics",
         "--cluster",

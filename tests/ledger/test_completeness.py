@@ -175,9 +175,13 @@ def test_a_rollup_that_raises_once_is_retried_by_the_same_runs_final_pass(beta, 
 
 @pytest.mark.integration
 @pytest.mark.django_db
-def test_a_backfill_with_nothing_left_to_collect_still_rolls_up_dirty_hours(beta, monkeypatch):
+def test_a_backfill_with_nothing_left_to_collect_still_rolls_up_dirty_hours(
+    beta, monkeypatch, settings
+):
     from django.core.management import call_command
 
+    # A retention that reaches this history: the per-window path, not the deep backfill.
+    settings.GPULEDGER_USAGE_RETENTION_DAYS = 36500
     options = {"start": START.isoformat(), "end": (START + 30 * MINUTE).isoformat()}
     fail_rollups_of(monkeypatch, T0, times=None)
     call_command("collect_metrics", cluster="beta", no_progress=True, **options)

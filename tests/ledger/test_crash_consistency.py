@@ -124,6 +124,11 @@ def backfill(cluster: Cluster) -> str:
     return out.getvalue()
 
 
+# The history here is of January 2026: a retention that reaches it keeps the backfill on the
+# per-window path (older hours would be deep-backfilled, ledger.deep), the path these tests kill.
+PER_WINDOW_DAYS = 36500
+
+
 def run_until_killed(command: list[str], failpoint: str) -> None:
     env = {
         **os.environ,
@@ -133,6 +138,7 @@ def run_until_killed(command: list[str], failpoint: str) -> None:
         "GPULEDGER_LEASE_HEARTBEAT": "true",
         "GPULEDGER_COLLECT_SECONDS": str(WINDOW_SECONDS),
         "GPULEDGER_FAILPOINT": failpoint,
+        "GPULEDGER_USAGE_RETENTION_DAYS": str(PER_WINDOW_DAYS),
     }
     done = subprocess.run(
         [sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
@@ -168,6 +174,7 @@ def _collection_settings(settings):
     settings.GPULEDGER_CATCHUP_HOURS = 24
     settings.GPULEDGER_IDLE_THRESHOLD = 0.01
     settings.GPULEDGER_LEASE_SECONDS = LEASE_SECONDS
+    settings.GPULEDGER_USAGE_RETENTION_DAYS = PER_WINDOW_DAYS
 
 
 @pytest.mark.parametrize("failpoint", BACKFILL_KILLS)
