@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -40,7 +39,7 @@ sys.path.insert(0, str(BASE_DIR / "bench"))
 import pages as base  # noqa: E402  (bench/pages.py: the environment, database and fleet helpers)
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gpuledger_bench_usage"
-TARGET_P95_MS = 300.0
+TARGET_P95_MS = base.TARGET_P95_MS
 
 
 def configure_fleet(gpus: int) -> None:
@@ -253,20 +252,7 @@ def measure(paths: list[tuple[str, str]], requests: int, only: str | None) -> li
         for label, path in paths:
             if only and only not in label:
                 continue
-            response = client.get(path)
-            timings = []
-            for _ in range(requests):
-                started = time.perf_counter()
-                response = client.get(path)
-                timings.append((time.perf_counter() - started) * 1000.0)
-            timings.sort()
-            p50 = statistics.median(timings)
-            p95 = timings[max(0, int(round(0.95 * len(timings))) - 1)]
-            results.append((label, p50, p95, response.status_code))
-            flag = "" if p95 <= TARGET_P95_MS else "  > target"
-            print(
-                f"{label:30} {p50:8.1f} {p95:8.1f}  HTTP {response.status_code}{flag}", flush=True
-            )
+            results.append((label, *base.time_requests(client, label, path, requests, width=30)))
     return results
 
 

@@ -14,20 +14,10 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-APPS = (
-    "core",
-    "fleet",
-    "quotas",
-    "ledger",
-    "alerts",
-    "notifications",
-    "remediation",
-    "dashboard",
-    "demo",
-)
+from tests.architecture.test_layers import LAYERS as APPS
+from tests.architecture.test_layers import ROOT
+
 AGGREGATES = frozenset({"Sum", "Avg", "Count", "Max", "Min", "StdDev", "Variance"})
 SQL_AGGREGATE = re.compile(r"\b(SUM|AVG|COUNT|MAX|MIN)\s*\(", re.IGNORECASE)
 UPPER_AGGREGATE = re.compile(r"\b(SUM|AVG|COUNT|MAX|MIN)\(")
