@@ -15,6 +15,8 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import FrameType
@@ -147,32 +149,46 @@ class _Stop:
         return self.event.is_set()
 
 
-def _live_window(cluster: Cluster, sim: FleetSimulator, window: Window) -> int:
-    """One live window: ingest, its IngestRun, and the roll-up of the hour it ends in."""
+@contextmanager
+def simulation_run(cluster: Cluster, start: datetime, end: datetime) -> Iterator[IngestRun]:
+    """The IngestRun of simulated windows ending in ``(start, end]``: recorded as failed, with
+    the error, when the body raises (Ctrl-C included); the body ends it with ``finish_run``."""
     run = IngestRun.objects.create(
         cluster=cluster,
         source=IngestSource.SIMULATION,
         started_at=timezone.now(),
-        window_start=window.start,
-        window_end=window.end,
+        window_start=start,
+        window_end=end,
     )
     try:
-        written = ingest_window(cluster, sim, window, synced=True, last=False)
-        hour = floor_time(window.start, 3600)
-        written.rows += roll_up_range(cluster.id, hour, hour + timedelta(hours=1))
-    except Exception as exc:
+        yield run
+    except BaseException as exc:
         run.status = IngestStatus.FAILED
         run.error = f"{type(exc).__name__}: {exc}"
         run.finished_at = timezone.now()
         run.save()
         raise
-    run.records_read = written.stats.records_read
-    run.rows_written = written.rows
-    run.skipped = written.stats.skipped + written.kube_skipped
-    run.skip_reasons = dict(written.stats.skip_reasons)
+
+
+def finish_run(run: IngestRun, stats: IngestStats, rows: int, kube_skipped: int) -> None:
+    """A simulation run that wrote everything: its counts, partial when anything was skipped."""
+    run.records_read = stats.records_read
+    run.rows_written = rows
+    run.skipped = stats.skipped + kube_skipped
+    run.nonfinite_skipped = stats.nonfinite_skipped
+    run.skip_reasons = dict(stats.skip_reasons)
     run.status = IngestStatus.PARTIAL if run.skipped else IngestStatus.SUCCESS
     run.finished_at = timezone.now()
     run.save()
+
+
+def _live_window(cluster: Cluster, sim: FleetSimulator, window: Window) -> int:
+    """One live window: ingest, its IngestRun, and the roll-up of the hour it ends in."""
+    with simulation_run(cluster, window.start, window.end) as run:
+        written = ingest_window(cluster, sim, window, synced=True, last=False)
+        hour = floor_time(window.start, 3600)
+        written.rows += roll_up_range(cluster.id, hour, hour + timedelta(hours=1))
+        finish_run(run, written.stats, written.rows, written.kube_skipped)
     return written.rows
 
 

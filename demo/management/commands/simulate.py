@@ -17,12 +17,11 @@ from django.utils.dateparse import parse_datetime
 from tqdm import tqdm
 
 from alerts.evaluate import evaluate_range
-from demo.follow import follow, history_written, ingest_window
+from demo.follow import finish_run, follow, history_written, ingest_window, simulation_run
 from demo.rates import seed_rate_cards
 from demo.simulation import FleetSimulator
-from fleet.choices import IngestSource, IngestStatus
 from fleet.ingest import IngestStats
-from fleet.models import Cluster, IngestRun
+from fleet.models import Cluster
 from ledger.rollup import roll_up_range
 from quotas.models import Team
 
@@ -99,13 +98,6 @@ class Command(BaseCommand):
             self._follow(cluster, sim, options)
             return
         windows = list(sim.windows())
-        run = IngestRun.objects.create(
-            cluster=cluster,
-            source=IngestSource.SIMULATION,
-            started_at=timezone.now(),
-            window_start=sim.start,
-            window_end=sim.end,
-        )
         sync_days = options["sync_days"]
         synced_from = sim.end - timedelta(days=days / 2 if sync_days is None else sync_days)
         # The rate cards first: alert episodes evaluated on the simulated history cost under them.
@@ -113,7 +105,7 @@ class Command(BaseCommand):
         stats = IngestStats()
         kube_skipped = 0
         rows = 0
-        try:
+        with simulation_run(cluster, sim.start, sim.end) as run:
             for window in tqdm(windows, desc="simulating", unit="window", disable=None):
                 written = ingest_window(
                     cluster,
@@ -129,20 +121,7 @@ class Command(BaseCommand):
             # Evaluated here, as a backfill, not queued for a worker: the demo shows last week's
             # hoarding episodes as soon as it is loaded, with or without a worker running.
             evaluate_range(cluster.id, sim.start, sim.end, live=False)
-        except BaseException as exc:
-            run.status = IngestStatus.FAILED
-            run.error = f"{type(exc).__name__}: {exc}"
-            run.finished_at = timezone.now()
-            run.save()
-            raise
-        run.records_read = stats.records_read
-        run.rows_written = rows
-        run.skipped = stats.skipped + kube_skipped
-        run.nonfinite_skipped = stats.nonfinite_skipped
-        run.skip_reasons = dict(stats.skip_reasons)
-        run.status = IngestStatus.PARTIAL if run.skipped else IngestStatus.SUCCESS
-        run.finished_at = timezone.now()
-        run.save()
+            finish_run(run, stats, rows, kube_skipped)
         self.stdout.write(
             self.style.SUCCESS(
                 f"Simulated {days:g} days ({len(windows)} windows of {step} s) on cluster "
