@@ -129,6 +129,7 @@ INSTALLED_APPS = [
     "alerts",
     "notifications",
     "remediation",
+    "servicelevels",
     "dashboard",
     "demo",
 ]
