@@ -452,6 +452,8 @@ GPULEDGER_TEAM_LABELS = env_list("GPULEDGER_TEAM_LABELS", ["gpuledger.io/team", 
 GPULEDGER_BUSY_GPU_UTIL = env_float("GPULEDGER_BUSY_GPU_UTIL", 50.0)
 GPULEDGER_BUSY_SM_ACTIVE = env_float("GPULEDGER_BUSY_SM_ACTIVE", 0.2)
 GPULEDGER_CHARGEBACK_MAX_DAYS = env_int("GPULEDGER_CHARGEBACK_MAX_DAYS", 400, minimum=1)
+# The longest range the service-level API answers (admissions and queue levels).
+GPULEDGER_SERVICE_LEVELS_MAX_DAYS = env_int("GPULEDGER_SERVICE_LEVELS_MAX_DAYS", 400, minimum=1)
 # How long a built chargeback report stays in the cache (ledger/chargeback/cache.py; 0: never
 # cached). It is found only while its rollups, rate cards and groups are unchanged, so this only
 # bounds the room old versions take.

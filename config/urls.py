@@ -16,6 +16,7 @@ api_v1 = [
     path("", include("quotas.api.urls")),
     path("", include("ledger.api.urls")),
     path("", include("alerts.api.urls")),
+    path("", include("servicelevels.api.urls")),
 ]
 
 urlpatterns = [

@@ -15,12 +15,13 @@ For a group (ClusterQueue, LocalQueue, cohort, team or priority class) and a per
   the first pod Running to the eviction (a run whose pods never ran lost no GPU time).
 
 Visibility is the caller's: pass the teams a user may see (None = every team, admins only;
-records of no team are then shown too).
+records of no team are then shown too). A preempting ClusterQueue of a team the user may not
+see is counted under ``HIDDEN_QUEUE``, never named.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -36,6 +37,8 @@ from servicelevels.stats import nearest_rank
 GROUP_BY = ("cluster_queue", "local_queue", "cohort", "team", "priority_class")
 STEPS = ("none", "hour", "day")
 SOURCE_RECORDS = "records"
+# What a viewer who may not see the preempting queue's team reads in its place.
+HIDDEN_QUEUE = "(another team)"
 
 _STEP_DELTA = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
 
@@ -126,19 +129,38 @@ _FIELDS = (
     "preempting_cluster_queue_name",
     "finished_at",
 )
+# Positions in the value tuples of ``_FIELDS``.
+(
+    _CLUSTER,
+    _QUEUE,
+    _NAMESPACE,
+    _LOCAL_QUEUE,
+    _COHORT,
+    _TEAM,
+    _PRIORITY_CLASS,
+    _GPUS,
+    _QUEUED,
+    _ADMITTED,
+    _RUNNING,
+    _EVICTED,
+    _EVICTION_REASON,
+    _PREEMPTION_REASON,
+    _PREEMPTING_QUEUE,
+    _FINISHED,
+) = range(len(_FIELDS))
 
 
-def _group_key(row: dict[str, Any], group_by: str) -> str:
+def _group_key(row: tuple[Any, ...], group_by: str) -> str:
     if group_by == "cluster_queue":
-        return row["cluster_queue_name"] or ""
+        return row[_QUEUE] or ""
     if group_by == "local_queue":
-        name = row["local_queue_name"]
-        return f"{row['namespace']}/{name}" if name else ""
+        name = row[_LOCAL_QUEUE]
+        return f"{row[_NAMESPACE]}/{name}" if name else ""
     if group_by == "cohort":
-        return row["cohort_name"] or ""
+        return row[_COHORT] or ""
     if group_by == "team":
-        return row["team__name"] or ""
-    return row["priority_class_name"] or ""
+        return row[_TEAM] or ""
+    return row[_PRIORITY_CLASS] or ""
 
 
 def records(
@@ -163,14 +185,18 @@ def records(
     return qs
 
 
-def _pending_at(row: dict[str, Any], moment: datetime) -> bool:
-    if row["queued_at"] > moment:
-        return False
-    for name in ("admitted_at", "evicted_at", "finished_at"):
-        value = row[name]
-        if value is not None and value <= moment:
-            return False
-    return True
+class _Tally:
+    """What one group gathers per period before its figures are taken."""
+
+    __slots__ = ("waits", "delays", "pending", "oldest_queued", "rows")
+
+    def __init__(self, count: int) -> None:
+        self.waits: list[list[float]] = [[] for _ in range(count)]
+        self.delays: list[list[float]] = [[] for _ in range(count)]
+        self.pending = [0] * count
+        self.oldest_queued: list[datetime | None] = [None] * count
+        # Evictions and preemptions are rare: kept as (period, row) pairs.
+        self.rows: list[tuple[int, tuple[Any, ...]]] = []
 
 
 def levels(
@@ -182,25 +208,86 @@ def levels(
     cluster: str | None = None,
     teams: Iterable[int] | None = None,
 ) -> list[LevelRow]:
-    """The figures per group and period, ordered by cluster, group, then period."""
+    """The figures per group and period, ordered by cluster, group, then period.
+
+    One pass over the records: each lands in the period of its admission and of its eviction
+    (periods are ``(a, b]``, found by bisecting their ends), and counts as pending at every
+    period end between its queueing and its admission, eviction or finish.
+    """
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}")
     spans = periods(start, end, step)
     if not spans:
         return []
-    rows = list(records(start, end, cluster=cluster, teams=teams).values(*_FIELDS))
-    by_group: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        by_group[(row["cluster__name"], _group_key(row, group_by))].append(row)
+    ends = [stop for _, stop in spans]
+    count = len(spans)
+    team_ids = None if teams is None else list(teams)
+    shown = None if team_ids is None else visible_queue_names(team_ids)
+    tallies: dict[tuple[str, str], _Tally] = {}
+    for row in records(start, end, cluster=cluster, teams=team_ids).values_list(*_FIELDS):
+        key = (row[_CLUSTER], _group_key(row, group_by))
+        tally = tallies.get(key)
+        if tally is None:
+            tally = tallies[key] = _Tally(count)
+        _add(tally, row, start, ends)
     out: list[LevelRow] = []
-    for (cluster_name, group), members in sorted(by_group.items()):
-        for period_start, period_end in spans:
-            out.append(_figures(group, cluster_name, period_start, period_end, members))
+    for (cluster_name, group), tally in sorted(tallies.items()):
+        for index, (period_start, period_end) in enumerate(spans):
+            level = _figures(group, cluster_name, period_start, period_end, tally, index)
+            if shown is not None:
+                level.preemptions_by_queue = _hide_queues(
+                    level.preemptions_by_queue, cluster_name, shown
+                )
+            out.append(level)
     return out
 
 
-def _in(moment: datetime | None, start: datetime, end: datetime) -> bool:
-    return moment is not None and start < moment <= end
+def visible_queue_names(team_ids: Iterable[int]) -> set[tuple[str, str]]:
+    """(cluster, ClusterQueue name) of the queues of these teams."""
+    from quotas.models import ClusterQueue
+
+    return set(
+        ClusterQueue.objects.filter(team_id__in=list(team_ids)).values_list("cluster__name", "name")
+    )
+
+
+def _hide_queues(
+    counts: dict[str, int], cluster: str, shown: set[tuple[str, str]]
+) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, count in counts.items():
+        key = name if (cluster, name) in shown else HIDDEN_QUEUE
+        out[key] = out.get(key, 0) + count
+    return out
+
+
+def _period(moment: datetime | None, start: datetime, ends: list[datetime]) -> int | None:
+    """The index of the period ``(a, b]`` holding ``moment``, or None outside the range."""
+    if moment is None or moment <= start:
+        return None
+    index = bisect_left(ends, moment)
+    return index if index < len(ends) else None
+
+
+def _add(tally: _Tally, row: tuple[Any, ...], start: datetime, ends: list[datetime]) -> None:
+    queued, admitted = row[_QUEUED], row[_ADMITTED]
+    index = _period(admitted, start, ends)
+    if index is not None:
+        tally.waits[index].append(max((admitted - queued).total_seconds(), 0.0))
+        if row[_RUNNING] is not None:
+            tally.delays[index].append(max((row[_RUNNING] - admitted).total_seconds(), 0.0))
+    index = _period(row[_EVICTED], start, ends)
+    if index is not None:
+        tally.rows.append((index, row))
+    # Pending at every period end b with queued <= b < the first of admitted/evicted/finished.
+    stops = [moment for moment in (admitted, row[_EVICTED], row[_FINISHED]) if moment is not None]
+    first = bisect_left(ends, queued)
+    last = bisect_left(ends, min(stops)) if stops else len(ends)
+    for index in range(first, last):
+        tally.pending[index] += 1
+        oldest = tally.oldest_queued[index]
+        if oldest is None or queued < oldest:
+            tally.oldest_queued[index] = queued
 
 
 def _figures(
@@ -208,29 +295,22 @@ def _figures(
     cluster: str,
     start: datetime,
     end: datetime,
-    members: list[dict[str, Any]],
+    tally: _Tally,
+    index: int,
 ) -> LevelRow:
     level = LevelRow(group=group, cluster=cluster, period_start=start, period_end=end)
-    waits: list[float] = []
-    delays: list[float] = []
-    oldest: float | None = None
-    for row in members:
-        admitted = row["admitted_at"]
-        if _in(admitted, start, end):
-            waits.append(max((admitted - row["queued_at"]).total_seconds(), 0.0))
-            if row["running_at"] is not None:
-                delays.append(max((row["running_at"] - admitted).total_seconds(), 0.0))
-        if _pending_at(row, end):
-            level.pending_at_end += 1
-            age = (end - row["queued_at"]).total_seconds()
-            oldest = age if oldest is None else max(oldest, age)
-        if _in(row["evicted_at"], start, end):
-            reason = row["eviction_reason"] or EvictionReason.OTHER
-            level.evictions[reason] = level.evictions.get(reason, 0) + 1
-            if reason == EvictionReason.PREEMPTED:
-                _count_preemption(level, row)
+    level.pending_at_end = tally.pending[index]
+    oldest = tally.oldest_queued[index]
+    level.oldest_pending_seconds = None if oldest is None else (end - oldest).total_seconds()
+    for row_index, row in tally.rows:
+        if row_index != index:
+            continue
+        reason = row[_EVICTION_REASON] or EvictionReason.OTHER
+        level.evictions[reason] = level.evictions.get(reason, 0) + 1
+        if reason == EvictionReason.PREEMPTED:
+            _count_preemption(level, row)
+    waits = tally.waits[index]
     level.admissions = len(waits)
-    level.oldest_pending_seconds = oldest
     if waits:
         waits.sort()
         level.wait_seconds_p50 = nearest_rank(waits, 0.50)
@@ -238,6 +318,7 @@ def _figures(
         level.wait_seconds_p95 = nearest_rank(waits, 0.95)
         level.wait_seconds_max = waits[-1]
         level.wait_seconds_mean = sum(waits) / len(waits)
+    delays = tally.delays[index]
     if delays:
         delays.sort()
         level.running_delay_seconds_p50 = nearest_rank(delays, 0.50)
@@ -245,12 +326,13 @@ def _figures(
     return level
 
 
-def _count_preemption(level: LevelRow, row: dict[str, Any]) -> None:
+def _count_preemption(level: LevelRow, row: tuple[Any, ...]) -> None:
     level.preemptions += 1
-    reason = row["preemption_reason"] or "Other"
+    reason = row[_PREEMPTION_REASON] or "Other"
     level.preemptions_by_reason[reason] = level.preemptions_by_reason.get(reason, 0) + 1
-    by = row["preempting_cluster_queue_name"] or ""
+    by = row[_PREEMPTING_QUEUE] or ""
     level.preemptions_by_queue[by] = level.preemptions_by_queue.get(by, 0) + 1
-    if row["running_at"] is not None and row["evicted_at"] > row["running_at"]:
-        held = (row["evicted_at"] - row["running_at"]).total_seconds() / 3600.0
-        level.preempted_gpu_hours += float(row["gpus"] or 0.0) * held
+    running, evicted = row[_RUNNING], row[_EVICTED]
+    if running is not None and evicted > running:
+        held = (evicted - running).total_seconds() / 3600.0
+        level.preempted_gpu_hours += float(row[_GPUS] or 0.0) * held

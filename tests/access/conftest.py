@@ -223,6 +223,7 @@ def build_world() -> World:
     )
     _queues_and_workloads(world)
     _preemptions(world)
+    _admissions(world)
     _held_gpus(world)
     _rollups(world)
     return world
@@ -360,6 +361,55 @@ def _preemptions(world: World) -> None:
             ),
         ]
     )
+
+
+def _admissions(world: World) -> None:
+    """One admission record per main workload, and the two victims' preempted runs: each team's
+    record names the other team's queue and workload as its preemptor."""
+    from servicelevels.models import AdmissionRecord
+
+    now, workloads = world.now, world.workloads
+    rows = []
+    for name in ("aspen", "birch", "cedar"):
+        for suffix, preemptor in (
+            ("main", None),
+            ("victim", "birch" if name == "aspen" else "aspen"),
+        ):
+            workload = workloads.get(f"{name}-{suffix}")
+            if workload is None:
+                continue
+            victim = preemptor is not None
+            rows.append(
+                AdmissionRecord(
+                    cluster=world.cluster,
+                    workload=workload,
+                    workload_uid=f"uid-{workload.name}",
+                    namespace=workload.namespace,
+                    workload_name=workload.name,
+                    cluster_queue=world.queues[name],
+                    cluster_queue_name=world.queues[name].name,
+                    local_queue=world.local_queues[name],
+                    local_queue_name=world.local_queues[name].name,
+                    team=world.teams[name],
+                    cohort_name="grove",
+                    gpus=workload.requested_gpus,
+                    queued_at=now - timedelta(hours=6),
+                    admitted_at=now - timedelta(hours=5, minutes=30 if victim else 0),
+                    running_at=now - timedelta(hours=5, minutes=29) if victim else None,
+                    evicted_at=now - timedelta(hours=2) if victim else None,
+                    eviction_reason="Preempted" if victim else "",
+                    preemption_reason="InCohortReclamation" if victim else "",
+                    preempted_by=workloads[f"{preemptor}-main"] if preemptor else None,
+                    preempted_by_path=(
+                        f"{workloads[f'{preemptor}-main'].namespace}/"
+                        f"{workloads[f'{preemptor}-main'].name}"
+                        if preemptor
+                        else ""
+                    ),
+                    preempting_cluster_queue_name=f"cq-{preemptor}" if preemptor else "",
+                )
+            )
+    AdmissionRecord.objects.bulk_create(rows)
 
 
 def _held_gpus(world: World) -> None:

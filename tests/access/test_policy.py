@@ -126,6 +126,27 @@ def allocation(world: World) -> list[str]:
     return [f"{base}?window={span}&aggregate={key}&accumulate=true" for key in keys]
 
 
+def admissions(world: World) -> list[str]:
+    base = reverse("api-admissions")
+    return [f"{base}?{window_around(world)}", f"{base}?{window_around(world)}&format=csv"]
+
+
+def queue_levels(world: World) -> list[str]:
+    base = reverse("api-queue-levels")
+    urls = [
+        f"{base}?{window_around(world)}&group_by={group}&step={step}"
+        for group in ("cluster_queue", "local_queue", "cohort", "team", "priority_class")
+        for step in ("none", "hour")
+    ]
+    return [*urls, f"{base}?{window_around(world)}&group_by=cluster_queue&format=csv"]
+
+
+def window_around(world: World) -> str:
+    """A range holding the admission records (admitted up to six hours before now)."""
+    start = world.now - timedelta(hours=8)
+    return f"start={start:%Y-%m-%dT%H:%M:%SZ}&end={world.now:%Y-%m-%dT%H:%M:%SZ}"
+
+
 def scoped(pair: tuple[Urls, Urls], shows: tuple[str, ...] = ()) -> Policy:
     return Policy(TEAM_SCOPED, own=pair[0], other=pair[1], shows=shows)
 
@@ -272,6 +293,9 @@ POLICY: dict[str, Policy] = {
     # --- Chargeback and OpenCost: every grouping.
     "api-chargeback": aggregate(chargeback, "birch", "40.125", "ns-birch", "birch-serve"),
     "api-allocation": aggregate(allocation, "birch", "40.125", "ns-birch", "birch-serve"),
+    # --- Queue service levels: every grouping and step; the preemptor is the other team.
+    "api-admissions": aggregate(admissions, "birch-serve", "cq-birch"),
+    "api-queue-levels": aggregate(queue_levels, "cq-birch", "birch"),
     # --- The API's schema and docs: signed in, no team data.
     "api-schema": aggregate(lambda w: [url("api-schema")]),
     "api-docs": aggregate(lambda w: [url("api-docs")]),
