@@ -20,6 +20,7 @@ LAYERS = (
     "fleet",
     "quotas",
     "ledger",
+    "servicelevels",
     "alerts",
     "notifications",
     "remediation",
@@ -105,3 +106,15 @@ def test_migrations_depend_one_way_and_form_no_cycle():
     assert upward == []
     # The exemption names real migrations, so it cannot hide a new one by a typo.
     assert HISTORICAL_MIGRATIONS <= set(loader.disk_migrations)
+
+
+def test_every_project_app_has_a_layer():
+    # An app missing from LAYERS would import anything unchecked.
+    from django.conf import settings
+
+    project = {
+        name.split(".")[0]
+        for name in settings.INSTALLED_APPS
+        if (ROOT / name.split(".")[0] / "apps.py").exists()
+    }
+    assert project - set(LAYERS) == set()

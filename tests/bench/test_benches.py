@@ -128,6 +128,15 @@ BENCHES = [
         binaries=("prometheus", "promtool"),
     ),
     Bench(
+        "queue_levels",
+        "--database-url",
+        (
+            r"^[\d,]+ admission records, 20 ClusterQueues, 30 days",
+            r"^30d by day, cluster_queue +\d+\.\d+ +\d+\.\d+ +HTTP 200",
+            r"^\d+ URLs, \d+ above p95 .*, 0 not 200",
+        ),
+    ),
+    Bench(
         "storage",
         "--database-url",
         (
