@@ -21,18 +21,20 @@ see is counted under ``HIDDEN_QUEUE``, never named.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, overload
 
+import numpy as np
+from django.db import connections
 from django.db.models import Q, QuerySet
 
+from core.epoch import EpochSeconds
 from core.timewindows import floor_time
 from servicelevels.choices import EvictionReason
 from servicelevels.models import AdmissionRecord
-from servicelevels.stats import nearest_rank
 
 GROUP_BY = ("cluster_queue", "local_queue", "cohort", "team", "priority_class")
 STEPS = ("none", "hour", "day")
@@ -43,7 +45,7 @@ HIDDEN_QUEUE = "(another team)"
 _STEP_DELTA = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
 
 
-@dataclass
+@dataclass(slots=True)
 class LevelRow:
     """The figures of one group over one period."""
 
@@ -111,56 +113,28 @@ def periods(start: datetime, end: datetime, step: str) -> list[tuple[datetime, d
     return out
 
 
-_FIELDS = (
-    "cluster__name",
-    "cluster_queue_name",
-    "namespace",
-    "local_queue_name",
-    "cohort_name",
-    "team__name",
-    "priority_class_name",
+# The columns that name a record's group, per grouping (ids are named after the read).
+_GROUP_COLUMNS = {
+    "cluster_queue": ("cluster_queue_name",),
+    "local_queue": ("namespace", "local_queue_name"),
+    "cohort": ("cohort_name",),
+    "team": ("team_id",),
+    "priority_class": ("priority_class_name",),
+}
+# The times, read as Unix seconds (``EpochSeconds``): a month of a large fleet's records is read
+# in one pass, and floats load far faster than aware datetimes.
+_TIMES = ("queued_at", "admitted_at", "running_at", "evicted_at", "finished_at")
+_EPOCHS = {f"e_{name}": EpochSeconds(name) for name in _TIMES}
+# What an eviction row carries after its group's columns (read only for the records evicted
+# in the range).
+_EVICTION = (
     "gpus",
-    "queued_at",
-    "admitted_at",
-    "running_at",
-    "evicted_at",
     "eviction_reason",
     "preemption_reason",
     "preempting_cluster_queue_name",
-    "finished_at",
+    "e_running_at",
+    "e_evicted_at",
 )
-# Positions in the value tuples of ``_FIELDS``.
-(
-    _CLUSTER,
-    _QUEUE,
-    _NAMESPACE,
-    _LOCAL_QUEUE,
-    _COHORT,
-    _TEAM,
-    _PRIORITY_CLASS,
-    _GPUS,
-    _QUEUED,
-    _ADMITTED,
-    _RUNNING,
-    _EVICTED,
-    _EVICTION_REASON,
-    _PREEMPTION_REASON,
-    _PREEMPTING_QUEUE,
-    _FINISHED,
-) = range(len(_FIELDS))
-
-
-def _group_key(row: tuple[Any, ...], group_by: str) -> str:
-    if group_by == "cluster_queue":
-        return row[_QUEUE] or ""
-    if group_by == "local_queue":
-        name = row[_LOCAL_QUEUE]
-        return f"{row[_NAMESPACE]}/{name}" if name else ""
-    if group_by == "cohort":
-        return row[_COHORT] or ""
-    if group_by == "team":
-        return row[_TEAM] or ""
-    return row[_PRIORITY_CLASS] or ""
 
 
 def records(
@@ -185,18 +159,18 @@ def records(
     return qs
 
 
-class _Tally:
-    """What one group gathers per period before its figures are taken."""
+def _read(queryset: QuerySet[Any, Any]) -> list[tuple[Any, ...]]:
+    """The value tuples of ``queryset`` straight from the database cursor: the columns are
+    floats, ids and text, which need none of the ORM's per-row conversions."""
+    sql, params = queryset.query.sql_with_params()
+    with connections[queryset.db].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
-    __slots__ = ("waits", "delays", "pending", "oldest_queued", "rows")
 
-    def __init__(self, count: int) -> None:
-        self.waits: list[list[float]] = [[] for _ in range(count)]
-        self.delays: list[list[float]] = [[] for _ in range(count)]
-        self.pending = [0] * count
-        self.oldest_queued: list[datetime | None] = [None] * count
-        # Evictions and preemptions are rare: kept as (period, row) pairs.
-        self.rows: list[tuple[int, tuple[Any, ...]]] = []
+def _floats(column: Iterable[Any]) -> np.ndarray:
+    """A column of floats or nulls as an array (null -> NaN)."""
+    return np.array([math.nan if value is None else value for value in column], dtype=float)
 
 
 def levels(
@@ -207,39 +181,243 @@ def levels(
     step: str = "none",
     cluster: str | None = None,
     teams: Iterable[int] | None = None,
-) -> list[LevelRow]:
+) -> Levels:
     """The figures per group and period, ordered by cluster, group, then period.
 
-    One pass over the records: each lands in the period of its admission and of its eviction
-    (periods are ``(a, b]``, found by bisecting their ends), and counts as pending at every
-    period end between its queueing and its admission, eviction or finish.
+    One read of the records, then arrays: each admission and eviction lands in the period that
+    holds it (periods are ``(a, b]``, found by a sorted search of their ends); waits are sorted
+    per (group, period) once, and each percentile is an index into its run of sorted waits; a
+    record counts as pending at every period end between its queueing and its admission,
+    eviction or finish. The rows are built when read (``Levels`` is a sequence), so a page of
+    them costs only its own rows.
     """
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}")
     spans = periods(start, end, step)
-    if not spans:
-        return []
-    ends = [stop for _, stop in spans]
-    count = len(spans)
     team_ids = None if teams is None else list(teams)
+    if not spans:
+        return Levels([], [], _Tally(0, [(start, end)]), None)
+    # No ORDER BY: the model's ordering would join and sort every record for nothing.
+    base = records(start, end, cluster=cluster, teams=team_ids).order_by().annotate(**_EPOCHS)
+    columns = _GROUP_COLUMNS[group_by]
+    rows = _read(base.values_list("cluster_id", *columns, *_EPOCHS))
+    names = _Names(group_by)
+    keys: dict[tuple[Any, ...], int] = {}
+    width = 1 + len(columns)
+    group_of = np.fromiter(
+        (keys.setdefault(row[:width], len(keys)) for row in rows), dtype=np.int64, count=len(rows)
+    )
+    tally = _Tally(len(keys), spans)
+    if rows:
+        times = list(zip(*rows, strict=True))[width:]
+        tally.add(group_of, dict(zip(_TIMES, map(_floats, times), strict=True)))
+        evicted = base.filter(evicted_at__gt=start, evicted_at__lte=end)
+        tally.add_evictions(
+            _read(evicted.values_list("cluster_id", *columns, *_EVICTION)), keys, width
+        )
+    labelled = sorted((names.label(key), index) for key, index in keys.items())
     shown = None if team_ids is None else visible_queue_names(team_ids)
-    tallies: dict[tuple[str, str], _Tally] = {}
-    for row in records(start, end, cluster=cluster, teams=team_ids).values_list(*_FIELDS):
-        key = (row[_CLUSTER], _group_key(row, group_by))
-        tally = tallies.get(key)
-        if tally is None:
-            tally = tallies[key] = _Tally(count)
-        _add(tally, row, start, ends)
-    out: list[LevelRow] = []
-    for (cluster_name, group), tally in sorted(tallies.items()):
-        for index, (period_start, period_end) in enumerate(spans):
-            level = _figures(group, cluster_name, period_start, period_end, tally, index)
-            if shown is not None:
-                level.preemptions_by_queue = _hide_queues(
-                    level.preemptions_by_queue, cluster_name, shown
-                )
-            out.append(level)
-    return out
+    return Levels(labelled, spans, tally, shown)
+
+
+class _Names:
+    """Cluster and team names for the ids the read returns, looked up once."""
+
+    def __init__(self, group_by: str) -> None:
+        from fleet.models import Cluster
+        from quotas.models import Team
+
+        self.group_by = group_by
+        self.clusters = dict(Cluster.objects.values_list("pk", "name"))
+        self.teams = dict(Team.objects.values_list("pk", "name")) if group_by == "team" else {}
+
+    def label(self, key: tuple[Any, ...]) -> tuple[str, str]:
+        """(cluster, group) of a group key: the cluster id, then the group's columns."""
+        cluster = self.clusters.get(key[0], "")
+        if self.group_by == "team":
+            return cluster, self.teams.get(key[1], "") if key[1] is not None else ""
+        if self.group_by == "local_queue":
+            return cluster, f"{key[1]}/{key[2]}" if key[2] else ""
+        return cluster, key[1] or ""
+
+
+class Levels(Sequence[LevelRow]):
+    """The rows of ``levels``: (cluster, group) pairs in order, each with every period."""
+
+    def __init__(
+        self,
+        groups: list[tuple[tuple[str, str], int]],
+        spans: list[tuple[datetime, datetime]],
+        tally: _Tally,
+        shown: set[tuple[str, str]] | None,
+    ) -> None:
+        self.groups, self.spans, self.tally, self.shown = groups, spans, tally, shown
+
+    def __len__(self) -> int:
+        return len(self.groups) * len(self.spans)
+
+    @overload
+    def __getitem__(self, index: int) -> LevelRow: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[LevelRow]: ...
+
+    def __getitem__(self, index: int | slice) -> LevelRow | list[LevelRow]:
+        if isinstance(index, slice):
+            return [self._row(position) for position in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self._row(index)
+
+    def _row(self, position: int) -> LevelRow:
+        group_position, period = divmod(position, len(self.spans))
+        (cluster, group), group_index = self.groups[group_position]
+        period_start, period_end = self.spans[period]
+        level = self.tally.row(group_index, period, group, cluster, period_start, period_end)
+        if self.shown is not None and level.preemptions_by_queue:
+            level.preemptions_by_queue = _hide_queues(
+                level.preemptions_by_queue, cluster, self.shown
+            )
+        return level
+
+
+class _Tally:
+    """The figures of every (group, period) cell, gathered from the records' arrays."""
+
+    def __init__(self, groups: int, spans: list[tuple[datetime, datetime]]) -> None:
+        self.periods = len(spans)
+        cells = groups * self.periods
+        self.start = spans[0][0].timestamp()
+        self.ends = np.array([stop.timestamp() for _, stop in spans], dtype=float)
+        self.waits = _Sorted(cells)
+        self.delays = _Sorted(cells)
+        self.pending = np.zeros(cells, dtype=np.int64)
+        self.oldest_queued = np.full(cells, math.inf)
+        # Evictions are few: their rows, by cell.
+        self.evicted: dict[int, list[tuple[Any, ...]]] = {}
+
+    def _period(self, moments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The period index of each moment and whether it falls inside the range."""
+        index = np.searchsorted(self.ends, moments, side="left")
+        inside = (moments > self.start) & (index < self.periods)  # NaN compares False
+        return index, inside
+
+    def add(self, group_of: np.ndarray, t: dict[str, np.ndarray]) -> None:
+        queued, admitted, running = t["queued_at"], t["admitted_at"], t["running_at"]
+        base = group_of * self.periods
+        index, inside = self._period(admitted)
+        self.waits.put(base[inside] + index[inside], np.maximum(admitted - queued, 0.0)[inside])
+        ran = inside & ~np.isnan(running)
+        self.delays.put(base[ran] + index[ran], np.maximum(running - admitted, 0.0)[ran])
+        # Pending at every period end b with queued <= b < the first of admitted/evicted/finished.
+        stops = np.fmin(np.fmin(admitted, t["evicted_at"]), t["finished_at"])
+        stops = np.where(np.isnan(stops), math.inf, stops)
+        first = np.searchsorted(self.ends, queued, side="left")
+        last = np.searchsorted(self.ends, stops, side="left")
+        for row in np.flatnonzero(last > first):
+            cells = slice(int(base[row] + first[row]), int(base[row] + last[row]))
+            self.pending[cells] += 1
+            np.minimum(self.oldest_queued[cells], queued[row], out=self.oldest_queued[cells])
+
+    def add_evictions(
+        self, rows: list[tuple[Any, ...]], keys: dict[tuple[Any, ...], int], width: int
+    ) -> None:
+        """The evictions in the range (group columns, then ``_EVICTION``), each in its group's
+        cell of the period holding it."""
+        if not rows:
+            return
+        index, inside = self._period(np.array([row[-1] for row in rows], dtype=float))
+        for position, row in enumerate(rows):
+            group = keys.get(row[:width])
+            if group is None or not inside[position]:
+                continue
+            cell = group * self.periods + int(index[position])
+            self.evicted.setdefault(cell, []).append(row[width:])
+
+    def row(
+        self,
+        group_index: int,
+        period: int,
+        group: str,
+        cluster: str,
+        start: datetime,
+        end: datetime,
+    ) -> LevelRow:
+        cell = group_index * self.periods + period
+        level = LevelRow(group=group, cluster=cluster, period_start=start, period_end=end)
+        level.pending_at_end = int(self.pending[cell])
+        oldest = float(self.oldest_queued[cell])
+        if oldest != math.inf:
+            level.oldest_pending_seconds = end.timestamp() - oldest
+        waits = self.waits.stats()
+        level.admissions = int(waits["count"][cell])
+        if level.admissions:
+            level.wait_seconds_p50 = _value(waits["p50"], cell)
+            level.wait_seconds_p90 = _value(waits["p90"], cell)
+            level.wait_seconds_p95 = _value(waits["p95"], cell)
+            level.wait_seconds_max = _value(waits["max"], cell)
+            level.wait_seconds_mean = _value(waits["mean"], cell)
+        delays = self.delays.stats()
+        if delays["count"][cell]:
+            level.running_delay_seconds_p50 = _value(delays["p50"], cell)
+            level.running_delay_seconds_p95 = _value(delays["p95"], cell)
+        for evicted in self.evicted.get(cell, ()):
+            _count_eviction(level, evicted)
+        return level
+
+
+class _Sorted:
+    """Values per cell; once all are in, each cell's count, nearest-rank percentiles, maximum and
+    mean, for every cell at once (NaN where a cell has no value)."""
+
+    def __init__(self, cells: int) -> None:
+        self.cells = cells
+        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self._stats: dict[str, np.ndarray] | None = None
+
+    def put(self, cells: np.ndarray, values: np.ndarray) -> None:
+        self.parts.append((cells, values))
+        self._stats = None
+
+    def stats(self) -> dict[str, np.ndarray]:
+        if self._stats is None:
+            self._stats = self._compute()
+        return self._stats
+
+    def _compute(self) -> dict[str, np.ndarray]:
+        cells = np.concatenate([part[0] for part in self.parts] or [np.zeros(0, np.int64)])
+        values = np.concatenate([part[1] for part in self.parts] or [np.zeros(0)])
+        order = np.lexsort((values, cells))
+        values = values[order]
+        bounds = np.searchsorted(cells[order], np.arange(self.cells + 1), side="left")
+        lower, count = bounds[:-1], np.diff(bounds)
+        stats: dict[str, np.ndarray] = {"count": count}
+        if not len(values):
+            for name in (*PERCENTILES, "max", "mean"):
+                stats[name] = np.full(self.cells, np.nan)
+            return stats
+        some = count > 0
+        for name, q in PERCENTILES.items():
+            # Nearest rank: the value at rank ceil(q * n), 1-based (servicelevels.stats); cells
+            # without values point anywhere valid and are masked.
+            rank = np.maximum(np.ceil(q * count).astype(np.int64), 1)
+            at = np.minimum(lower + rank - 1, len(values) - 1)
+            stats[name] = np.where(some, values[at], np.nan)
+        stats["max"] = np.where(some, values[np.maximum(bounds[1:] - 1, 0)], np.nan)
+        owners = np.repeat(np.arange(self.cells), count)
+        sums = np.bincount(owners, weights=values, minlength=self.cells)
+        stats["mean"] = np.where(some, sums / np.maximum(count, 1), np.nan)
+        return stats
+
+
+PERCENTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95}
+
+
+def _value(array: np.ndarray, cell: int) -> float | None:
+    value = float(array[cell])
+    return None if math.isnan(value) else value
 
 
 def visible_queue_names(team_ids: Iterable[int]) -> set[tuple[str, str]]:
@@ -261,78 +439,20 @@ def _hide_queues(
     return out
 
 
-def _period(moment: datetime | None, start: datetime, ends: list[datetime]) -> int | None:
-    """The index of the period ``(a, b]`` holding ``moment``, or None outside the range."""
-    if moment is None or moment <= start:
-        return None
-    index = bisect_left(ends, moment)
-    return index if index < len(ends) else None
-
-
-def _add(tally: _Tally, row: tuple[Any, ...], start: datetime, ends: list[datetime]) -> None:
-    queued, admitted = row[_QUEUED], row[_ADMITTED]
-    index = _period(admitted, start, ends)
-    if index is not None:
-        tally.waits[index].append(max((admitted - queued).total_seconds(), 0.0))
-        if row[_RUNNING] is not None:
-            tally.delays[index].append(max((row[_RUNNING] - admitted).total_seconds(), 0.0))
-    index = _period(row[_EVICTED], start, ends)
-    if index is not None:
-        tally.rows.append((index, row))
-    # Pending at every period end b with queued <= b < the first of admitted/evicted/finished.
-    stops = [moment for moment in (admitted, row[_EVICTED], row[_FINISHED]) if moment is not None]
-    first = bisect_left(ends, queued)
-    last = bisect_left(ends, min(stops)) if stops else len(ends)
-    for index in range(first, last):
-        tally.pending[index] += 1
-        oldest = tally.oldest_queued[index]
-        if oldest is None or queued < oldest:
-            tally.oldest_queued[index] = queued
-
-
-def _figures(
-    group: str,
-    cluster: str,
-    start: datetime,
-    end: datetime,
-    tally: _Tally,
-    index: int,
-) -> LevelRow:
-    level = LevelRow(group=group, cluster=cluster, period_start=start, period_end=end)
-    level.pending_at_end = tally.pending[index]
-    oldest = tally.oldest_queued[index]
-    level.oldest_pending_seconds = None if oldest is None else (end - oldest).total_seconds()
-    for row_index, row in tally.rows:
-        if row_index != index:
-            continue
-        reason = row[_EVICTION_REASON] or EvictionReason.OTHER
-        level.evictions[reason] = level.evictions.get(reason, 0) + 1
-        if reason == EvictionReason.PREEMPTED:
-            _count_preemption(level, row)
-    waits = tally.waits[index]
-    level.admissions = len(waits)
-    if waits:
-        waits.sort()
-        level.wait_seconds_p50 = nearest_rank(waits, 0.50)
-        level.wait_seconds_p90 = nearest_rank(waits, 0.90)
-        level.wait_seconds_p95 = nearest_rank(waits, 0.95)
-        level.wait_seconds_max = waits[-1]
-        level.wait_seconds_mean = sum(waits) / len(waits)
-    delays = tally.delays[index]
-    if delays:
-        delays.sort()
-        level.running_delay_seconds_p50 = nearest_rank(delays, 0.50)
-        level.running_delay_seconds_p95 = nearest_rank(delays, 0.95)
-    return level
-
-
-def _count_preemption(level: LevelRow, row: tuple[Any, ...]) -> None:
+def _count_eviction(level: LevelRow, row: tuple[Any, ...]) -> None:
+    """One eviction row (``_EVICTION``): by reason, and a preemption's reason, queue and the
+    GPU time its run lost."""
+    gpus, reason, preemption_reason, preempting_queue, running, evicted = row
+    reason = reason or EvictionReason.OTHER
+    level.evictions[reason] = level.evictions.get(reason, 0) + 1
+    if reason != EvictionReason.PREEMPTED:
+        return
     level.preemptions += 1
-    reason = row[_PREEMPTION_REASON] or "Other"
-    level.preemptions_by_reason[reason] = level.preemptions_by_reason.get(reason, 0) + 1
-    by = row[_PREEMPTING_QUEUE] or ""
+    preemption_reason = preemption_reason or "Other"
+    level.preemptions_by_reason[preemption_reason] = (
+        level.preemptions_by_reason.get(preemption_reason, 0) + 1
+    )
+    by = preempting_queue or ""
     level.preemptions_by_queue[by] = level.preemptions_by_queue.get(by, 0) + 1
-    running, evicted = row[_RUNNING], row[_EVICTED]
     if running is not None and evicted > running:
-        held = (evicted - running).total_seconds() / 3600.0
-        level.preempted_gpu_hours += float(row[_GPUS] or 0.0) * held
+        level.preempted_gpu_hours += float(gpus or 0.0) * (evicted - running) / 3600.0

@@ -107,4 +107,7 @@ class QueueLevelsSerializer(serializers.Serializer):
     end = serializers.DateTimeField()
     group_by = serializers.CharField()
     step = serializers.CharField()
-    rows = LevelRowSerializer(many=True)
+    count = serializers.IntegerField(help_text="Rows in all pages.")
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    rows = LevelRowSerializer(many=True, help_text="Ordered by cluster, group, then period.")

@@ -28,6 +28,7 @@ from rest_framework.views import APIView
 
 from core.api import (
     ApiViewMixin,
+    BoundedLimitOffsetPagination,
     ParameterError,
     QueryFormatNegotiation,
     parameter_error_response_schema,
@@ -216,8 +217,20 @@ LEVEL_PARAMETERS = [
         default="none",
         description=f"none, or UTC hours (ranges up to {MAX_HOUR_STEP_DAYS} days) or days.",
     ),
+    OpenApiParameter(
+        "limit", OpenApiTypes.INT, description="Rows per page (default 1,000, at most 10,000)."
+    ),
+    OpenApiParameter("offset", OpenApiTypes.INT, description="The first row of the page."),
 ]
 LEVEL_FIELDS = list(LevelRowSerializer().fields)
+
+
+class LevelPagination(BoundedLimitOffsetPagination):
+    """Rows of the queue-levels answer: a month of 1,000 queues by day is 30,000 rows, so they
+    come a page at a time (the CSV is whole)."""
+
+    default_limit = 1000
+    max_limit = 10_000
 
 
 class QueueLevelsView(ApiViewMixin, APIView):
@@ -270,13 +283,18 @@ class QueueLevelsView(ApiViewMixin, APIView):
         if query.output == "csv":
             name = f"queue_levels_{group_by}_{_stamp(query)}_{step}.csv"
             return stream_csv(name, _level_lines(rows))
+        paginator = LevelPagination()
+        page = paginator.paginate_queryset(rows, request, view=self) or []
         return Response(
             {
                 "start": utc_text(query.start),
                 "end": utc_text(query.end),
                 "group_by": group_by,
                 "step": step,
-                "rows": [_level_body(row) for row in rows],
+                "count": paginator.count,
+                "next": paginator.get_next_link(),
+                "previous": paginator.get_previous_link(),
+                "rows": [_level_body(row) for row in page],
             }
         )
 
@@ -288,7 +306,7 @@ def _level_body(row: figures.LevelRow) -> dict[str, Any]:
     return body
 
 
-def _level_lines(rows: list[figures.LevelRow]) -> Iterator[list[Any]]:
+def _level_lines(rows: Iterable[figures.LevelRow]) -> Iterator[list[Any]]:
     yield LEVEL_FIELDS
     for row in rows:
         body = row.as_dict()

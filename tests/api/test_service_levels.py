@@ -218,3 +218,17 @@ def test_a_malformed_workload_filter_is_a_400(world):
 def test_both_endpoints_need_a_signed_in_user(world):
     assert APIClient().get("/api/v1/admissions/", RANGE).status_code in (401, 403)
     assert APIClient().get("/api/v1/queue-levels/", RANGE).status_code in (401, 403)
+
+
+def test_queue_levels_rows_come_a_page_at_a_time_in_order(world):
+    staff = client_for(world["staff"])
+    whole = staff.get("/api/v1/queue-levels/", {**RANGE, "step": "hour"}).json()
+    # Two queues x 48 hours, every period of every group.
+    assert whole["count"] == 96 and len(whole["rows"]) == 96 and whole["next"] is None
+    first = staff.get("/api/v1/queue-levels/", {**RANGE, "step": "hour", "limit": 50}).json()
+    assert first["count"] == 96 and len(first["rows"]) == 50
+    second = staff.get(first["next"]).json()
+    assert len(second["rows"]) == 46 and second["next"] is None
+    assert first["rows"] + second["rows"] == whole["rows"]
+    keys = [(row["group"], row["period_start"]) for row in whole["rows"]]
+    assert keys == sorted(keys)
