@@ -25,6 +25,7 @@ from tests.deploy.rendering import (
     one,
     pod_spec,
     render,
+    render_dir,
     rules_of,
     with_components,
     workloads,
@@ -187,12 +188,15 @@ def dockerfile_cmd() -> list[str]:
     return json.loads(match.group(1))
 
 
-def test_one_image_for_every_container_set_by_kustomize_images() -> None:
-    objects = render("read-only")
-    images = {c["image"] for o in workloads(objects) for c in containers(o)}
-
-    # The base names the image "gpu-ledger"; the images entry replaces it everywhere.
-    assert images == {"registry.example.com/gpu-ledger:1.0.0"}
+def test_one_image_for_every_container_set_by_each_overlays_images() -> None:
+    base = render_dir(str(KUSTOMIZE / "base"))
+    # The base names one image, gpu-ledger; only an overlay's `images` entry says which it is,
+    # so `kustomize edit set image gpu-ledger=...` in an overlay reaches every container.
+    assert {c["image"] for o in workloads(base) for c in containers(o)} == {"gpu-ledger"}
+    for overlay in OVERLAYS:
+        objects = render(overlay)
+        images = {c["image"] for o in workloads(objects) for c in containers(o)}
+        assert images == {"registry.example.com/gpu-ledger:1.0.0"}
 
 
 def test_web_runs_gunicorn_as_the_dockerfile_does() -> None:
