@@ -11,6 +11,7 @@ import subprocess
 import sys
 from typing import Any
 
+from fleet.secrets import validate_secret_env_name
 from tests.config.test_settings_source import parse, settings_modules, variables_read
 from tests.deploy.rendering import (
     APP_CONTAINERS,
@@ -22,8 +23,11 @@ from tests.deploy.rendering import (
     workloads,
 )
 
-# Not settings: the pod's address, which ALLOWED_HOSTS takes in (web.yaml).
-HELPER_VARIABLES = {"POD_IP"}
+# Not settings: the pod's address, which ALLOWED_HOSTS takes in (web.yaml), and the one
+# Prometheus secret the manifests offer, which the admin names on a cluster (fleet/secrets.py
+# reads GPULEDGER_SECRET_* variables only).
+PROMETHEUS_SECRET = "GPULEDGER_SECRET_PROMETHEUS_TOKEN"
+HELPER_VARIABLES = {"POD_IP", PROMETHEUS_SECRET}
 # Read by the settings of the sign-in and /metrics work (issue 28 items 1 and 4), which land in
 # the settings separately. Until they do, the manifests may reference them only as optional
 # secrets; once the settings read them they count as any other setting.
@@ -86,7 +90,7 @@ def test_the_unread_sibling_secrets_are_optional_references() -> None:
 
 
 def test_secrets_come_only_from_secret_references() -> None:
-    secrets = secret_settings() | SIBLING_SECRETS
+    secrets = secret_settings() | SIBLING_SECRETS | {PROMETHEUS_SECRET}
     assert {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL"} <= secrets
     objects = render("read-only")
 
@@ -125,9 +129,14 @@ def test_web_worker_and_beat_read_the_same_secrets() -> None:
     web_only = {"GPULEDGER_OIDC_CLIENT_SECRET", "GPULEDGER_METRICS_TOKEN"}
 
     assert set(refs["web"]) - set(refs["worker"]) == web_only
-    assert refs["worker"] == refs["beat"]
+    # Beat only publishes tasks: no Prometheus secret (web's live charts and the worker's
+    # collection query Prometheus).
+    assert set(refs["worker"]) - set(refs["beat"]) == {PROMETHEUS_SECRET}
+    assert refs["worker"][PROMETHEUS_SECRET] == ("gpu-ledger-secrets", PROMETHEUS_SECRET, True)
+    assert {k: v for k, v in refs["worker"].items() if k != PROMETHEUS_SECRET} == refs["beat"]
     required = {name for name, (_, _, optional) in refs["worker"].items() if not optional}
     assert required == {"SECRET_KEY", "DATABASE_URL", "CACHE_URL", "CELERY_BROKER_URL"}
+    validate_secret_env_name(PROMETHEUS_SECRET)  # a name the admin accepts
     # The metrics token is the one the ServiceMonitor sends (Secret gpu-ledger-metrics, key token).
     assert refs["web"]["GPULEDGER_METRICS_TOKEN"] == ("gpu-ledger-metrics", "token", True)
     # Everything else: gpu-ledger-secrets, each key named as its variable.
