@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.rendering import ROOT
+from tests.deploy.rendering import ROOT, one, render
 
 
 @pytest.mark.django_db
@@ -108,6 +108,7 @@ def live_database(tmp_path: Path) -> str:
     return url if url.startswith("postgres") else f"sqlite:///{tmp_path / 'ready.sqlite3'}"
 
 
+@pytest.mark.integration
 def test_gunicorn_is_ready_when_its_database_answers(tmp_path: Path) -> None:
     with gunicorn(live_database(tmp_path)) as base:
         status, content_type, body = get(f"{base}/readyz")
@@ -118,6 +119,7 @@ def test_gunicorn_is_ready_when_its_database_answers(tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "dead",
     [
@@ -141,3 +143,36 @@ def test_without_its_database_gunicorn_is_alive_but_not_ready(tmp_path: Path, de
     # A short reason, not the error's text (host names, paths) nor a traceback.
     assert json.loads(body) == {"status": "unavailable", "reason": "database: OperationalError"}
     assert alive[0] == 200 and json.loads(alive[2]) == {"status": "ok"}
+
+
+@pytest.mark.integration
+def test_the_init_containers_check_waits_until_the_jobs_migrate_ran(tmp_path: Path) -> None:
+    # The exact commands of the rendered Job and init containers, on a fresh database.
+    objects = render("read-only")
+    job = one(objects, "Job", "gpu-ledger-migrate")["spec"]["template"]["spec"]
+    web = one(objects, "Deployment", "gpu-ledger-web")["spec"]["template"]["spec"]
+    [migrate] = [c["command"] for c in job["containers"]]
+    [check] = [c["command"] for c in web["initContainers"]]
+    env = {k: v for k, v in os.environ.items() if k in {"PATH", "HOME", "LANG"}}
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.settings",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'fresh.sqlite3'}",
+        CACHE_URL="locmem://",
+    )
+
+    def run(command: list[str]) -> subprocess.CompletedProcess[str]:
+        assert command[0] == "python"
+        return subprocess.run(
+            [sys.executable, *command[1:]],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    assert run(check).returncode != 0, "the check passed on a database never migrated"
+    assert run(migrate).returncode == 0
+    after = run(check)
+    assert after.returncode == 0, after.stdout + after.stderr
