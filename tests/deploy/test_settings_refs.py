@@ -264,3 +264,13 @@ def test_djangos_deployment_checks_pass_for_web() -> None:
     # pod over plain HTTP. That is the one warning.
     found = set(re.findall(r"\((security\.W\d+)\)", result.stdout + result.stderr))
     assert found == {"security.W008"}, result.stderr[-2000:]
+
+
+def test_forwarded_for_is_not_trusted_where_any_pod_can_reach_the_service() -> None:
+    # Any pod may reach the Service directly and write X-Forwarded-For itself (127.0.0.1 to
+    # /metrics, or a new address per login attempt): only the operator who fenced the web pods
+    # off behind the ingress may turn it on.
+    data = settings_map(render("read-only"))
+
+    assert data["GPULEDGER_TRUST_X_FORWARDED_FOR"] == "false"
+    assert data["GPULEDGER_TRUST_X_FORWARDED_PROTO"] == "true"
