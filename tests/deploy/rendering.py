@@ -8,7 +8,6 @@ and whether a set of ClusterRole rules allows it.
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -49,19 +48,14 @@ def render(overlay: str) -> list[dict[str, Any]]:
 
 
 def with_components(tmp_path: Path, overlay: str, *components: str) -> list[dict[str, Any]]:
-    """An overlay with components switched on, as an operator uncommenting them would."""
+    """An overlay with components switched on, as an operator does it: a copy of
+    deploy/kubernetes whose overlay lists them under ``components:``."""
     root = tmp_path / f"{overlay}-{'-'.join(components)}"
-    root.mkdir(parents=True, exist_ok=True)
-    lines = [
-        "apiVersion: kustomize.config.k8s.io/v1beta1",
-        "kind: Kustomization",
-        "resources:",
-        f"  - {os.path.relpath(KUSTOMIZE / 'overlays' / overlay, root)}",
-        "components:",
-        *[f"  - {os.path.relpath(KUSTOMIZE / 'components' / name, root)}" for name in components],
-    ]
-    (root / "kustomization.yaml").write_text("\n".join(lines) + "\n")
-    return list(render_dir(str(root)))
+    shutil.copytree(KUSTOMIZE, root)
+    kustomization = root / "overlays" / overlay / "kustomization.yaml"
+    listed = "".join(f"  - ../../components/{name}\n" for name in components)
+    kustomization.write_text(kustomization.read_text() + "components:\n" + listed)
+    return list(render_dir(str(root / "overlays" / overlay)))
 
 
 def one(objects: Iterable[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
