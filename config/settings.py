@@ -397,6 +397,9 @@ if PROMETHEUS_URL and urlsplit(PROMETHEUS_URL).scheme not in {"http", "https"}:
     raise ImproperlyConfigured(f"PROMETHEUS_URL={PROMETHEUS_URL!r} must be an http(s) URL")
 PROMETHEUS_TIMEOUT_SECONDS = env_float("PROMETHEUS_TIMEOUT_SECONDS", 30.0)
 KUBECONFIG = env_str("KUBECONFIG", "")
+# The cluster created on first use reads its API server with the pod's service account (the
+# in-cluster deployment, deploy/kubernetes/) instead of a kubeconfig.
+GPULEDGER_KUBE_IN_CLUSTER = env_bool("GPULEDGER_KUBE_IN_CLUSTER", False)
 GPULEDGER_KUBE_CONTEXT = env_str("GPULEDGER_KUBE_CONTEXT", "")
 GPULEDGER_CLUSTER_NAME = env_str("GPULEDGER_CLUSTER_NAME", "default")
 

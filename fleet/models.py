@@ -24,10 +24,12 @@ class ClusterQuerySet(models.QuerySet["Cluster"]):
         """The cluster named by GPULEDGER_CLUSTER_NAME, created from the environment on first use.
 
         A single-cluster install needs no admin step: PROMETHEUS_URL and/or KUBECONFIG (with
-        GPULEDGER_KUBE_CONTEXT) describe it. Once the row exists, the admin owns it: the
+        GPULEDGER_KUBE_CONTEXT) or GPULEDGER_KUBE_IN_CLUSTER (the pod's service account) describe
+        it. Once the row exists, the admin owns it: the
         environment never overwrites what was edited there. Returns None when neither is set.
         """
-        if not settings.PROMETHEUS_URL and not settings.KUBECONFIG:
+        in_cluster = settings.GPULEDGER_KUBE_IN_CLUSTER
+        if not settings.PROMETHEUS_URL and not settings.KUBECONFIG and not in_cluster:
             return None
         cluster, _ = self.get_or_create(
             name=settings.GPULEDGER_CLUSTER_NAME,
@@ -35,8 +37,9 @@ class ClusterQuerySet(models.QuerySet["Cluster"]):
                 "prometheus_url": settings.PROMETHEUS_URL,
                 "prometheus_timeout_seconds": settings.PROMETHEUS_TIMEOUT_SECONDS,
                 "kube_context": settings.GPULEDGER_KUBE_CONTEXT,
+                "kube_in_cluster": in_cluster,
                 "collect_enabled": bool(settings.PROMETHEUS_URL),
-                "sync_enabled": bool(settings.KUBECONFIG),
+                "sync_enabled": bool(settings.KUBECONFIG) or in_cluster,
             },
         )
         return cluster

@@ -181,6 +181,7 @@ POLICY: dict[str, Policy] = {
     "login": Policy(PUBLIC, own=lambda w: [url("login")]),
     "logout": Policy(PUBLIC, own=lambda w: [url("logout")]),
     "healthz": Policy(PUBLIC, own=lambda w: [url("healthz")]),
+    "readyz": Policy(PUBLIC, own=lambda w: [url("readyz")]),
     "favicon": Policy(PUBLIC, own=lambda w: [url("favicon")]),
     # --- The Django admin: staff only, whatever GPULEDGER_TEAM_VISIBILITY says.
     "admin:*": Policy(
