@@ -32,7 +32,8 @@ def test_the_demo_has_waits_a_preemption_and_a_breached_objective(
     assert first.cluster_queue_name == "speech"
     assert first.preempting_cluster_queue_name == "vision"
     assert first.preempted_by_path.split("/")[1].startswith("job-vit-huge-pretrain")
-    assert second.queued_at >= first.evicted_at and second.admitted_at is not None
+    assert first.evicted_at is not None and second.admitted_at is not None
+    assert second.queued_at >= first.evicted_at
 
     # corpus-dedup arrives an hour after search-reindex took batch's A100 quota, and is admitted
     # when the re-index ends (its 6 hours after its own admission): a wait of hours.
