@@ -8,12 +8,14 @@ events the test sends, and every wait is computed by hand.
 from __future__ import annotations
 
 import copy
+import io
 import logging
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.core.management import CommandError, call_command
 
 from quotas.sync import sync_cluster
 from servicelevels.build import BuildResult, Step, build_records, derive_attempts
@@ -180,6 +182,18 @@ def test_a_second_sync_changes_nothing(kube_api, kube_cluster, django_capture_on
     again = build_records(kube_cluster)
     assert (again.created, again.updated) == (0, 0)
     assert snapshot() == before
+
+
+def test_the_command_builds_records_for_workloads_stored_before_them(kube_api, kube_cluster):
+    sync_cluster(kube_cluster.pk)  # outside a commit hook: no records yet
+    assert not AdmissionRecord.objects.exists()
+    out = io.StringIO()
+    call_command("build_admission_records", "--cluster", kube_cluster.name, stdout=out)
+    assert "18 records created" in out.getvalue()
+    (c1,) = attempts(C1)
+    assert (c1.wait_seconds, c1.source) == (41.0, "conditions")
+    with pytest.raises(CommandError):
+        call_command("build_admission_records", "--cluster", "nowhere")
 
 
 # --- each eviction kind, and what the conditions cannot say ---------------------------------------

@@ -226,3 +226,12 @@ def test_levels_use_the_metrics_before_the_first_record(prom_cluster):
     assert [(r.group, r.admissions) for r in by_lq] == [("team-a/team-a-queue", 4)]
     # Team visibility: a user of no team sees no metrics rows of alpha's queue.
     assert [r for r in levels(hour(1), hour(3), teams=[]) if r.source == "metrics"] == []
+
+
+def test_the_task_fills_the_range_and_resumes_after_the_newest_hour(prom_cluster):
+    from servicelevels.tasks import fill_queue_metrics
+
+    written = fill_queue_metrics(prom_cluster.pk, T0.isoformat(), END.isoformat())
+    assert written == QueueMetricsHour.objects.filter(cluster=prom_cluster).count() > 0
+    assert fill_queue_metrics(prom_cluster.pk, T0.isoformat(), END.isoformat()) == 0
+    assert fill_queue_metrics(prom_cluster.pk, "not a time", END.isoformat()) == 0
