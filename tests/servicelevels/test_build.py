@@ -216,6 +216,14 @@ KINDS = [
         ],
     ),
     variant(
+        "lq-stopped",
+        [
+            condition("QuotaReserved", "False", "Pending", "2026-08-22T11:41:30Z"),
+            condition("Evicted", "True", "LocalQueueStopped", "2026-08-22T11:41:30Z"),
+            condition("Requeued", "True", "LocalQueueStopped", "2026-08-22T11:41:30Z"),
+        ],
+    ),
+    variant(
         "admission-check",
         [
             condition("QuotaReserved", "False", "Pending", "2026-08-22T11:42:01Z"),
@@ -283,6 +291,9 @@ def test_each_eviction_kind_from_the_conditions(
     assert stopped.eviction_reason == "ClusterQueueStopped"
     assert requeued.queued_at == at("2026-08-22T11:41:00Z")
 
+    lq_stopped, _ = one("lq-stopped")
+    assert lq_stopped.eviction_reason == "LocalQueueStopped"
+
     check, backoff = one("admission-check")
     assert (check.attempt, check.eviction_reason) == (1, "AdmissionCheck")
     assert backoff.queued_at == at("2026-08-22T11:42:01Z")
@@ -312,6 +323,7 @@ def test_each_eviction_kind_from_the_conditions(
     assert batch.evictions == {
         "Deactivated": 1,
         "ClusterQueueStopped": 1,
+        "LocalQueueStopped": 1,
         "AdmissionCheck": 1,
         "Other": 1,
     }
