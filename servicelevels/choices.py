@@ -46,3 +46,10 @@ class SloStatistic(models.TextChoices):
     P90 = "p90", "p90"
     P95 = "p95", "p95"
     MAX = "max", "max"
+
+
+class MetricsScope(models.TextChoices):
+    """What an hour of Kueue's metrics describes: a ClusterQueue or a LocalQueue."""
+
+    CLUSTER_QUEUE = "cluster_queue", "ClusterQueue"
+    LOCAL_QUEUE = "local_queue", "LocalQueue"

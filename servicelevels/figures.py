@@ -17,28 +17,45 @@ For a group (ClusterQueue, LocalQueue, cohort, team or priority class) and a per
 Visibility is the caller's: pass the teams a user may see (None = every team, admins only;
 records of no team are then shown too). A preempting ClusterQueue of a team the user may not
 see is counted under ``HIDDEN_QUEUE``, never named.
+
+Periods before a cluster's first record (they end at or before its earliest ``queued_at``, or the
+cluster has no record) come from Kueue's metrics (``QueueMetricsHour``) where those hours are
+stored, with ``source = "metrics"``: whole UTC hours inside the period, grouped by ClusterQueue,
+LocalQueue, or the ClusterQueue's cohort or team as the queues are configured now (no priority
+class: the metrics do not say it). ``admissions`` and ``evictions`` are the counters'; the wait
+percentiles are Prometheus's ``histogram_quantile`` for one queue's hour, and for a longer period
+or several queues the same interpolation over the summed buckets (bucket resolution); the mean is
+the histograms' sum / count. ``preemptions`` are the Preempted evictions, and
+``preemptions_made`` the workloads the group's queues preempted (Kueue counts preemptions by the
+preempting queue). What the metrics cannot know is None: the maximum wait, the running delay,
+pending at the end and its oldest age, preempted GPU-hours.
 """
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, overload
 
 import numpy as np
+from django.core.exceptions import EmptyResultSet
 from django.db import connections
 from django.db.models import Q, QuerySet
 
 from core.epoch import EpochSeconds
 from core.timewindows import floor_time
+from quotas.models import ClusterQueue, LocalQueue
 from servicelevels.choices import EvictionReason
-from servicelevels.models import AdmissionRecord
+from servicelevels.metrics import HOUR, bucket_quantile
+from servicelevels.models import AdmissionRecord, QueueMetricsHour
 
 GROUP_BY = ("cluster_queue", "local_queue", "cohort", "team", "priority_class")
 STEPS = ("none", "hour", "day")
 SOURCE_RECORDS = "records"
+SOURCE_METRICS = "metrics"
 # What a viewer who may not see the preempting queue's team reads in its place.
 HIDDEN_QUEUE = "(another team)"
 
@@ -61,14 +78,15 @@ class LevelRow:
     wait_seconds_mean: float | None = None
     running_delay_seconds_p50: float | None = None
     running_delay_seconds_p95: float | None = None
-    pending_at_end: int = 0
+    pending_at_end: int | None = 0
     oldest_pending_seconds: float | None = None
     evictions: dict[str, int] = field(default_factory=dict)
     preemptions: int = 0
     preemptions_by_reason: dict[str, int] = field(default_factory=dict)
     preemptions_by_queue: dict[str, int] = field(default_factory=dict)
-    preempted_gpu_hours: float = 0.0
+    preempted_gpu_hours: float | None = 0.0
     source: str = SOURCE_RECORDS
+    preemptions_made: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +110,7 @@ class LevelRow:
             "preemptions_by_queue": dict(self.preemptions_by_queue),
             "preempted_gpu_hours": self.preempted_gpu_hours,
             "source": self.source,
+            "preemptions_made": dict(self.preemptions_made),
         }
 
 
@@ -162,7 +181,10 @@ def records(
 def _read(queryset: QuerySet[Any, Any]) -> list[tuple[Any, ...]]:
     """The value tuples of ``queryset`` straight from the database cursor: the columns are
     floats, ids and text, which need none of the ORM's per-row conversions."""
-    sql, params = queryset.query.sql_with_params()
+    try:
+        sql, params = queryset.query.get_compiler(queryset.db).as_sql()
+    except EmptyResultSet:  # e.g. a filter on no teams: nothing to read
+        return []
     with connections[queryset.db].cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
@@ -181,7 +203,7 @@ def levels(
     step: str = "none",
     cluster: str | None = None,
     teams: Iterable[int] | None = None,
-) -> Levels:
+) -> Sequence[LevelRow]:
     """The figures per group and period, ordered by cluster, group, then period.
 
     One read of the records, then arrays: each admission and eviction lands in the period that
@@ -189,14 +211,14 @@ def levels(
     per (group, period) once, and each percentile is an index into its run of sorted waits; a
     record counts as pending at every period end between its queueing and its admission,
     eviction or finish. The rows are built when read (``Levels`` is a sequence), so a page of
-    them costs only its own rows.
+    them costs only its own rows; periods answered from Kueue's metrics make it a plain list.
     """
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}")
     spans = periods(start, end, step)
     team_ids = None if teams is None else list(teams)
     if not spans:
-        return Levels([], [], _Tally(0, [(start, end)]), None)
+        return []
     # No ORDER BY: the model's ordering would join and sort every record for nothing.
     base = records(start, end, cluster=cluster, teams=team_ids).order_by().annotate(**_EPOCHS)
     columns = _GROUP_COLUMNS[group_by]
@@ -217,7 +239,18 @@ def levels(
         )
     labelled = sorted((names.label(key), index) for key, index in keys.items())
     shown = None if team_ids is None else visible_queue_names(team_ids)
-    return Levels(labelled, spans, tally, shown)
+    from_records = Levels(labelled, spans, tally, shown)
+    from_metrics = _metrics_rows(spans, group_by, cluster, team_ids)
+    if not from_metrics:
+        return from_records
+    # Hours before the install: the metrics' rows replace the records' (empty) ones.
+    taken = {(row.cluster, row.group, row.period_start) for row in from_metrics}
+    merged = [
+        row for row in from_records if (row.cluster, row.group, row.period_start) not in taken
+    ]
+    merged.extend(from_metrics)
+    merged.sort(key=lambda row: (row.cluster, row.group, row.period_start))
+    return merged
 
 
 class _Names:
@@ -420,6 +453,109 @@ def _value(array: np.ndarray, cell: int) -> float | None:
     return None if math.isnan(value) else value
 
 
+def _metrics_rows(
+    spans: list[tuple[datetime, datetime]],
+    group_by: str,
+    cluster: str | None,
+    teams: Iterable[int] | None,
+) -> list[LevelRow]:
+    """Rows from Kueue's metrics for the periods before each cluster's first record."""
+    if group_by == "priority_class":
+        return []
+    scope = "local_queue" if group_by == "local_queue" else "cluster_queue"
+    hours = QueueMetricsHour.objects.filter(
+        scope=scope, hour__gte=spans[0][0] - HOUR, hour__lt=spans[-1][1]
+    )
+    if cluster:
+        hours = hours.filter(cluster__name=cluster)
+    rows = list(hours.select_related("cluster").order_by("hour"))
+    if not rows:
+        return []
+    cluster_ids = {row.cluster_id for row in rows}
+    queues: dict[tuple[int, str], dict[str, Any]] = {
+        (q["cluster_id"], q["name"]): dict(q)
+        for q in ClusterQueue.objects.filter(cluster_id__in=cluster_ids).values(
+            "cluster_id", "name", "cohort_name", "team_id", "team__name"
+        )
+    }
+    lq_queue = {
+        (lq["cluster_id"], f"{lq['namespace']}/{lq['name']}"): lq["cluster_queue_name"]
+        for lq in LocalQueue.objects.filter(cluster_id__in=cluster_ids).values(
+            "cluster_id", "namespace", "name", "cluster_queue_name"
+        )
+    }
+    cutover: dict[int, datetime | None] = {}
+    for cid in cluster_ids:
+        cutover[cid] = (
+            AdmissionRecord.objects.filter(cluster_id=cid)
+            .order_by("queued_at")
+            .values_list("queued_at", flat=True)
+            .first()
+        )
+    allowed = None if teams is None else set(teams)
+    grouped: dict[tuple[str, str], list[QueueMetricsHour]] = defaultdict(list)
+    for row in rows:
+        cq_name = row.name if scope == "cluster_queue" else lq_queue.get((row.cluster_id, row.name))
+        queue = queues.get((row.cluster_id, cq_name or ""), {})
+        if allowed is not None and queue.get("team_id") not in allowed:
+            continue
+        if group_by in ("cluster_queue", "local_queue"):
+            group = row.name
+        elif group_by == "cohort":
+            group = queue.get("cohort_name") or ""
+        else:
+            group = queue.get("team__name") or ""
+        grouped[(row.cluster.name, group)].append(row)
+    out: list[LevelRow] = []
+    for (cluster_name, group), members in sorted(grouped.items()):
+        first = cutover.get(members[0].cluster_id)
+        for start, end in spans:
+            if first is not None and end > first:
+                continue
+            inside = [m for m in members if m.hour >= start and m.hour + HOUR <= end]
+            if inside:
+                out.append(_metrics_figures(group, cluster_name, start, end, inside))
+    return out
+
+
+def _metrics_figures(
+    group: str, cluster: str, start: datetime, end: datetime, hours: list[QueueMetricsHour]
+) -> LevelRow:
+    level = LevelRow(
+        group=group,
+        cluster=cluster,
+        period_start=start,
+        period_end=end,
+        source=SOURCE_METRICS,
+        pending_at_end=None,
+        preempted_gpu_hours=None,
+    )
+    level.admissions = sum(h.admissions for h in hours)
+    count = sum(h.wait_count for h in hours)
+    if count > 0:
+        level.wait_seconds_mean = sum(h.wait_seconds_sum for h in hours) / count
+    if len(hours) == 1:
+        (only,) = hours
+        level.wait_seconds_p50 = only.wait_seconds_p50
+        level.wait_seconds_p90 = only.wait_seconds_p90
+        level.wait_seconds_p95 = only.wait_seconds_p95
+    else:
+        buckets: dict[str, float] = defaultdict(float)
+        for h in hours:
+            for le, n in (h.wait_buckets or {}).items():
+                buckets[le] += float(n)
+        level.wait_seconds_p50 = bucket_quantile(0.50, buckets)
+        level.wait_seconds_p90 = bucket_quantile(0.90, buckets)
+        level.wait_seconds_p95 = bucket_quantile(0.95, buckets)
+    for h in hours:
+        for reason, n in (h.evictions or {}).items():
+            level.evictions[reason] = level.evictions.get(reason, 0) + int(n)
+        for reason, n in (h.preemptions_made or {}).items():
+            level.preemptions_made[reason] = level.preemptions_made.get(reason, 0) + int(n)
+    level.preemptions = level.evictions.get(EvictionReason.PREEMPTED, 0)
+    return level
+
+
 def visible_queue_names(team_ids: Iterable[int]) -> set[tuple[str, str]]:
     """(cluster, ClusterQueue name) of the queues of these teams."""
     from quotas.models import ClusterQueue
@@ -455,4 +591,5 @@ def _count_eviction(level: LevelRow, row: tuple[Any, ...]) -> None:
     by = preempting_queue or ""
     level.preemptions_by_queue[by] = level.preemptions_by_queue.get(by, 0) + 1
     if running is not None and evicted > running:
-        level.preempted_gpu_hours += float(gpus or 0.0) * (evicted - running) / 3600.0
+        lost = float(gpus or 0.0) * (evicted - running) / 3600.0
+        level.preempted_gpu_hours = (level.preempted_gpu_hours or 0.0) + lost

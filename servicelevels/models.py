@@ -2,7 +2,13 @@ from __future__ import annotations
 
 from django.db import models
 
-from servicelevels.choices import EvictionReason, PreemptionReason, RecordSource, SloStatistic
+from servicelevels.choices import (
+    EvictionReason,
+    MetricsScope,
+    PreemptionReason,
+    RecordSource,
+    SloStatistic,
+)
 
 
 class AdmissionRecord(models.Model):
@@ -156,3 +162,53 @@ class QueueSLO(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_queue}: {self.statistic} wait <= {self.max_wait_seconds} s"
+
+
+class QueueMetricsHour(models.Model):
+    """One hour of one queue as Kueue's own metrics tell it: the hours before the records.
+
+    Read from Prometheus per UTC hour ``(hour, hour + 1h]``: ``admissions`` from
+    ``kueue_admitted_workloads_total`` (a LocalQueue: its wait histogram's count), the wait
+    percentiles from ``histogram_quantile`` of ``kueue_admission_wait_time_seconds`` (a LocalQueue:
+    ``kueue_local_queue_admission_wait_time_seconds``), so they have the buckets' resolution;
+    ``wait_buckets`` keeps the hour's bucket counts (upper bound -> cumulative count) so longer
+    periods and groups of queues are computed from summed buckets. ``evictions`` from
+    ``kueue_evicted_workloads_total`` by reason; ``preemptions_made`` from
+    ``kueue_preempted_workloads_total``, which counts by the *preempting* queue.
+    Counters are ``increase()`` over the hour, rounded to whole workloads.
+    """
+
+    cluster = models.ForeignKey(
+        "fleet.Cluster", related_name="queue_metrics_hours", on_delete=models.CASCADE
+    )
+    scope = models.CharField(max_length=16, choices=MetricsScope.choices)
+    name = models.CharField(
+        max_length=507, help_text="The ClusterQueue, or the LocalQueue as namespace/name."
+    )
+    hour = models.DateTimeField(help_text="Start of the UTC hour; the hour is (hour, hour + 1h].")
+    admissions = models.PositiveIntegerField(default=0)
+    wait_seconds_p50 = models.FloatField(null=True, blank=True)
+    wait_seconds_p90 = models.FloatField(null=True, blank=True)
+    wait_seconds_p95 = models.FloatField(null=True, blank=True)
+    wait_seconds_mean = models.FloatField(null=True, blank=True)
+    wait_seconds_sum = models.FloatField(default=0.0)
+    wait_count = models.FloatField(default=0.0)
+    wait_buckets = models.JSONField(default=dict, blank=True)
+    evictions = models.JSONField(default=dict, blank=True)
+    preemptions_made = models.JSONField(
+        default=dict, blank=True, help_text="{reason: n} of workloads this queue preempted."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster", "scope", "name", "hour"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "scope", "name", "hour"], name="servicelevels_metrics_hour"
+            ),
+        ]
+        indexes = [models.Index(fields=["cluster", "hour"], name="servicelevels_metrics_at")]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.name} @ {self.hour:%Y-%m-%d %H:00}"

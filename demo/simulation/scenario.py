@@ -7,6 +7,8 @@ About 32 nodes × 8 GPUs, two cohorts, six teams:
 * a team (``nlp``) borrowing above its quota for hours with a large pre-training gang;
 * (with two days or more) a low-priority ``speech`` job borrowing ``vision``'s idle quota,
   preempted when ``vision`` reclaims it, re-admitted when capacity frees;
+* ``batch``'s A100 quota filled by a re-index gang while a dedup job waits hours for it (the
+  day the demo's queue objective on ``batch`` is breached);
 * an idle notebook holding an A100 for days, a serving deployment that is "busy but not working"
   (GPU_UTIL high, SM_ACTIVE low), a ghost reservation (admitted, no pods), a node whose
   dcgm-exporter stopped reporting, and A100 nodes that export GR_ENGINE_ACTIVE but not SM_ACTIVE;
@@ -333,6 +335,12 @@ class SimFleet:
         vision = self._add("vision", "Job", "vit-huge-pretrain", 3, 8, "h100",
                            "research-default", mid + timedelta(hours=4), 6, 0.77)  # fmt: skip
         speech.evicted_by = vision
+        # batch's A100 quota (32, no borrowing) taken by a re-index gang: the dedup job that
+        # arrives an hour later waits for quota until it ends (the queue's slow day).
+        self._add("batch", "Job", "search-reindex", 3, 8, "a100", "batch-high",
+                  s + timedelta(days=days * 0.25), 6, 0.64)  # fmt: skip
+        self._add("batch", "Job", "corpus-dedup", 2, 8, "a100", "batch-high",
+                  s + timedelta(days=days * 0.25, hours=1), 3, 0.58)  # fmt: skip
         # A ghost reservation: admitted an hour ago, its pods never started.
         self._add("platform", "Job", "backfill-embeddings", 1, 4, "a100", "batch-high",
                   e - timedelta(minutes=70), ever, 0.0, ghost=True)  # fmt: skip

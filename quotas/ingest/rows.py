@@ -175,6 +175,8 @@ class WorkloadRow:
     owner_pod_uids: tuple[str, ...]  # Pods in ownerReferences (plain pods, LWS)
     borrowing: bool = False
     borrowed_gpus: float = 0.0
+    # status.schedulingStats.evictions, summed: evictions whose times the conditions may not show.
+    evictions_total: int = 0
 
     @property
     def key(self) -> tuple[str, str]:

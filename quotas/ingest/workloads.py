@@ -295,8 +295,24 @@ def parse_workload(
         owner_pod_uids=tuple(
             ref.get("uid") or "" for ref in meta.owner_references if ref.get("kind") == "Pod"
         ),
+        evictions_total=_evictions_total(status),
     )
     return row, _transitions(meta, conditions, requeue_at)
+
+
+def _evictions_total(status: dict) -> int:
+    """``status.schedulingStats.evictions[].count`` summed (every eviction, whatever its reason).
+
+    A malformed entry counts nothing: the counts only number earlier attempts, never the row.
+    """
+    total = 0
+    stats = status.get("schedulingStats")
+    evictions = stats.get("evictions") if isinstance(stats, dict) else None
+    for entry in evictions if isinstance(evictions, list) else []:
+        count = entry.get("count") if isinstance(entry, dict) else None
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+            total += count
+    return total
 
 
 def infer_borrowing(workloads: list[WorkloadRow], cluster_queues: list[ClusterQueueRow]) -> None:

@@ -21,6 +21,7 @@ from quotas.models import (
     Workload,
     WorkloadPriorityClass,
 )
+from quotas.store.signals import workloads_written
 from quotas.store.workloads import record_deletions
 
 # Kueue kinds marked here, with their key fields; Nodes and Pods have writers of their own.
@@ -56,4 +57,8 @@ def mark_deleted(cluster: Cluster, kind: str, keys: Iterable[tuple[str, ...]], a
     bulk.update_in(model._default_manager.all(), "pk", ids, c.LOOKUP_BATCH_SIZE, deleted_at=at)
     if kind == "Workload":
         record_deletions(ids, at)
+        if ids:
+            workloads_written.send(
+                sender=Cluster, cluster=cluster, workload_ids=ids, listed=False, evictions_total={}
+            )
     return len(ids)

@@ -12,10 +12,13 @@ import logging
 
 from django.db import transaction
 
+from core import bulk
 from fleet.inventory import sync_nodes
 from fleet.models import Cluster
 from quotas.allocations import write_pod_allocations
+from quotas.constants import LOOKUP_BATCH_SIZE
 from quotas.ingest import KueueBatch
+from quotas.models import Workload
 from quotas.store.queues import (
     write_cluster_queues,
     write_cohorts,
@@ -26,6 +29,7 @@ from quotas.store.queues import (
     write_team_namespaces,
     write_teams,
 )
+from quotas.store.signals import workloads_written
 from quotas.store.workloads import write_transitions, write_workloads
 from quotas.store.writer import SnapshotWriter, WriteResult
 
@@ -51,6 +55,7 @@ def write_snapshot(cluster: Cluster, batch: KueueBatch, complete: frozenset[str]
         write_transitions(w, workloads)
         nodes = _write_nodes(w)
         _write_allocations(w, nodes, workloads)
+        _tell_workloads_written(w, workloads)
     result = w.result
     logger.info(
         "Kueue sync %s: created %s, updated %s, deleted %s, %d transitions",
@@ -91,3 +96,31 @@ def _write_allocations(
     w.result.created["Allocation"] = written.created
     w.result.updated["Allocation"] = written.updated
     w.result.deleted["Allocation"] = written.ended
+
+
+def _tell_workloads_written(w: SnapshotWriter, workloads: dict[tuple[str, str], int]) -> None:
+    """Send ``workloads_written`` for the Workloads this batch wrote, deleted or ran pods of."""
+    ids = set(workloads.values()) | set(w.marked_deleted.get("Workload", []))
+    pod_keys = {
+        (pod.meta.namespace, pod.workload_name)
+        for pod in w.batch.pods
+        if pod.workload_name and (pod.meta.namespace, pod.workload_name) not in workloads
+    }
+    if pod_keys:
+        found = bulk.read_keys(
+            Workload.objects.filter(cluster=w.cluster),
+            ("namespace", "name"),
+            sorted(pod_keys),
+            ("id",),
+            LOOKUP_BATCH_SIZE,
+        )
+        ids.update(row["id"] for row in found.values())
+    if not ids:
+        return
+    workloads_written.send(
+        sender=Cluster,
+        cluster=w.cluster,
+        workload_ids=sorted(ids),
+        listed="Workload" in w.complete,
+        evictions_total={row.key: row.evictions_total for row in w.batch.workloads},
+    )

@@ -85,7 +85,7 @@ class LevelRowSerializer(serializers.Serializer):
     wait_seconds_mean = serializers.FloatField(allow_null=True)
     running_delay_seconds_p50 = serializers.FloatField(allow_null=True)
     running_delay_seconds_p95 = serializers.FloatField(allow_null=True)
-    pending_at_end = serializers.IntegerField()
+    pending_at_end = serializers.IntegerField(allow_null=True, help_text="null on metrics rows")
     oldest_pending_seconds = serializers.FloatField(allow_null=True)
     evictions = serializers.DictField(child=serializers.IntegerField(), help_text="reason -> n")
     preemptions = serializers.IntegerField()
@@ -93,8 +93,13 @@ class LevelRowSerializer(serializers.Serializer):
     preemptions_by_queue = serializers.DictField(
         child=serializers.IntegerField(), help_text="preempting ClusterQueue -> n"
     )
-    preempted_gpu_hours = serializers.FloatField()
+    preempted_gpu_hours = serializers.FloatField(allow_null=True, help_text="null on metrics rows")
     # The metaclass moves declared fields out of the class, so this does not shadow Field.source.
+    preemptions_made = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Metrics rows: the workloads this group's queues preempted, by reason "
+        "(Kueue counts preemptions by the preempting queue); empty on records rows.",
+    )
     source = serializers.ChoiceField(  # type: ignore[assignment]
         choices=["records", "metrics"],
         help_text="records: the product's admission records; metrics: Kueue's histograms "

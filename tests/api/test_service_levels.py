@@ -232,3 +232,11 @@ def test_queue_levels_rows_come_a_page_at_a_time_in_order(world):
     assert first["rows"] + second["rows"] == whole["rows"]
     keys = [(row["group"], row["period_start"]) for row in whole["rows"]]
     assert keys == sorted(keys)
+
+
+def test_a_user_who_leads_no_team_gets_empty_answers_not_an_error(world):
+    nobody = client_for(User.objects.create_user("nobody", password="x"))
+    levels = nobody.get("/api/v1/queue-levels/", {**RANGE, "step": "day"})
+    admissions = nobody.get("/api/v1/admissions/", RANGE)
+    assert (levels.status_code, admissions.status_code) == (200, 200)
+    assert levels.json()["rows"] == [] and admissions.json()["results"] == []

@@ -49,6 +49,7 @@ ARCHITECTURE_SECTIONS = [
     "Notifications and remediation",
     "Quota write-back",
     "Scale-out",
+    "Queue service levels",
 ]
 CONVENTIONS_SECTIONS = [
     "Layout",

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from alerts.evaluate import evaluate_range
 from demo.follow import finish_run, follow, history_written, ingest_window, simulation_run
+from demo.objectives import seed_queue_objective
 from demo.rates import seed_rate_cards
 from demo.simulation import FleetSimulator
 from fleet.ingest import IngestStats
@@ -121,6 +122,8 @@ class Command(BaseCommand):
             # Evaluated here, as a backfill, not queued for a worker: the demo shows last week's
             # hoarding episodes as soon as it is loaded, with or without a worker running.
             evaluate_range(cluster.id, sim.start, sim.end, live=False)
+            # A wait objective on one queue, breached on the simulated week's slow day.
+            seed_queue_objective(cluster)
             finish_run(run, stats, rows, kube_skipped)
         self.stdout.write(
             self.style.SUCCESS(
