@@ -115,6 +115,7 @@ bench: venv system-deps
 	$(PY) bench/alerts.py --database-url $(BENCH_PG)/gpuledger_bench_alerts --runs 5 \
 	  --backfill-hours 24 $(BENCH_ARGS)
 	$(PY) bench/storage.py --database-url $(BENCH_PG)/gpuledger_bench_storage $(BENCH_ARGS)
+	$(PY) bench/metrics.py --database-url $(BENCH_PG)/gpuledger_bench_metrics $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) staticfiles .pytest_cache .ruff_cache .mypy_cache gpuledger.sqlite3*
