@@ -50,12 +50,12 @@ class GroupFigures:
 
 @dataclass(frozen=True)
 class Dimension:
-    """Teams or ClusterQueues: the label, the usage field, the rollup scope and the cap."""
+    """Teams or ClusterQueues: the label (and metric prefix), the usage field, the rollup scope
+    and the cap."""
 
     label: str
     field: str
     scope: str
-    metric: str
     noun: str
 
     def cap(self) -> int:
@@ -68,14 +68,8 @@ class Dimension:
         return dict(model.objects.values_list("pk", "name"))
 
 
-TEAMS = Dimension("team", "team_id", RollupScope.TEAM, "team", "team")
-QUEUES = Dimension(
-    "cluster_queue",
-    "cluster_queue_id",
-    RollupScope.CLUSTER_QUEUE,
-    "cluster_queue",
-    "ClusterQueue",
-)
+TEAMS = Dimension("team", "team_id", RollupScope.TEAM, "team")
+QUEUES = Dimension("cluster_queue", "cluster_queue_id", RollupScope.CLUSTER_QUEUE, "ClusterQueue")
 
 
 def bounded(groups: dict[str, GroupFigures], cap: int) -> dict[str, GroupFigures]:
@@ -128,17 +122,17 @@ def _per_group(
 def _families(dimension: Dimension, per_cluster: dict[str, dict[str, GroupFigures]]) -> list[Any]:
     labels = ["cluster", dimension.label]
     allocated = GaugeMetricFamily(
-        f"gpuledger_{dimension.metric}_allocated_gpus",
+        f"gpuledger_{dimension.label}_allocated_gpus",
         f"GPUs held by running pods now (the newest collected window), per {dimension.noun}.",
         labels=labels,
     )
     idle = GaugeMetricFamily(
-        f"gpuledger_{dimension.metric}_idle_gpus",
+        f"gpuledger_{dimension.label}_idle_gpus",
         f"GPUs held now whose SM activity is below the idle threshold, per {dimension.noun}.",
         labels=labels,
     )
     active = GaugeMetricFamily(
-        f"gpuledger_{dimension.metric}_active_gpu_hours",
+        f"gpuledger_{dimension.label}_active_gpu_hours",
         f"Active GPU-hours (SM activity x GPU-hours) of the last complete hour, per "
         f"{dimension.noun}.",
         labels=labels,
