@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
+from django.db import DatabaseError
 from django.utils import timezone
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
@@ -64,6 +65,11 @@ class LedgerCollector(Collector):
         for part, read in PARTS.items():
             try:
                 families = list(read(now))
+            except DatabaseError as exc:
+                # The database down fails every part: one line each, not a traceback each.
+                logger.warning("metrics: reading %s failed: %s", part, exc)
+                errors.add_metric([part], 1.0)
+                continue
             except Exception:
                 logger.exception("metrics: reading %s failed", part)
                 errors.add_metric([part], 1.0)

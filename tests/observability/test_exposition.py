@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 import redis
 from django.conf import settings
+from django.db import DatabaseError
 from django.utils import timezone
 
 from alerts.choices import Rule, Severity
@@ -20,9 +21,10 @@ from ledger.tasks import prune_usage
 from notifications.choices import DeliveryEvent, DeliveryOutcome, ReceiverKind
 from notifications.models import Delivery, Receiver
 from observability.broker import PRIORITY_SEPARATOR
+from observability.exposition import PARTS
 from observability.health import failure_reason
 from quotas.models import ClusterQueue, Team
-from tests.observability.conftest import labelled, value
+from tests.observability.conftest import labelled, names, value
 from tests.pages.conftest import ROLLUP_HOURS, build_fleet
 from tests.prometheus_server import in_ci
 
@@ -438,3 +440,18 @@ def test_every_part_is_read_without_error(fleet, scrape):
     errors = labelled(series, "gpuledger_metrics_scrape_errors")
     assert set(errors.values()) == {0}
     assert len(errors) == 8
+
+
+def test_a_part_that_cannot_be_read_is_counted_and_the_rest_answered(
+    fleet, scrape, monkeypatch, caplog
+):
+    def unreadable(now):
+        raise DatabaseError("relation ledger_rolluphour does not exist")
+
+    monkeypatch.setitem(PARTS, "rollups", unreadable)
+    series = scrape()
+    assert value(series, "gpuledger_metrics_scrape_errors", part="rollups") == 1
+    assert value(series, "gpuledger_metrics_scrape_errors", part="figures") == 0
+    assert "gpuledger_rollup_lag_seconds" not in names(series)
+    assert value(series, "gpuledger_cluster_capacity_gpus", cluster="test") == pytest.approx(8.0)
+    assert "reading rollups failed" in caplog.text
