@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 QUEUES = 1_000
 TEAMS = 200
 HISTORY_DAYS = 14
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gpuledger_bench_metrics"
 
 
 def setup_django(database_url: str) -> None:
@@ -232,8 +233,7 @@ def measure(runs: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default_url = os.environ.get("DATABASE_URL_PG", "postgres://postgres@127.0.0.1:5432/gl")
-    parser.add_argument("--database-url", default=default_url + "_bench_metrics")
+    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL))
     parser.add_argument("--gpus", type=int, default=50_000)
     parser.add_argument("--clusters", type=int, default=3)
     parser.add_argument("--runs", type=int, default=7)
