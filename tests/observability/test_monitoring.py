@@ -203,3 +203,21 @@ def test_the_dashboard_check_catches_an_unknown_metric(client, settings):
     assert set(METRIC.findall("sum(gpuledger_no_such_thing)")) - exposed == {
         "gpuledger_no_such_thing"
     }
+
+
+def test_the_dashboard_queries_are_valid_promql(tmp_path):
+    # promtool parses every expression of a rule file: the dashboard's queries, as recording
+    # rules, are checked the same way (Grafana's "$cluster" sits inside a label matcher string).
+    promtool = require_binary("promtool")
+    dashboard = json.loads(DASHBOARD.read_text())
+    rules = [
+        {"record": f"dashboard:query_{n}", "expr": target["expr"]}
+        for n, target in enumerate(
+            target for panel in dashboard["panels"] for target in panel.get("targets", [])
+        )
+    ]
+    path = tmp_path / "dashboard_rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in result.stdout
