@@ -116,6 +116,7 @@ bench: venv system-deps
 	  --backfill-hours 24 $(BENCH_ARGS)
 	$(PY) bench/storage.py --database-url $(BENCH_PG)/gpuledger_bench_storage $(BENCH_ARGS)
 	$(PY) bench/queue_levels.py --database-url $(BENCH_PG)/gpuledger_bench_queue_levels $(BENCH_ARGS)
+	$(PY) bench/metrics.py --database-url $(BENCH_PG)/gpuledger_bench_metrics $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) staticfiles .pytest_cache .ruff_cache .mypy_cache gpuledger.sqlite3*

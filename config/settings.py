@@ -130,6 +130,7 @@ INSTALLED_APPS = [
     "notifications",
     "remediation",
     "servicelevels",
+    "observability",
     "dashboard",
     "demo",
 ]
@@ -304,11 +305,11 @@ GPULEDGER_LOGIN_USERNAME_FAILURES = env_int("GPULEDGER_LOGIN_USERNAME_FAILURES",
 AXES_HANDLER = "config.lockout.UsernameCeilingHandler"
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "front/locked_out.html"
-# Behind the ingress the client address is in X-Forwarded-For; count it only when told to.
+# Behind the ingress the client address is in X-Forwarded-For; count it only when told to
+# (the login lockout, and who may read /metrics: observability/access.py).
+GPULEDGER_TRUST_X_FORWARDED_FOR = env_bool("GPULEDGER_TRUST_X_FORWARDED_FOR", False)
 AXES_IPWARE_META_PRECEDENCE_ORDER = (
-    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
-    if env_bool("GPULEDGER_TRUST_X_FORWARDED_FOR", False)
-    else ["REMOTE_ADDR"]
+    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if GPULEDGER_TRUST_X_FORWARDED_FOR else ["REMOTE_ADDR"]
 )
 
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
@@ -320,7 +321,16 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         app: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
-        for app in ("core", "fleet", "quotas", "ledger", "alerts", "dashboard", "demo")
+        for app in (
+            "core",
+            "fleet",
+            "quotas",
+            "ledger",
+            "alerts",
+            "observability",
+            "dashboard",
+            "demo",
+        )
     },
 }
 
@@ -630,3 +640,31 @@ GPULEDGER_QUOTA_MAX_MEMORY = quantity_setting(
 GPULEDGER_QUOTA_MAX_OTHER = quantity_setting(
     "GPULEDGER_QUOTA_MAX_OTHER", env_str("GPULEDGER_QUOTA_MAX_OTHER", "1E")
 )
+
+# --- The product's own metrics (README "Metrics") --------------------------------------------
+# /metrics answers loopback and signed-in staff with no configuration; anyone else sends this
+# bearer token (empty: no token accepted) or scrapes from one of these networks (CIDRs,
+# comma-separated).
+GPULEDGER_METRICS_TOKEN = env_secret("GPULEDGER_METRICS_TOKEN", "")
+GPULEDGER_METRICS_ALLOWED_NETWORKS = env_list("GPULEDGER_METRICS_ALLOWED_NETWORKS", [])
+for _cidr in GPULEDGER_METRICS_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_cidr, strict=False)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(
+            f"GPULEDGER_METRICS_ALLOWED_NETWORKS: {_cidr!r} is not a network ({_exc})"
+        ) from _exc
+# Runs, failures and relists are counted over this many seconds before the scrape.
+GPULEDGER_METRICS_LOOKBACK_SECONDS = env_int("GPULEDGER_METRICS_LOOKBACK_SECONDS", 3600, minimum=60)
+# Label cardinality: per cluster, the teams and ClusterQueues holding the most GPUs get a series
+# of their own; the rest are summed under "(other)".
+GPULEDGER_METRICS_MAX_TEAMS = env_int("GPULEDGER_METRICS_MAX_TEAMS", 50, minimum=1)
+GPULEDGER_METRICS_MAX_CLUSTER_QUEUES = env_int(
+    "GPULEDGER_METRICS_MAX_CLUSTER_QUEUES", 100, minimum=1
+)
+# The Celery queue lengths are read from the broker with this timeout (seconds).
+GPULEDGER_METRICS_BROKER_TIMEOUT_SECONDS = env_float(
+    "GPULEDGER_METRICS_BROKER_TIMEOUT_SECONDS", 0.5
+)
+# Prometheus scrapes over plain HTTP inside the cluster: /metrics is never redirected to HTTPS.
+SECURE_REDIRECT_EXEMPT = [r"^metrics$"]

@@ -47,6 +47,8 @@ urlpatterns = [
     ),
     path("api/redoc/redoc.standalone.js", redoc_bundle_js, name="api-redoc-bundle"),
     path("", include("core.urls")),
+    # The product's own metrics for Prometheus (README "Metrics").
+    path("", include("observability.urls")),
     path("", include("dashboard.urls")),
 ]
 

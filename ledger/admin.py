@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from core.admin import ReadOnlyAdmin
-from ledger.models import HourlyRollup, RateCard, UsageHolding
+from ledger.models import HourlyRollup, PruneRun, RateCard, UsageHolding
 
 
 @admin.register(UsageHolding)
@@ -60,3 +60,12 @@ class RateCardAdmin(admin.ModelAdmin):
     list_filter = ["kind", "currency", "flavor", "gpu_model"]
     search_fields = ["flavor", "gpu_model", "note"]
     date_hierarchy = "effective_from"
+
+
+@admin.register(PruneRun)
+class PruneRunAdmin(ReadOnlyAdmin):
+    """The retention runs: when, how long, what they deleted and why one failed."""
+
+    list_display = ["started_at", "finished_at", "succeeded", "rows_deleted"]
+    list_filter = ["succeeded"]
+    date_hierarchy = "started_at"

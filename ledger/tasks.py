@@ -20,6 +20,7 @@ from fleet.models import Cluster, IngestRun
 from fleet.prometheus import PrometheusError
 from ledger import partition_order, partitions, rollup
 from ledger.collector import collect_cluster
+from ledger.models import PruneRun
 from ledger.rollup import sweep
 
 logger = logging.getLogger(__name__)
@@ -127,14 +128,29 @@ def roll_up_cluster_hours(cluster_id: int) -> dict[str, Any]:
 def prune_usage() -> dict[str, int]:
     """Drop per-window usage, rollups and run records older than their retention."""
     now = timezone.now()
+    # Its duration and outcome are what /metrics reports about retention (README "Metrics").
+    record = PruneRun.objects.create(started_at=now)
     usage_before = now - timedelta(days=settings.GPULEDGER_USAGE_RETENTION_DAYS)
     rollups_before = now - timedelta(days=settings.GPULEDGER_ROLLUP_RETENTION_DAYS)
-    usage = rollup.prune_usage(usage_before)
-    rollups = rollup.prune_rollups(rollups_before)
-    # Run records answer "how fresh is this" and "why did it fail": the usage retention is plenty.
-    runs, _ = IngestRun.objects.filter(started_at__lt=usage_before).delete()
+    try:
+        usage = rollup.prune_usage(usage_before)
+        rollups = rollup.prune_rollups(rollups_before)
+        # Run records answer "how fresh is this" and "why did it fail": the usage retention is
+        # plenty; so it is for the prune's own records.
+        runs, _ = IngestRun.objects.filter(started_at__lt=usage_before).delete()
+        PruneRun.objects.filter(started_at__lt=usage_before).delete()
+    except Exception as exc:
+        record.finished_at = timezone.now()
+        record.error = f"{type(exc).__name__}: {exc}"[:10_000]
+        record.save(update_fields=["finished_at", "error"])
+        raise
     logger.info("prune_usage: %d usage, %d rollup, %d run rows deleted", usage, rollups, runs)
-    return {"usage": usage, "rollups": rollups, "ingest_runs": runs}
+    deleted = {"usage": usage, "rollups": rollups, "ingest_runs": runs}
+    record.finished_at = timezone.now()
+    record.succeeded = True
+    record.rows_deleted = deleted
+    record.save(update_fields=["finished_at", "succeeded", "rows_deleted"])
+    return deleted
 
 
 @shared_task(name="ledger.tasks.order_usage_partitions")

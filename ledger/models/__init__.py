@@ -26,6 +26,7 @@ __all__ = [
     "GpuUsage",
     "GpuUsageQuerySet",
     "HourlyRollup",
+    "PruneRun",
     "RateCard",
     "RollupHour",
     "UsageFact",
@@ -413,3 +414,25 @@ class RollupHour(models.Model):
     @property
     def is_dirty(self) -> bool:
         return self.changes > self.rolled_changes
+
+
+class PruneRun(models.Model):
+    """One retention run (``ledger.tasks.prune_usage``): how long it took, what it deleted, and
+    why it failed. The product's own ``/metrics`` reports the newest one (README "Metrics")."""
+
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    succeeded = models.BooleanField(default=False, help_text="False while running or failed.")
+    rows_deleted = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Rows deleted per kind (usage, rollups, ingest_runs).",
+    )
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+
+    def __str__(self) -> str:
+        state = "succeeded" if self.succeeded else "failed or running"
+        return f"prune {self.started_at:%Y-%m-%d %H:%M:%S} {state}"

@@ -12,6 +12,10 @@ from fleet.models import IngestRun
 from quotas.ingest import KueueBatch
 from quotas.kueue import KubeError
 
+# The note a sync keeps per kind it relisted during its WATCH after ``410 Gone`` (the product's
+# /metrics counts them as relists caused by "gone").
+RELISTED_AFTER_GONE = "relisted after 410 Gone"
+
 
 @dataclass
 class Tally:

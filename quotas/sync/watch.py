@@ -31,7 +31,7 @@ from quotas.kueue import KubeError, KubeTimeout, KueueClient, ResourceExpired, W
 from quotas.sync.listing import Lister
 from quotas.sync.objects import KIND_NAMES, Changes, ObjectLists, object_key, object_uid
 from quotas.sync.samples import Sampler
-from quotas.sync.tally import Tally
+from quotas.sync.tally import RELISTED_AFTER_GONE, Tally
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +156,7 @@ class Watch:
         if what == "event":
             self.apply_event(kind, payload, changes)
         elif what == "relist":
+            self.tally.notes[f"{kind}: {RELISTED_AFTER_GONE}"] += 1
             self.lister.relist_kind(kind, changes, self.deadline)
             if kind in self.lists.complete and time.monotonic() < self.end - 0.1:
                 self._start(kind)

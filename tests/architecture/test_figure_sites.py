@@ -55,6 +55,7 @@ ALLOWED = {
     "ledger/store/legacy.py": "migration of the legacy usage table: its row count",
     "remediation/apply.py": "remediation: when the first notice was sent, how many were",
     "alerts/reading.py": "alert evaluation: per-GPU idle per window, with per-rule thresholds",
+    "observability/health.py": "/metrics: counts and durations of runs, episodes, deliveries",
     # Page reads: each sums a read-layer or "now" figure for its own grouping.
     "dashboard/charts/alerts.py": "an episode's evidence: mean SM activity per GPU",
     "dashboard/fleet_map.py": "the map: mean SM activity per GPU over the range",

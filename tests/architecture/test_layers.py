@@ -1,8 +1,8 @@
 """The apps depend one way (docs/architecture.md "Layers").
 
-core ← fleet ← quotas ← ledger ← alerts ← notifications ← remediation ← dashboard ← demo: a
-module may import its own app and the apps to its left, never one to its right. Lazy imports
-inside functions count too.
+core ← fleet ← quotas ← ledger ← alerts ← notifications ← remediation ← observability ←
+dashboard ← demo: a module may import its own app and the apps to its left, never one to its
+right. Lazy imports inside functions count too.
 ``config`` wires everything and is outside the order.
 """
 
@@ -24,6 +24,7 @@ LAYERS = (
     "alerts",
     "notifications",
     "remediation",
+    "observability",
     "dashboard",
     "demo",
 )

@@ -154,6 +154,14 @@ BENCHES = [
             r"backfill, 80 GPUs × 1 h \(60 windows\): \d+\.\d+ s",
         ),
     ),
+    Bench(
+        "metrics",
+        "--database-url",
+        (
+            r"loaded 1 clusters × 5,000 GPUs in \d+ s",
+            r"scrape: median \d+ ms, worst \d+ ms over \d+ scrapes; \d+ queries",
+        ),
+    ),
 ]
 
 

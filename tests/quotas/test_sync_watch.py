@@ -93,6 +93,8 @@ def test_gone_on_watch_relists_and_catches_up(kube_api, kube_cluster) -> None:
     assert kube_api.list_count("Workload") == 2
     assert workload(A3).labels["relisted"] == "yes"
     assert run.status == IngestStatus.SUCCESS
+    # Kept with the run, for the relists /metrics reports.
+    assert run.skip_reasons["Workload: relisted after 410 Gone"] == 1
     assert not Workload.objects.filter(deleted_at__isnull=False).exists()
 
 
