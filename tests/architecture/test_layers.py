@@ -1,6 +1,7 @@
 """The apps depend one way (docs/architecture.md "Layers").
 
-core ← fleet ← quotas ← ledger ← alerts ← notifications ← remediation ← dashboard ← demo: a
+core ← fleet ← quotas ← ledger ← alerts ← notifications ← remediation ← accounts ← dashboard ←
+demo: a
 module may import its own app and the apps to its left, never one to its right. Lazy imports
 inside functions count too.
 ``config`` wires everything and is outside the order.
@@ -23,6 +24,7 @@ LAYERS = (
     "alerts",
     "notifications",
     "remediation",
+    "accounts",
     "dashboard",
     "demo",
 )
