@@ -175,6 +175,18 @@ if not GPULEDGER_LOCAL_LOGIN and not GPULEDGER_OIDC_ISSUER:
     raise ImproperlyConfigured(
         "GPULEDGER_LOCAL_LOGIN=false needs GPULEDGER_OIDC_ISSUER: nobody could sign in"
     )
+# Optional Kubernetes RBAC visibility (accounts/rbac.py): a provider user also sees the workloads
+# of the namespaces where a SubjectAccessReview says they may list pods, asked as the username
+# and groups the API server gives the same identity (claim "sub" or "email", with its prefixes).
+GPULEDGER_RBAC_VISIBILITY = env_bool("GPULEDGER_RBAC_VISIBILITY", False)
+GPULEDGER_RBAC_CACHE_SECONDS = env_int("GPULEDGER_RBAC_CACHE_SECONDS", 60, minimum=1)
+GPULEDGER_RBAC_USERNAME_CLAIM = env_str("GPULEDGER_RBAC_USERNAME_CLAIM", "sub")
+if GPULEDGER_RBAC_USERNAME_CLAIM not in {"sub", "email"}:
+    raise ImproperlyConfigured(
+        f"GPULEDGER_RBAC_USERNAME_CLAIM={GPULEDGER_RBAC_USERNAME_CLAIM!r} must be sub or email"
+    )
+GPULEDGER_RBAC_USERNAME_PREFIX = env_str("GPULEDGER_RBAC_USERNAME_PREFIX", "")
+GPULEDGER_RBAC_GROUPS_PREFIX = env_str("GPULEDGER_RBAC_GROUPS_PREFIX", "")
 # mozilla-django-oidc's own settings, from ours.
 OIDC_RP_SCOPES = " ".join(GPULEDGER_OIDC_SCOPES)
 OIDC_USE_PKCE = True
