@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 
 from accounts.choices import Role
 from accounts.models import GroupRoleMapping, OidcIdentity
+from accounts.oidc import SESSION_SYNCED_AT
 from quotas.models import Team
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -86,38 +87,48 @@ def test_a_removed_group_loses_its_role_at_the_next_sign_in(oidc_settings, code_
     assert OidcIdentity.objects.filter(user__username__startswith="bob").count() == 1
 
 
+def _age_session(client, seconds: float) -> None:
+    """Make the session's roles ``seconds`` older than they are (no waiting on the clock)."""
+    session = client.session
+    session[SESSION_SYNCED_AT] -= seconds
+    session.save()
+
+
 def test_an_open_session_loses_a_removed_group_once_the_role_ttl_passes(
     oidc_settings, code_flow, teams, settings
 ):
     alpha, _ = teams
-    settings.GPULEDGER_OIDC_ROLE_TTL = 2
+    settings.GPULEDGER_OIDC_ROLE_TTL = 600
     oidc_settings.seed("user", "cy", "cy-pw", "cy@example.com", "gpu-alpha-leads")
     client, _ = code_flow("cy", "cy-pw")
     user = get_user_model().objects.get(username="cy")
     oidc_settings.seed("groups", "cy")
 
     # Within the TTL the session keeps what it was given...
+    _age_session(client, 590)
     assert client.get("/my-teams/").status_code == 200
     assert set(user.teams_led.all()) == {alpha}
-    time.sleep(2.2)
     # ...past it, the next request reads the groups again (refresh token, then userinfo).
+    _age_session(client, 20)
     page = client.get("/teams/")
 
     assert page.status_code == 200
     assert set(user.teams_led.all()) == set()
     assert client.session.get("_auth_user_id") == str(user.pk)
+    # The re-check starts a new TTL.
+    assert time.time() - client.session[SESSION_SYNCED_AT] < 60
 
 
 def test_an_open_session_ends_when_the_provider_refuses_its_refresh_token(
     oidc_settings, code_flow, teams, settings
 ):
-    settings.GPULEDGER_OIDC_ROLE_TTL = 1
+    settings.GPULEDGER_OIDC_ROLE_TTL = 600
     oidc_settings.seed("user", "dee", "dee-pw", "dee@example.com", "gpu-alpha-leads")
     client, _ = code_flow("dee", "dee-pw")
     session = client.session
     session["gpuledger_oidc_refresh_token"] = "revoked-or-unknown"
     session.save()
-    time.sleep(1.2)
+    _age_session(client, 601)
 
     page = client.get("/teams/")
 
