@@ -4,9 +4,11 @@ subject, roles from the groups claim at every sign-in, and open sessions re-chec
 from __future__ import annotations
 
 import time
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.test import Client
 
 from accounts.choices import Role
 from accounts.models import GroupRoleMapping, OidcIdentity
@@ -151,3 +153,19 @@ def test_a_local_account_with_the_same_email_is_not_taken_over(oidc_settings, co
     local.refresh_from_db()
     assert local.is_staff
     assert not OidcIdentity.objects.filter(user=local).exists()
+
+
+def test_a_code_the_provider_refuses_sends_back_to_the_login_page_saying_so(
+    oidc_settings, live_server, teams
+):
+    client = Client(HTTP_HOST=urlsplit(live_server.url).netloc)
+    start = client.get("/oidc/authenticate/")
+    state = parse_qs(urlsplit(start["Location"]).query)["state"][0]
+
+    callback = client.get(f"/oidc/callback/?code=not-a-code&state={state}")
+
+    assert callback.status_code == 302
+    assert callback["Location"] == "/login/?oidc=failed"
+    assert "_auth_user_id" not in client.session
+    page = client.get(callback["Location"])
+    assert b"Sign-in with Test IdP did not succeed" in page.content
