@@ -8,7 +8,6 @@ class GroupRoleMappingAdmin(admin.ModelAdmin):
     list_display = ["group", "role", "team", "updated_at"]
     list_filter = ["role", "team"]
     search_fields = ["group", "team__name"]
-    autocomplete_fields = ["team"]
 
 
 @admin.register(OidcIdentity)

@@ -46,8 +46,9 @@ class GroupRoleMapping(models.Model):
         ]
 
     def __str__(self) -> str:
-        target = f" of {self.team}" if self.team_id else ""
-        return f"{self.group} → {self.get_role_display()}{target}"
+        if self.team_id:
+            return f"{self.group} → {self.role} of {self.team}"
+        return f"{self.group} → {self.role}"
 
     def clean(self) -> None:
         if self.role in TEAM_ROLES and self.team_id is None:

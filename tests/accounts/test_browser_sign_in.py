@@ -60,3 +60,36 @@ def test_the_login_page_hides_the_password_form_when_local_accounts_are_off(
     assert page.get_by_role("link", name=f"Sign in with {PROVIDER_NAME}").is_visible()
     assert page.get_by_label("Password").count() == 0
     page.screenshot(path=SHOTS / "login-oidc-only.png", full_page=True)
+
+
+def test_an_admin_maps_a_group_to_a_team_lead_in_the_admin(page, live_server, console_errors):
+    from django.conf import settings
+    from django.test import Client
+
+    alpha = Team.objects.create(name="alpha", display_name="Alpha")
+    admin = get_user_model().objects.create_superuser("root", password="root-password-1")
+    client = Client()
+    client.force_login(admin)
+    page.context.add_cookies(
+        [
+            {
+                "name": settings.SESSION_COOKIE_NAME,
+                "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
+                "url": live_server.url,
+            }
+        ]
+    )
+
+    page.goto(f"{live_server.url}/admin/accounts/grouprolemapping/add/")
+    page.get_by_label("Group").fill("gpu-alpha-leads")
+    page.get_by_label("Role").select_option("lead")
+    page.locator("#id_team").select_option(str(alpha.pk))
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=SHOTS / "admin-group-role-mapping.png", full_page=True)
+    page.get_by_role("button", name="Save", exact=True).click()
+
+    page.wait_for_url(f"{live_server.url}/admin/accounts/grouprolemapping/")
+    mapping = GroupRoleMapping.objects.get()
+    assert (mapping.group, mapping.role, mapping.team_id) == ("gpu-alpha-leads", "lead", alpha.pk)
+    page.screenshot(path=SHOTS / "admin-group-role-mappings.png", full_page=True)
+    assert console_errors == []
