@@ -131,6 +131,7 @@ INSTALLED_APPS = [
     "remediation",
     "servicelevels",
     "observability",
+    "accounts",
     "dashboard",
     "demo",
 ]
@@ -142,6 +143,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Provider sign-ins: roles re-read every GPULEDGER_OIDC_ROLE_TTL seconds (accounts.middleware).
+    "accounts.middleware.RoleRecheckMiddleware",
     # Which database a request reads (core/dbrouter.py): nothing without DATABASE_REPLICA_URL.
     "core.dbrouter.ReplicaReadsMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -151,11 +154,57 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
+# Sign-in (README "Sign-in"): local accounts (username and password) and/or OpenID Connect
+# through the company's identity provider (accounts/oidc.py), on when GPULEDGER_OIDC_ISSUER is set.
+GPULEDGER_LOCAL_LOGIN = env_bool("GPULEDGER_LOCAL_LOGIN", True)
+GPULEDGER_OIDC_ISSUER = env_str("GPULEDGER_OIDC_ISSUER", "")
+# Where the provider's discovery document is; empty: <issuer>/.well-known/openid-configuration.
+GPULEDGER_OIDC_DISCOVERY_URL = env_str("GPULEDGER_OIDC_DISCOVERY_URL", "")
+GPULEDGER_OIDC_PROVIDER_NAME = env_str("GPULEDGER_OIDC_PROVIDER_NAME", "your company account")
+GPULEDGER_OIDC_CLIENT_ID = env_str("GPULEDGER_OIDC_CLIENT_ID", "")
+GPULEDGER_OIDC_CLIENT_SECRET = env_secret("GPULEDGER_OIDC_CLIENT_SECRET", "")
+GPULEDGER_OIDC_SCOPES = env_list("GPULEDGER_OIDC_SCOPES", ["openid", "email", "profile", "groups"])
+GPULEDGER_OIDC_GROUPS_CLAIM = env_str("GPULEDGER_OIDC_GROUPS_CLAIM", "groups")
+GPULEDGER_OIDC_SIGN_ALGS = env_list("GPULEDGER_OIDC_SIGN_ALGS", ["RS256"])
+# Seconds after which an open session's roles are read from the provider again (or it ends).
+GPULEDGER_OIDC_ROLE_TTL = env_int("GPULEDGER_OIDC_ROLE_TTL", 3600, minimum=1)
+# Whether a first sign-in creates its user; off: an admin creates users and their identities.
+GPULEDGER_OIDC_CREATE_USERS = env_bool("GPULEDGER_OIDC_CREATE_USERS", True)
+GPULEDGER_OIDC_TIMEOUT = env_float("GPULEDGER_OIDC_TIMEOUT", 10.0)
+if GPULEDGER_OIDC_ISSUER and not GPULEDGER_OIDC_CLIENT_ID:
+    raise ImproperlyConfigured("GPULEDGER_OIDC_ISSUER is set: set GPULEDGER_OIDC_CLIENT_ID too")
+if not GPULEDGER_LOCAL_LOGIN and not GPULEDGER_OIDC_ISSUER:
+    raise ImproperlyConfigured(
+        "GPULEDGER_LOCAL_LOGIN=false needs GPULEDGER_OIDC_ISSUER: nobody could sign in"
+    )
+# Optional Kubernetes RBAC visibility (accounts/rbac.py): a provider user also sees the workloads
+# of the namespaces where a SubjectAccessReview says they may list pods, asked as the username
+# and groups the API server gives the same identity (claim "sub" or "email", with its prefixes).
+GPULEDGER_RBAC_VISIBILITY = env_bool("GPULEDGER_RBAC_VISIBILITY", False)
+GPULEDGER_RBAC_CACHE_SECONDS = env_int("GPULEDGER_RBAC_CACHE_SECONDS", 60, minimum=1)
+GPULEDGER_RBAC_USERNAME_CLAIM = env_str("GPULEDGER_RBAC_USERNAME_CLAIM", "sub")
+if GPULEDGER_RBAC_USERNAME_CLAIM not in {"sub", "email"}:
+    raise ImproperlyConfigured(
+        f"GPULEDGER_RBAC_USERNAME_CLAIM={GPULEDGER_RBAC_USERNAME_CLAIM!r} must be sub or email"
+    )
+GPULEDGER_RBAC_USERNAME_PREFIX = env_str("GPULEDGER_RBAC_USERNAME_PREFIX", "")
+GPULEDGER_RBAC_GROUPS_PREFIX = env_str("GPULEDGER_RBAC_GROUPS_PREFIX", "")
+# mozilla-django-oidc's own settings, from ours.
+OIDC_RP_SCOPES = " ".join(GPULEDGER_OIDC_SCOPES)
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = GPULEDGER_OIDC_TIMEOUT
+OIDC_AUTHENTICATE_CLASS = "accounts.oidc.AuthenticateView"
+OIDC_CALLBACK_CLASS = "accounts.oidc.CallbackView"
+LOGIN_REDIRECT_URL_FAILURE = "/login/?oidc=failed"
+
 AUTHENTICATION_BACKENDS = [
     # First, so a locked-out user or address is refused before the password is checked.
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
 ]
+if GPULEDGER_LOCAL_LOGIN:
+    AUTHENTICATION_BACKENDS.append("django.contrib.auth.backends.ModelBackend")
+if GPULEDGER_OIDC_ISSUER:
+    AUTHENTICATION_BACKENDS.append("accounts.oidc.OidcBackend")
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"

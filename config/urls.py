@@ -31,6 +31,8 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Sign-in with the identity provider (accounts/oidc.py): 404 unless GPULEDGER_OIDC_ISSUER.
+    path("oidc/", include("mozilla_django_oidc.urls")),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves Swagger UI's start-up script as a file: no inline script (CSP).

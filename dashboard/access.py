@@ -15,6 +15,7 @@ from __future__ import annotations
 from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 
+from accounts.rbac import rbac_allows
 from alerts.models import Episode
 from quotas.access import Roles, sees_team, user_roles, visible_team_ids
 from quotas.models import ClusterQueue, Cohort, Team, Workload
@@ -96,7 +97,10 @@ def get_workload_for_user(request: HttpRequest, pk: int) -> Workload:
     if workload is None:
         raise refuse()
     team_id = workload.cluster_queue.team_id if workload.cluster_queue else None
-    if not sees_team(allowed_team_ids(request), team_id):
+    if not sees_team(allowed_team_ids(request), team_id) and not rbac_allows(
+        request.user, workload.cluster, workload.namespace
+    ):
+        # Optional RBAC visibility adds the namespaces the user may list pods in (accounts.rbac).
         raise refuse()
     return workload
 

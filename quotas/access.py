@@ -5,9 +5,10 @@ Staff and members of the finance group (``GPULEDGER_FINANCE_GROUP``) see everyth
 else who is signed in sees fleet-level aggregates and, by ``GPULEDGER_TEAM_VISIBILITY``:
 
 - ``private`` (the default): the per-team figures, names, queues and workloads of the teams
-  they lead only. Other teams count in fleet totals and appear as anonymised members of a
-  cohort ("another team's queue", "other members (2)", summed), never by name and never with a
-  figure of their own next to a name.
+  they lead or are members of only (members see; only leads act for a team). Other teams
+  count in fleet totals and appear as anonymised members of a cohort ("another team's
+  queue", "other members (2)", summed), never by name and never with a figure of their own
+  next to a name.
 - ``public``: every team's figures, pages, queues and workloads. (Admin features stay
   staff-only: that is Django's admin permissions, not this policy.)
 
@@ -20,10 +21,11 @@ detail nobody leads: visible only to those who see everything.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Exists, OuterRef, Q
 
 from quotas.models import ClusterQueue, Team
 
@@ -65,6 +67,13 @@ def sees_everything(user: Any) -> bool:
     return bool(user.groups.filter(name=settings.GPULEDGER_FINANCE_GROUP).exists())
 
 
+def member_team_ids(user: Any) -> set[int]:
+    """The teams ``user`` leads or is a member of: the teams whose detail they see (one query)."""
+    if not getattr(user, "is_authenticated", False):
+        return set()
+    return set(Team.objects.filter(Q(leads=user) | Q(members=user)).values_list("id", flat=True))
+
+
 def led_team_ids(user: Any) -> set[int]:
     """The teams ``user`` leads (one query)."""
     if not getattr(user, "is_authenticated", False):
@@ -79,13 +88,25 @@ class Roles:
     finance: bool
     # Team id → its name as pages say it (``str(team)``), in name order.
     led: dict[int, str]
+    # The teams the user is a member of but does not lead, likewise.
+    member: dict[int, str] = field(default_factory=dict)
 
 
 def user_roles(user: Any) -> Roles:
-    """Finance membership and the teams ``user`` leads: two queries."""
+    """Finance membership and the teams ``user`` leads or is a member of: two queries."""
     finance = user.groups.filter(name=settings.GPULEDGER_FINANCE_GROUP).exists()
-    led = {team.pk: str(team) for team in Team.objects.filter(leads=user).order_by("name")}
-    return Roles(finance=finance, led=led)
+    leads = Team.leads.through.objects.filter(team_id=OuterRef("pk"), user_id=user.pk)
+    teams = (
+        Team.objects.filter(Q(leads=user) | Q(members=user))
+        .annotate(is_lead=Exists(leads))
+        .distinct()
+        .order_by("name")
+    )
+    led: dict[int, str] = {}
+    member: dict[int, str] = {}
+    for team in teams:
+        (led if team.is_lead else member)[team.pk] = str(team)
+    return Roles(finance=finance, led=led, member=member)
 
 
 def visible_team_ids(user: Any, roles: Callable[[], Roles] | None = None) -> set[int] | None:
@@ -97,9 +118,9 @@ def visible_team_ids(user: Any, roles: Callable[[], Roles] | None = None) -> set
     if team_visibility() == PUBLIC or user.is_staff or user.is_superuser:
         return None
     if roles is None:
-        return None if sees_everything(user) else led_team_ids(user)
+        return None if sees_everything(user) else member_team_ids(user)
     found = roles()
-    return None if found.finance else set(found.led)
+    return None if found.finance else set(found.led) | set(found.member)
 
 
 def sees_team(allowed: set[int] | None, team_id: int | None) -> bool:
@@ -149,6 +170,12 @@ def role_label(user: Any, roles: Callable[[], Roles] | None = None) -> str:
         if len(names) > ROLE_TEAMS_SHOWN:
             shown += f" and {len(names) - ROLE_TEAMS_SHOWN} more"
         parts.append(f"Team lead of {shown}")
+    if found.member:
+        names = list(found.member.values())
+        shown = ", ".join(names[:ROLE_TEAMS_SHOWN])
+        if len(names) > ROLE_TEAMS_SHOWN:
+            shown += f" and {len(names) - ROLE_TEAMS_SHOWN} more"
+        parts.append(f"Member of {shown}")
     if parts:
         return "; ".join(parts)
     if team_visibility() == PUBLIC:

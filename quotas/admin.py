@@ -37,7 +37,7 @@ class TeamNamespaceInline(admin.TabularInline):
 class TeamAdmin(admin.ModelAdmin):
     list_display = ["name", "display_name", "cost_center"]
     search_fields = ["name", "display_name", "cost_center"]
-    filter_horizontal = ["leads"]
+    filter_horizontal = ["leads", "members"]
     inlines = [TeamNamespaceInline]
 
 

@@ -48,6 +48,13 @@ class Team(models.Model):
         blank=True,
         help_text="Team leads see the full detail of this team's queues and workloads.",
     )
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        related_name="teams_joined",
+        blank=True,
+        help_text="Members see this team's detail as its leads do, but do not act for it "
+        "(quota requests, alert acknowledgements are for leads).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.kube_api_server import (
+    SUBJECT_ACCESS_REVIEWS,
     VISIBILITY_GROUP,
     RecordedWrite,
     Resource,
@@ -185,6 +186,10 @@ class Handler(BaseHTTPRequestHandler):
                 return
             if self._visibility(path, query):
                 return
+        if method == "POST" and path == SUBJECT_ACCESS_REVIEWS:
+            code, review = api.subject_access_review(decoded)
+            self._send(code, dumps(review))
+            return
         routed = api.route(path)
         if routed is None:
             self._status(404, "the server could not find the requested resource", "NotFound")

@@ -40,6 +40,7 @@ from tests.kueue_fixtures import fixture_items as fixture_items
 from tests.kueue_fixtures import load_fixtures as load_fixtures
 
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,9 @@ class FakeKubeAPI:
         # Extra admission rules for writes: (resource, object) -> Status causes.
         self.validators: list[Callable[[Resource, dict[str, Any]], list[dict[str, str]]]] = []
         self.write_log: list[RecordedWrite] = []
+        # What SubjectAccessReviews allow: (subject, namespace, verb, resource) with subject
+        # "user:NAME" or "group:NAME" (``allow``); everything else is denied.
+        self.access_rules: set[tuple[str, str, str, str]] = set()
         self._closing = False
         self._watch_generation = 0
         self._httpd: Any = None
@@ -718,6 +722,52 @@ class FakeKubeAPI:
 
         code, answer = patch(self, resource, namespace, name, body, content_type, query or {})
         return code, answer if isinstance(answer, bytes) else dumps(answer)
+
+    def allow(
+        self, subject: str, namespace: str, verb: str = "list", resource: str = "pods"
+    ) -> None:
+        """Let ``subject`` ("user:NAME" or "group:NAME") ``verb`` core ``resource`` in
+        ``namespace``, as SubjectAccessReviews will answer."""
+        with self._lock:
+            self.access_rules.add((subject, namespace, verb, resource))
+
+    def subject_access_review(self, body: Any) -> tuple[int, dict[str, Any]]:
+        """The answer to a POSTed SubjectAccessReview: the review with ``status.allowed``."""
+        spec = body.get("spec") if isinstance(body, dict) else None
+        attributes = spec.get("resourceAttributes") if isinstance(spec, dict) else None
+        if (
+            not isinstance(spec, dict)
+            or not isinstance(attributes, dict)
+            or body.get("kind") != "SubjectAccessReview"
+        ):
+            return 400, status_body(
+                400, "not a SubjectAccessReview with resourceAttributes", "BadRequest"
+            )
+        subjects = {f"user:{spec.get('user', '')}"} | {
+            f"group:{group}" for group in spec.get("groups") or []
+        }
+        wanted = (
+            attributes.get("namespace", ""),
+            attributes.get("verb", ""),
+            attributes.get("resource", ""),
+        )
+        with self._lock:
+            allowed = attributes.get("group", "") == "" and any(
+                (subject, *wanted) in self.access_rules for subject in subjects
+            )
+        status: dict[str, Any] = {"allowed": allowed}
+        if allowed:
+            status["reason"] = "allowed by the test server's rules"
+        return 201, {**body, "status": status}
+
+    def access_reviews(self) -> list[Any]:
+        """The bodies of every SubjectAccessReview received, in order."""
+        with self._lock:
+            return [
+                request.json
+                for request in self.recorded
+                if request.method == "POST" and request.path == SUBJECT_ACCESS_REVIEWS
+            ]
 
     def writes(self, plural: str = "") -> list[Any]:
         """The PATCH requests received (``RecordedRequest``), of one resource when named."""

@@ -129,3 +129,16 @@ class LandingLoginView(LoginView):
         if Team.objects.filter(leads__pk=user.pk or 0).exists():
             return reverse("dashboard:my-teams")
         return resolve_url(settings.LOGIN_REDIRECT_URL)
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        # Which ways in the page offers (README "Sign-in"), and why a provider sign-in failed.
+        context = super().get_context_data(**kwargs)
+        outcome = self.request.GET.get("oidc", "")
+        context.update(
+            local_login=settings.GPULEDGER_LOCAL_LOGIN,
+            oidc_enabled=bool(settings.GPULEDGER_OIDC_ISSUER),
+            oidc_provider_name=settings.GPULEDGER_OIDC_PROVIDER_NAME,
+            oidc_failed=outcome == "failed",
+            oidc_unavailable=outcome == "unavailable",
+        )
+        return context

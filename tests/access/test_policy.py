@@ -180,6 +180,12 @@ POLICY: dict[str, Policy] = {
     # --- Open to everyone, no team data.
     "login": Policy(PUBLIC, own=lambda w: [url("login")]),
     "logout": Policy(PUBLIC, own=lambda w: [url("logout")]),
+    # Sign-in with the identity provider (accounts/oidc.py): 404 while it is off.
+    "oidc_authentication_init": Policy(PUBLIC, own=lambda w: [url("oidc_authentication_init")]),
+    "oidc_authentication_callback": Policy(
+        PUBLIC, own=lambda w: [url("oidc_authentication_callback")]
+    ),
+    "oidc_logout": Policy(PUBLIC, own=lambda w: [url("oidc_logout")]),
     "healthz": Policy(PUBLIC, own=lambda w: [url("healthz")]),
     "readyz": Policy(PUBLIC, own=lambda w: [url("readyz")]),
     "favicon": Policy(PUBLIC, own=lambda w: [url("favicon")]),

@@ -1,8 +1,8 @@
 """The apps depend one way (docs/architecture.md "Layers").
 
-core ← fleet ← quotas ← ledger ← alerts ← notifications ← remediation ← observability ←
-dashboard ← demo: a module may import its own app and the apps to its left, never one to its
-right. Lazy imports inside functions count too.
+core ← fleet ← quotas ← ledger ← servicelevels ← alerts ← notifications ← remediation ←
+observability ← accounts ← dashboard ← demo: a module may import its own app and the apps to its
+left, never one to its right. Lazy imports inside functions count too.
 ``config`` wires everything and is outside the order.
 """
 
@@ -25,6 +25,7 @@ LAYERS = (
     "notifications",
     "remediation",
     "observability",
+    "accounts",
     "dashboard",
     "demo",
 )
