@@ -153,6 +153,23 @@ def test_rbac_visibility_adds_only_subjectaccessreview_create(tmp_path: Path) ->
         }
 
 
+def test_rbac_visibility_switches_the_setting_on_and_nothing_else(tmp_path: Path) -> None:
+    def settings_of(objects: list[dict[str, Any]]) -> dict[str, str]:
+        # The generated ConfigMap's name carries a hash of its content.
+        (found,) = [
+            o
+            for o in of_kind(objects, "ConfigMap")
+            if o["metadata"]["name"].startswith("gpu-ledger-settings")
+        ]
+        return found["data"]
+
+    plain = settings_of(render("read-only"))
+    settings = settings_of(with_components(tmp_path, "read-only", "rbac-visibility"))
+
+    assert plain.get("GPULEDGER_RBAC_VISIBILITY") in (None, "false")
+    assert settings == {**plain, "GPULEDGER_RBAC_VISIBILITY": "true"}
+
+
 def test_remediation_adds_only_the_patch_of_workloads(tmp_path: Path) -> None:
     objects = with_components(tmp_path, "quota-write", "remediation")
 
