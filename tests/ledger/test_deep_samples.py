@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Any
 
 import cramjam
 import numpy as np
@@ -123,7 +124,7 @@ def test_samples_binned_into_windows_as_prometheus_answers_them():
 
 
 def test_the_json_answer_gives_the_same_windows():
-    items = [
+    items: list[Any] = [
         {"metric": POD | {"__name__": "DCGM_FI_DEV_GPU_UTIL"}, "values": [[7230.5, "40"]]},
         {"metric": POD | {"__name__": "DCGM_FI_DEV_GPU_UTIL"}, "values": [["x"], [7290, "60"]]},
         "not an item",
