@@ -22,6 +22,7 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import requests
 from prometheus_api_client import PrometheusConnect
 
@@ -31,6 +32,7 @@ from core.timewindows import ensure_aware
 from fleet import secrets
 from fleet.choices import PrometheusAuth
 from fleet.ingest import IngestError, parse_query_response
+from fleet.ingest.answers import gc_paused
 
 if TYPE_CHECKING:
     from fleet.models import Cluster
@@ -156,6 +158,39 @@ class PrometheusClient:
         }
         return self._call("/api/v1/query_range", params, expect="matrix")
 
+    def query_samples(self, promql: str, at: datetime) -> list[dict[str, Any]]:
+        """An instant query of a range selector evaluated at ``at``: the stored samples, matrix
+        items ``{"metric", "values"}`` (answers of millions of points: decoded by orjson)."""
+        params = {"query": promql, "time": _timestamp(at)}
+        response = self._post("/api/v1/query", params)
+        try:
+            with gc_paused():
+                payload = orjson.loads(response.content)
+        except orjson.JSONDecodeError as exc:
+            raise PrometheusError(
+                f"/api/v1/query: answer is not JSON ({response.headers.get('Content-Type', '?')})",
+                permanent=True,
+                status=response.status_code,
+            ) from exc
+        try:
+            return parse_query_response(payload, expect="matrix")
+        except IngestError as exc:
+            raise PrometheusError(
+                f"/api/v1/query: malformed answer: {exc}",
+                permanent=True,
+                status=response.status_code,
+            ) from exc
+
+    def remote_read(self, request: bytes) -> bytes:
+        """The remote read API (``/api/v1/read``, samples as snappy-compressed protobuf):
+        ``request`` is a compressed ``ReadRequest``, the answer the compressed ``ReadResponse``."""
+        headers = {
+            "Content-Encoding": "snappy",
+            "Content-Type": "application/x-protobuf",
+            "X-Prometheus-Remote-Read-Version": "0.1.0",
+        }
+        return self._post("/api/v1/read", {}, body=request, headers=headers).content
+
     def fetch_raw(self, path: str, params: dict[str, str]) -> bytes:
         """The undecoded body of a successful call (the benchmark times Prometheus alone)."""
         return self._post(path, params).content
@@ -178,7 +213,13 @@ class PrometheusClient:
                 f"{path}: malformed answer: {exc}", permanent=True, status=response.status_code
             ) from exc
 
-    def _post(self, path: str, params: dict[str, str]) -> requests.Response:
+    def _post(
+        self,
+        path: str,
+        params: dict[str, str],
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> requests.Response:
         what = f"{path} ({_query_names(params.get('query', ''))})"
         deadline = Deadline(
             self.timeout, "the request timeout", "the cluster's Prometheus timeout"
@@ -188,7 +229,7 @@ class PrometheusClient:
         with cut_at(deadline) as cut:
             try:
                 with cut.attaching():
-                    return self._send(path, params)
+                    return self._send(path, params, body, headers)
             except Exception as exc:
                 if cut.fired:
                     raise PrometheusError(
@@ -197,14 +238,20 @@ class PrometheusClient:
                     ) from exc
                 raise
 
-    def _send(self, path: str, params: dict[str, str]) -> requests.Response:
+    def _send(
+        self,
+        path: str,
+        params: dict[str, str],
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> requests.Response:
         # POST form-encodes the query: long PromQL never meets a URL length limit. The answer is
         # read whole (no stream) inside the caller's cut, so a dripping server is cut off too.
         try:
             response = self._session.post(
                 f"{self.url}{path}",
-                data=params,
-                headers=self._headers,
+                data=params if body is None else body,
+                headers=self._headers | (headers or {}),
                 auth=self._auth,
                 timeout=self.timeout,
             )

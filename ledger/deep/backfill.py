@@ -4,10 +4,12 @@
 ``RollupHour`` yet (an hour already deep-backfilled, or with windows collected, is skipped, so
 a run that stopped is resumed by running it again). Per hour:
 
-1. Fetch (nothing written yet): per shard the range queries of ``ledger.deep.queries`` (the
-   series present in each window and four metrics' averages per window, compacted as they
-   arrive; ``ledger.deep.presence`` sums the figures from them) (GPU series split by UUID so a
-   query reads at most
+1. Fetch (nothing written yet): per shard the stored samples of the six DCGM metrics in the
+   hour, through the remote read API (``ledger.deep.remote``; an instant query of a range
+   selector where a server has no such API), binned into windows as they arrive
+   (``ledger.deep.presence.bin_columns``: the series present in each window and four metrics'
+   averages per window; ``ledger.deep.presence`` sums the figures from them) (GPU series split
+   by UUID so a read holds at most
    ``GPULEDGER_DEEP_BACKFILL_SERIES_PER_QUERY`` series), the pods' GPU requests per window, their
    labels and owners over the hour, and Kueue's quota metrics per window; at most
    ``GPULEDGER_DEEP_BACKFILL_CONCURRENCY`` queries in flight, the next hour's fetched while this
@@ -44,9 +46,9 @@ from fleet.ingest import IngestStats, split_matrix
 from fleet.ingest.kube_state import collect_pod_owners
 from fleet.inventory import ensure_nodes
 from fleet.models import Cluster, Gpu
-from fleet.prometheus import PrometheusClient
+from fleet.prometheus import PrometheusClient, PrometheusError
 from ledger.collector import KUEUE, kueue_answers
-from ledger.deep import presence
+from ledger.deep import presence, remote
 from ledger.deep import queries as q
 from ledger.deep.grain import Grain, GrainBuilder
 from ledger.deep.rows import hour_owners, scope_rows
@@ -119,6 +121,8 @@ class DeepBackfill:
         self.style = str(cluster.pod_label_style or PodLabelStyle.AUTO)
         self._sample_context: tuple[dict[str, list[str]], dict[tuple[str, str], Decimal]] | None
         self._sample_context = None
+        # The remote read API until a server says it has none.
+        self._remote_read = True
 
     # --- entry point ------------------------------------------------------------------------
 
@@ -200,27 +204,56 @@ class DeepBackfill:
         def ranged(promql: str) -> Callable[[], list[dict]]:
             return lambda: client.query_range(promql, first, end, step)
 
-        def compacted(promql: str) -> Callable[[], presence.Windows]:
-            # Compacted in the pool's thread as it arrives: a per-series answer of a large
-            # shard is held as arrays of doubles, not as parsed JSON, until the hour is written.
-            return lambda: presence.compact(
-                client.query_range(promql, first, end, step),
-                queries.by_labels,
-                first.timestamp(),
-                step,
-            )
+        def binned(shard: str) -> Callable[[], dict[str, presence.Windows]]:
+            # Binned in the pool's thread as it arrives: a shard's samples are held as arrays
+            # of per-window doubles, not as parsed answers, until the hour is written.
+            return lambda: self._samples(queries, shard, end, first.timestamp())
 
         calls: dict[str, Callable[[], Any]] = {}
         for number, matcher in enumerate(q.shard_matchers(shards)):
-            calls[f"{HOURLY}{number}:{q.PRESENCE}"] = compacted(queries.presence(matcher))
-            for name, promql in queries.metric_windows(matcher).items():
-                calls[f"{HOURLY}{number}:{name}"] = compacted(promql)
+            calls[f"{HOURLY}{number}:{q.SAMPLES}"] = binned(matcher)
         for name, promql in queries.label_queries().items():
             calls[f"{LABELS}{name}"] = instant(promql)
         calls[q.REQUESTS] = ranged(c.PROMQL_GPU_REQUESTS)
         for name, promql in KUEUE_QUERIES.items():
             calls[KUEUE + name] = ranged(promql)
         return calls
+
+    def _samples(
+        self, queries: q.DeepQueries, shard: str, end: datetime, first: float
+    ) -> dict[str, presence.Windows]:
+        """The shard's stored DCGM samples of the hour ending at ``end``, binned into windows:
+        through the remote read API, else (a Prometheus-compatible server without it answers
+        404 or 405) an instant query of a range selector."""
+        if self._remote_read:
+            end_ms = round(end.timestamp() * 1000)
+            request = remote.read_request(
+                end_ms - 3600 * 1000 + 1, end_ms, queries.sample_matchers(shard)
+            )
+            try:
+                answer = self.client.remote_read(request)
+            except PrometheusError as exc:
+                if exc.status not in (404, 405):
+                    raise
+                logger.warning("No remote read API (%s): the samples come as JSON", exc)
+                self._remote_read = False
+            else:
+                try:
+                    columns = remote.read_response(answer)
+                except remote.RemoteReadError as exc:
+                    raise PrometheusError(str(exc), permanent=True) from exc
+                return presence.bin_columns(
+                    columns.labels,
+                    columns.lengths,
+                    columns.times_ms,
+                    columns.values,
+                    queries.by_labels,
+                    first,
+                    self.window_seconds,
+                    columns.stats,
+                )
+        items = self.client.query_samples(queries.samples(shard), end)
+        return presence.bin_samples(items, queries.by_labels, first, self.window_seconds)
 
     def _prefetched(
         self, pool: ThreadPoolExecutor, queries: q.DeepQueries, hours: list[datetime], shards: int
@@ -253,8 +286,9 @@ class DeepBackfill:
         seen: dict[float, dict[tuple[str, str], float]] = {}
         shard_numbers = sorted({name.split(":")[1] for name in answers if name.startswith(HOURLY)})
         for number in shard_numbers:
+            shard_answers = _shard(answers, f"{HOURLY}{number}:")
             found = presence.derive(
-                _shard(answers, f"{HOURLY}{number}:"),
+                shard_answers.get(q.SAMPLES) or shard_answers,
                 queries.by_labels,
                 queries.pod_labels,
                 (end - HOUR).timestamp() + self.window_seconds,

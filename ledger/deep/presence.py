@@ -28,6 +28,9 @@ import sys
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from fleet import constants as c
 from fleet.ingest import IngestStats
@@ -240,3 +243,171 @@ def _sums(
             if sm == sm and util >= busy_util and sm < busy_sm:
                 sums["busy"] = sums.get("busy", 0.0) + share
     return sums
+
+
+# The metrics of ``DeepQueries.samples`` by ``__name__``, and the per-window answer each gives
+# (``None``: presence only).
+_NAMES = tuple(c.DCGM_METRICS.values())
+_KEYS = tuple(key if key in q.METRIC_KEYS else None for key in c.DCGM_METRICS)
+
+
+def bin_samples(
+    items: list[dict], labels: tuple[str, ...], first: float, step: int
+) -> dict[str, Windows]:
+    """``bin_columns`` of a JSON answer of ``DeepQueries.samples`` (an instant query of a range
+    selector: matrix items, one per stored series); unusable items and points are skipped and
+    counted, the rest kept."""
+    stats = IngestStats()
+    kept: list[dict[str, str]] = []
+    points: list[Any] = []
+    lengths: list[int] = []
+    for item in items:
+        if (
+            not isinstance(item, dict)
+            or not isinstance(metric := item.get("metric"), dict)
+            or not isinstance(values := item.get("values"), list)
+        ):
+            stats.skip("malformed_matrix_item")
+            continue
+        kept.append(metric)
+        points.extend(values)
+        lengths.append(len(values))
+    times, values, good = _columns(points, stats)
+    if not good.all():
+        positions = np.repeat(np.arange(len(lengths)), lengths)[good]
+        lengths = np.bincount(positions, minlength=len(lengths)).tolist()
+    times_ms = np.rint(times * 1000).astype(np.int64)
+    return bin_columns(kept, lengths, times_ms, values, labels, first, step, stats)
+
+
+def bin_columns(
+    series_labels: list[dict[str, str]],
+    lengths: list[int],
+    times_ms: np.ndarray,
+    values: np.ndarray,
+    labels: tuple[str, ...],
+    first: float,
+    step: int,
+    stats: IngestStats | None = None,
+) -> dict[str, Windows]:
+    """The stored samples of the six DCGM metrics over the hour (``series_labels``: each stored
+    series' labels, ``lengths`` its sample count; ``times_ms`` and ``values`` the samples, series
+    after series) binned into the hour's windows, as the range answers of
+    ``DeepQueries.presence`` and ``DeepQueries.metric_windows`` give them.
+
+    Window ``i`` ends at ``first + i * step`` and holds the samples after the previous end up to
+    and including its own (``<function>_over_time(<metric>[<window> - 1ms])`` at its end). Per
+    series (its values of ``labels``) and window:
+
+    - ``PRESENCE``: 1 where a stored series of any of the six metrics has a sample (NaN samples
+      count), NaN elsewhere;
+    - per ``METRIC_KEYS`` key: the largest of the stored series' averages over the window
+      (``max by``) where one is finite and none is +Inf, as Prometheus computes them: an average
+      is NaN when a sample is NaN or both infinities occur, else ±Inf when a sample is. A window
+      with samples and no such answer counts as a non-finite skip.
+
+    A series of another metric is skipped and counted; samples outside the hour too.
+    """
+    stats = stats if stats is not None else IngestStats()
+    count = 3600 // step
+    wanted = {name: position for position, name in enumerate(_NAMES)}
+    positions = [wanted.get(str(metric.get("__name__")), -1) for metric in series_labels]
+    group_of: dict[tuple[str, ...], int] = {}
+    groups_list = []
+    for metric, position in zip(series_labels, positions, strict=True):
+        if position < 0:
+            stats.skip("malformed_matrix_item")
+            groups_list.append(-1)
+            continue
+        key = tuple(sys.intern(str(metric.get(name) or "")) for name in labels)
+        groups_list.append(group_of.setdefault(key, len(group_of)))
+    groups = np.asarray(groups_list, dtype=np.int64)
+    group_keys = list(group_of)
+    item_of = np.repeat(np.arange(len(series_labels), dtype=np.int64), lengths)
+    # Window of each sample: (first + (i - 1) * step, first + i * step], in milliseconds.
+    offset = times_ms - round((first - step) * 1000) - 1
+    window = offset // (step * 1000)
+    inside = (offset >= 0) & (window < count)
+    if not inside.all():
+        outside = ~inside & (groups[item_of] >= 0)
+        stats.skip("matrix_point_outside_the_hour", int(outside.sum()))
+    inside &= groups[item_of] >= 0
+    item_of, window, values = item_of[inside], window[inside], values[inside]
+    shape = (len(series_labels), count)
+    cells = item_of * count + window
+    samples = np.bincount(cells, minlength=shape[0] * count).reshape(shape)
+
+    def flagged(flags: np.ndarray) -> np.ndarray:
+        return np.bincount(cells, weights=flags, minlength=shape[0] * count).reshape(shape) > 0
+
+    finite = np.isfinite(values)
+    sums = np.bincount(cells, weights=np.where(finite, values, 0.0), minlength=shape[0] * count)
+    nan = flagged(np.isnan(values))
+    high, low = flagged(values == math.inf), flagged(values == -math.inf)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        averages = sums.reshape(shape) / samples
+    # Per stored series and window: a finite average, +Inf (wins any max: no answer), or neither.
+    usable = (samples > 0) & ~nan & ~high & ~low
+    poisoned = (samples > 0) & ~nan & high & ~low
+    candidates = np.where(usable, averages, -math.inf)
+    found = {q.PRESENCE: Windows(stats=stats)}
+    metrics_of = np.asarray(positions, dtype=np.int64)
+    grid = (len(group_keys), count)
+    for position, answer in enumerate(_KEYS):
+        mine = np.flatnonzero(metrics_of == position)
+        if answer is None or not len(mine):
+            continue
+        series = found.setdefault(answer, Windows()).series
+        if len(np.unique(groups[mine])) == len(mine):
+            # One stored series per answer series (the usual case): its averages as they are.
+            best = np.full(grid, -math.inf)
+            spoiled, sampled = np.zeros(grid, dtype=bool), np.zeros(grid, dtype=bool)
+            best[groups[mine]] = candidates[mine]
+            spoiled[groups[mine]] = poisoned[mine]
+            sampled[groups[mine]] = samples[mine] > 0
+        else:
+            best = np.full(grid, -math.inf)
+            spoiled, sampled = np.zeros(grid, dtype=bool), np.zeros(grid, dtype=bool)
+            np.maximum.at(best, groups[mine], candidates[mine])
+            np.logical_or.at(spoiled, groups[mine], poisoned[mine])
+            np.logical_or.at(sampled, groups[mine], samples[mine] > 0)
+        keep = (best > -math.inf) & ~spoiled
+        stats.nonfinite_skipped += int((sampled & ~keep).sum())
+        rows = np.where(keep, best, math.nan)
+        for group in np.flatnonzero(keep.any(axis=1)):
+            series[group_keys[group]] = _doubles(rows[group])
+    present = np.zeros(grid, dtype=bool)
+    present[groups[item_of], window] = True
+    rows = np.where(present, 1.0, math.nan)
+    series = found[q.PRESENCE].series
+    for group in np.flatnonzero(present.any(axis=1)):
+        series[group_keys[group]] = _doubles(rows[group])
+    return found
+
+
+def _doubles(row: np.ndarray) -> array:
+    found = array("d")
+    found.frombytes(np.ascontiguousarray(row, dtype=np.float64).tobytes())
+    return found
+
+
+def _columns(points: list[Any], stats: IngestStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Times and values of ``[time, "value"]`` points as doubles, and which points they are
+    (unreadable points are skipped and counted)."""
+    try:
+        table = np.array(points, dtype=object).reshape(len(points), 2)
+        times, values = table[:, 0].astype(np.float64), table[:, 1].astype(np.float64)
+        return times, values, np.ones(len(points), dtype=bool)
+    except (TypeError, ValueError):
+        pass
+    good = np.zeros(len(points), dtype=bool)
+    times, values = np.zeros(len(points)), np.zeros(len(points))
+    for number, point in enumerate(points):
+        try:
+            at, value = point
+            times[number], values[number] = float(at), float(value)
+        except (TypeError, ValueError):
+            stats.skip("malformed_matrix_point")
+            continue
+        good[number] = True
+    return times[good], values[good], good

@@ -16,13 +16,16 @@ window by window (``ledger.deep.presence`` applies them):
   else GR_ENGINE_ACTIVE, chosen per window; idle and "busy but not working" compare each
   window's averages with the thresholds.
 
-Each raw sample is read once per hour: Prometheus evaluates every query apart (no common
-subexpression is shared between queries, nor between the parts of one), so the figures are
-summed from these answers in Python rather than asked one PromQL expression per figure.
+Each raw sample is read once per hour, and not evaluated by Prometheus at all: the backfill
+reads the stored samples (``samples`` / ``sample_matchers``: the six metrics of a shard over the
+hour) and ``ledger.deep.presence.bin_columns`` computes these per-window answers from them, as
+Prometheus would (the range queries stay the definition the binning is held to; per window they
+cost Prometheus several times the CPU of handing the samples over, bench/RESULTS.md).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from fleet import constants as c
@@ -52,6 +55,7 @@ POD_SEEN = "pod_seen"
 HOSTS = "hosts"
 REQUESTS = "requests"
 PRESENCE = "presence"
+SAMPLES = "samples"
 # The DCGM metrics whose per-window averages the figures read.
 METRIC_KEYS = ("sm_active", "gr_engine_active", "pipe_tensor_active", "gpu_util")
 
@@ -129,6 +133,23 @@ class DeepQueries:
     def presence(self, shard: str) -> str:
         """Range query (step = window): every series of the shard present in each window."""
         return self.present(shard, None)
+
+    def samples(self, shard: str) -> str:
+        """Instant query at the hour's end: the stored samples of the six DCGM metrics in the
+        hour (every series of the shard), binned into windows by ``presence.bin_samples``."""
+        names = "|".join(c.DCGM_METRICS.values())
+        selector = ", ".join(m for m in (f'__name__=~"{names}"', shard) if m)
+        return f"{{{selector}}}[{3600 * 1000 - 1}ms]"
+
+    def sample_matchers(self, shard: str) -> list[tuple[str, str, str]]:
+        """``samples`` as remote read matchers: ``(name, operator, value)``."""
+        found = [("__name__", "=~", "|".join(c.DCGM_METRICS.values()))]
+        if shard:
+            matched = re.fullmatch(r'(\w+)(=~|!~)"(.*)"', shard)
+            if matched is None:
+                raise ValueError(f"not a shard matcher: {shard}")
+            found.append((matched[1], matched[2], matched[3]))
+        return found
 
     def metric_windows(self, shard: str) -> dict[str, str]:
         """Range queries (step = window): per pod series each window's average of the metrics

@@ -18,6 +18,7 @@ from datetime import timedelta
 from io import StringIO
 from typing import Any
 
+import cramjam
 import pytest
 import time_machine
 from django.core.management import call_command
@@ -25,7 +26,7 @@ from django.core.management import call_command
 from fleet.models import Cluster
 from fleet.prometheus import PrometheusError
 from ledger.choices import RollupScope
-from ledger.deep import DeepBackfill, presence, shards_for
+from ledger.deep import DeepBackfill, presence, remote, shards_for
 from ledger.deep.grain import GrainBuilder
 from ledger.deep.queries import DeepQueries, shard_matchers
 from ledger.models import GpuUsage, HourlyRollup, RollupHour
@@ -159,8 +160,9 @@ def test_a_second_run_skips_done_hours_and_collected_hours(alpha_prometheus):
 
 
 class _Broken(http.server.BaseHTTPRequestHandler):
-    """A Prometheus that passes queries on, except the per-series queries of the hour ending
-    at ``fail_at`` (a Unix time), which fail or get nonsense."""
+    """A Prometheus that passes requests on, except the reads of the stored DCGM samples of the
+    hour ending at ``fail_at`` (a Unix time), which fail or get nonsense; in mode
+    ``no_remote_read`` every remote read is answered 404 (a server without that API)."""
 
     mode = "error"
     upstream = ""
@@ -168,18 +170,28 @@ class _Broken(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        form = urllib.parse.parse_qs(body.decode())
-        failing = "avg_over_time" in form.get("query", [""])[0] and form.get("end") == [
-            type(self).fail_at
-        ]
+        if self.path == "/api/v1/read":
+            request = remote._MESSAGES["ReadRequest"].FromString(
+                bytes(cramjam.snappy.decompress_raw(body))
+            )
+            end = f"{request.queries[0].end_timestamp_ms / 1000:.3f}"
+            failing = type(self).mode == "no_remote_read" or end == type(self).fail_at
+            headers = {name: self.headers[name] for name in self.headers if name != "Host"}
+        else:
+            form = urllib.parse.parse_qs(body.decode())
+            # The hour's stored samples as JSON (an instant query of a range selector at its end).
+            failing = form.get("query", [""])[0].startswith("{__name__=~") and form.get("time") == [
+                type(self).fail_at
+            ]
+            headers = {"Content-Type": "application/x-www-form-urlencoded"}
         if not failing:
             request = urllib.request.Request(  # noqa: S310 (loopback)
-                type(self).upstream + self.path,
-                data=body,
-                headers={"Content-Type": "application/x-www-form-urlencoded"},
+                type(self).upstream + self.path, data=body, headers=headers
             )
             with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
                 self._send(200, answer.read())
+        elif type(self).mode == "no_remote_read":
+            self._send(404, b"404 page not found")
         elif type(self).mode == "error":
             self._send(503, b'{"status":"error","errorType":"unavailable","error":"down"}')
         else:
@@ -207,6 +219,16 @@ def broken(alpha_prometheus) -> Iterator[type[_Broken]]:
     yield handler
     server.shutdown()
     server.server_close()
+
+
+def test_without_the_remote_read_api_the_samples_come_as_json_and_give_the_same_rows(
+    broken, alpha_prometheus
+):
+    windows = window_rollups(alpha_prometheus.url)
+    broken.mode = "no_remote_read"
+    cluster, _result = deep(broken.url, name="json", series_per_query=4)
+
+    assert_same(rollups(cluster), windows)
 
 
 @pytest.mark.parametrize("mode", ["error", "garbage"])

@@ -1,0 +1,136 @@
+"""The stored samples of a deep-backfilled hour: the remote read answer decoded, and the samples
+binned into the per-window answers Prometheus would give (``max by`` of ``avg_over_time`` per
+window, the presence test), checked against values worked out by hand."""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+import cramjam
+import numpy as np
+import pytest
+
+from ledger.deep import presence, remote
+from ledger.deep.queries import DeepQueries
+from ledger.rollup.row_figures import Thresholds
+
+QUERIES = DeepQueries("exported", 60, Thresholds(idle=0.1, busy_gpu_util=50.0, busy_sm_active=0.2))
+FIRST = 7260.0  # the hour (7200, 10800]: its first window ends at 7260
+GPU = {"UUID": "GPU-1", "Hostname": "n1", "modelName": "H100"}
+POD = GPU | {"exported_namespace": "t", "exported_pod": "a"}
+KEY = tuple(POD.get(name, "") for name in QUERIES.by_labels)
+
+
+def varint(number: int) -> bytes:
+    found = bytearray()
+    while True:
+        byte, number = number & 0x7F, number >> 7
+        found.append(byte | (0x80 if number else 0))
+        if not number:
+            return bytes(found)
+
+
+def sample(value: float, at_ms: int) -> bytes:
+    """A prompb.Sample as Prometheus writes it: a zero value (or time) is left out."""
+    head = b"\x09" + struct.pack("<d", value) if value != 0 else b""
+    return head + (b"\x10" + varint(at_ms) if at_ms else b"")
+
+
+def test_the_remote_read_answer_is_decoded_and_staleness_markers_dropped():
+    stale = struct.unpack("<d", struct.pack("<Q", remote.STALE_NAN))[0]
+    response = remote._MESSAGES["ReadResponse"]()
+    series = response.results.add().timeseries.add()
+    series.labels.add(name="__name__", value="DCGM_FI_DEV_GPU_UTIL")
+    series.labels.add(name="UUID", value="GPU-1")
+    series.samples.extend(
+        [sample(0.0, 7_230_000), sample(stale, 7_240_000), sample(-2.5, 7_250_001)]
+    )
+    other = response.results[0].timeseries.add()
+    other.labels.add(name="__name__", value="DCGM_FI_DEV_FB_USED")
+    other.samples.extend([sample(math.nan, 1), sample(80_000.0, 10_800_000)])
+    answer = bytes(cramjam.snappy.compress_raw(response.SerializeToString()))
+
+    found = remote.read_response(answer)
+
+    assert found.labels == [
+        {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": "GPU-1"},
+        {"__name__": "DCGM_FI_DEV_FB_USED"},
+    ]
+    assert found.lengths == [2, 2]
+    assert found.times_ms.tolist() == [7_230_000, 7_250_001, 1, 10_800_000]
+    assert found.values[[0, 1, 3]].tolist() == [0.0, -2.5, 80_000.0]
+    assert math.isnan(found.values[2])
+
+
+def test_an_answer_that_is_not_a_remote_read_answer_is_an_error():
+    with pytest.raises(remote.RemoteReadError):
+        remote.read_response(b'{"status": "success"}')
+
+
+def test_samples_binned_into_windows_as_prometheus_answers_them():
+    sm, dram = "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"
+    # Two stored series of one answer series (two exporters scraping the same GPU and pod).
+    first_exporter = POD | {"__name__": sm, "instance": "x"}
+    second_exporter = POD | {"__name__": sm, "instance": "y"}
+    ms = 1000
+    series = {
+        "first": (
+            first_exporter,
+            [
+                (7_200 * ms, 0.9),  # the previous hour's last instant: not in this hour
+                (7_200 * ms + 1, 0.2),  # window 0 (7200, 7260]
+                (7_260 * ms, 0.4),  # window 0: its end is inside it
+                (7_290 * ms, math.nan),  # window 1: the average is NaN
+                (7_300 * ms, 0.9),
+                (7_330 * ms, math.inf),  # window 2: +Inf wins the max, no answer
+            ],
+        ),
+        "second": (
+            second_exporter,
+            [(7_230 * ms, 0.5), (7_300 * ms, 0.1), (7_350 * ms, 0.7)],
+        ),
+        "dram": (POD | {"__name__": dram}, [(7_400 * ms, 0.3)]),  # window 3: presence only
+        "other": ({"__name__": "up"}, [(7_230 * ms, 1.0)]),  # not a DCGM metric
+    }
+    labels = [metric for metric, _points in series.values()]
+    points = [point for _metric, found in series.values() for point in found]
+
+    found = presence.bin_columns(
+        labels,
+        [len(found) for _metric, found in series.values()],
+        np.array([at for at, _ in points], dtype=np.int64),
+        np.array([value for _, value in points]),
+        QUERIES.by_labels,
+        FIRST,
+        60,
+    )
+
+    sm_windows = list(found["sm_active"].series[KEY])[:5]
+    # 0: max(avg(0.2, 0.4), 0.5); 1: max(NaN, 0.1); 2: max(+Inf, 0.7) is no answer; 3: none.
+    assert sm_windows[:2] == pytest.approx([0.5, 0.1])
+    assert all(math.isnan(value) for value in sm_windows[2:])
+    assert [value == 1.0 for value in list(found["presence"].series[KEY])[:5]] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+    ]
+    stats = found["presence"].stats
+    assert stats.skip_reasons == {"malformed_matrix_item": 1, "matrix_point_outside_the_hour": 1}
+    assert stats.nonfinite_skipped == 1  # window 2 of SM_ACTIVE
+
+
+def test_the_json_answer_gives_the_same_windows():
+    items: list[Any] = [
+        {"metric": POD | {"__name__": "DCGM_FI_DEV_GPU_UTIL"}, "values": [[7230.5, "40"]]},
+        {"metric": POD | {"__name__": "DCGM_FI_DEV_GPU_UTIL"}, "values": [["x"], [7290, "60"]]},
+        "not an item",
+    ]
+    found = presence.bin_samples(items, QUERIES.by_labels, FIRST, 60)
+
+    assert list(found["gpu_util"].series[KEY])[:2] == [40.0, 60.0]
+    stats = found["presence"].stats
+    assert stats.skip_reasons == {"malformed_matrix_item": 1, "malformed_matrix_point": 1}
