@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db.models import Q, Sum
 from django.db.models.fields.json import KeyTextTransform
 
-from core.mig import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from core.mig import GPU_RESOURCE, gpu_flavor
 from core.ranges import HourSpan
 from dashboard.queries.now import latest_usage, latest_windows
 from dashboard.queries.teams import workload_figures
@@ -119,14 +119,9 @@ def flavor_use_by_team(
         else []
     )
     for queue_id, flavors, gpus in mig_only:
-        named = [
-            str(flavors[resource])
-            for resource in sorted(flavors if isinstance(flavors, dict) else {})
-            if resource.startswith(MIG_RESOURCE_PREFIX)
-        ]
-        if named:
-            use = uses[team_of[queue_id]].setdefault(named[0], FlavorUse(named[0]))
-            use.admitted += float(gpus)
+        flavor = gpu_flavor(flavors)
+        if flavor:
+            uses[team_of[queue_id]].setdefault(flavor, FlavorUse(flavor)).admitted += float(gpus)
     return {team_id: list(by_flavor.values()) for team_id, by_flavor in uses.items()}
 
 

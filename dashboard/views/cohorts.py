@@ -252,7 +252,7 @@ def _borrower_rows(
             {
                 "workload": workload,
                 "visible": sees_team(allowed, borrower_queue.team_id if borrower_queue else None),
-                "flavor": (workload.flavors or {}).get(GPU_RESOURCE, ""),
+                "flavor": workload.gpu_flavor,
                 "grace_seconds": termination_grace_seconds(workload.pod_sets),
                 "age_seconds": (now - workload.admitted_at).total_seconds()
                 if workload.admitted_at

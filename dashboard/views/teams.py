@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from core.mig import GPU_RESOURCE
+from core.mig import gpu_flavor
 from core.ranges import TimeRange, hidden_params
 from dashboard.access import allowed_team_ids, get_team_for_user, sees_team
 from dashboard.decorators import choice_param, dashboard_page
@@ -169,7 +169,7 @@ def _workload_row(
         else "",
         "visible": sees_team(allowed, cluster_queue.team_id if cluster_queue else None),
         "gpus": figure(gpus),
-        "flavor": (workload.flavors or {}).get(GPU_RESOURCE, ""),
+        "flavor": gpu_flavor(workload.flavors),
         "sm_active": percent(found.utilization),
         "tensor": percent(found.tensor_activity),
         "idle_hours": figure(idle_hours) if found.allocated_gpu_hours else "—",

@@ -27,7 +27,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from core.mig import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from core.mig import GPU_RESOURCE, gpu_flavor
 from fleet.choices import IngestSource
 from fleet.models import Cluster, IngestRun
 from ledger.choices import RollupScope
@@ -121,13 +121,9 @@ def waited_flavor(row: dict[str, Any], first_flavor: str) -> str:
     named = waiting_flavor(row.get("state_message") or "")
     if named:
         return named
-    flavors = row.get("flavors")
-    if isinstance(flavors, dict):
-        if flavors.get(GPU_RESOURCE):
-            return str(flavors[GPU_RESOURCE])
-        for resource in sorted(flavors):
-            if resource.startswith(MIG_RESOURCE_PREFIX) and flavors[resource]:
-                return str(flavors[resource])
+    admitted = gpu_flavor(row.get("flavors"))
+    if admitted:
+        return admitted
     return first_flavor
 
 

@@ -816,8 +816,47 @@ def mig_nominal_now(reads: Reads) -> Compared:
     return {"platform": pairs}
 
 
+@compares("GPU flavor of each holding workload, MIG ones too")
+def holding_flavors(reads: Reads) -> Compared:
+    """Each holding workload's flavor on the team page, the workload list and its workload page,
+    against the flavor of its stored admission read here from the raw ``flavors`` (whole GPUs',
+    else its MIG resource's: the MIG jobs of the platform queue run on a100-mig)."""
+    from quotas.models import Workload
+
+    listed = {
+        row["workload"].pk: row["flavor"]
+        for row in reads.page("dashboard:workload-list", state="holding").context["rows"]
+    }
+    compared: Compared = {}
+    for workload in Workload.objects.holding().select_related("cluster_queue__team"):
+        queue = workload.cluster_queue
+        if queue is None or queue.team is None or not workload.flavors:
+            continue
+        admitted = workload.flavors.get("nvidia.com/gpu") or next(
+            flavor for resource, flavor in sorted(workload.flavors.items()) if "/mig-" in resource
+        )
+        team_rows = reads.team(queue.team.name).context["workload_rows"]
+        on_team = {r["workload"].pk: r for r in team_rows}
+        page = reads.page("dashboard:workload-detail", workload.pk)
+        pairs: Pairs = [("stored admission", admitted), ("workload page", page.context["flavor"])]
+        if workload.pk in on_team:
+            pairs.append(("team page workloads", on_team[workload.pk]["flavor"]))
+        if workload.pk in listed:
+            pairs.append(("workload list", listed[workload.pk]))
+        compared[workload.name] = pairs
+    assert any("a100-mig" in str(pairs) for pairs in compared.values()), "no MIG workload"
+    return compared
+
+
+PERTURBED["GPU flavor of each holding workload, MIG ones too"] = (
+    "dashboard.views.teams",
+    "gpu_flavor",
+    reworded,
+)
+
 # Registered after ``test_every_figure_agrees_where_it_appears_twice`` took its list: run here.
 LATE_COMPARISONS = [
+    "GPU flavor of each holding workload, MIG ones too",
     "nominal GPUs now, MIG quota at slices/7",
     "nominal GPU-h over the range, MIG quota at slices/7",
     "an idle workload's alert and its workload page: wasted GPU-h and cost",
@@ -827,3 +866,8 @@ LATE_COMPARISONS = [
 @pytest.mark.parametrize("what", LATE_COMPARISONS)
 def test_mig_quota_and_alert_figures_agree(reads, what):
     test_every_figure_agrees_where_it_appears_twice(reads, what)
+
+
+@pytest.mark.parametrize("what", ["GPU flavor of each holding workload, MIG ones too"])
+def test_late_comparisons_fail_when_one_place_is_wrong(reads, monkeypatch, what):
+    test_each_comparison_fails_when_one_place_is_wrong(reads, monkeypatch, what)
