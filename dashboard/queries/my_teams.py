@@ -16,9 +16,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Q, Sum
-from django.db.models.fields.json import KeyTextTransform
 
-from core.mig import GPU_RESOURCE, gpu_flavor
+from core.mig import gpu_flavor
 from core.ranges import HourSpan
 from dashboard.queries.now import latest_usage, latest_windows
 from dashboard.queries.teams import workload_figures
@@ -92,35 +91,21 @@ def flavor_use_by_team(
         for flavor, values in sample.flavors.items():
             use = uses[team_id].setdefault(flavor, FlavorUse(flavor))
             use.borrowed += values["borrowed"]
-    # Admitted now (quotas.now): the admitted GPUs of the queues' holding workloads, per flavor.
+    # Admitted now (quotas.now): the admitted GPUs of the queues' holding workloads, per flavor
+    # (``core.mig.gpu_flavor``: whole GPUs', else the MIG resource's), summed in the database per
+    # queue and admission (a handful of distinct ``flavors`` per queue).
     holding = (
         Workload.objects.holding()
-        .filter(cluster_queue_id__in=list(team_of))
+        .filter(cluster_queue_id__in=list(team_of), admitted_gpus__gt=0)
         .order_by()
-        .values("cluster_queue_id", gpu_flavor=KeyTextTransform(GPU_RESOURCE, "flavors"))
+        .values_list("cluster_queue_id", "flavors")
         .annotate(gpus=Sum("admitted_gpus"))
         if team_of
         else []
     )
-    # One row per (queue, flavor), summed in the database.
-    for row in holding:
-        flavor, gpus = row["gpu_flavor"], row["gpus"]
-        if not flavor or not gpus:
-            continue
-        team_id = team_of[row["cluster_queue_id"]]
-        uses[team_id].setdefault(flavor, FlavorUse(flavor)).admitted += float(gpus)
-    # Workloads admitted MIG instances only: the flavor of their first MIG resource.
-    mig_only = (
-        Workload.objects.holding()
-        .filter(cluster_queue_id__in=list(team_of), admitted_gpus__gt=0)
-        .exclude(flavors__has_key=GPU_RESOURCE)
-        .values_list("cluster_queue_id", "flavors", "admitted_gpus")
-        if team_of
-        else []
-    )
-    for queue_id, flavors, gpus in mig_only:
+    for queue_id, flavors, gpus in holding:
         flavor = gpu_flavor(flavors)
-        if flavor:
+        if flavor and gpus:
             uses[team_of[queue_id]].setdefault(flavor, FlavorUse(flavor)).admitted += float(gpus)
     return {team_id: list(by_flavor.values()) for team_id, by_flavor in uses.items()}
 
