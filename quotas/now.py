@@ -40,7 +40,7 @@ from django.db.models import (
 )
 from django.db.models.functions import TruncHour
 
-from core.mig import GPU_RESOURCE, MIG_RESOURCE_PREFIX, gpu_resource_q, gpu_share
+from core.mig import GPU_RESOURCE, MIG_RESOURCE_PREFIX, gpu_flavor, gpu_resource_q, gpu_share
 from quotas.choices import TransitionKind
 from quotas.models import ClusterQueueQuota, ClusterQueueSample, Workload, WorkloadTransition
 from quotas.reclaim import median
@@ -234,6 +234,25 @@ def holding_gpus(queue_filter: Q, group_by: str) -> dict[Any, float]:
         .annotate(gpus=Sum("admitted_gpus"))
     )
     return {row[group_by]: float(row["gpus"] or 0.0) for row in rows}
+
+
+def holding_by_flavor(queue_filter: Q) -> dict[int, dict[str, float]]:
+    """Queue id → GPU flavor (``core.mig.gpu_flavor``; "" for an admission naming none) → GPUs
+    admitted to its holding workloads: "admitted now" per flavor, summed per queue and
+    admission (a handful of distinct ``flavors`` per queue) in one query."""
+    result: dict[int, dict[str, float]] = defaultdict(dict)
+    rows = (
+        Workload.objects.holding()
+        .filter(queue_filter, admitted_gpus__gt=0)
+        .order_by()
+        .values_list("cluster_queue_id", "flavors")
+        .annotate(gpus=Sum("admitted_gpus"))
+    )
+    for queue_id, flavors, gpus in rows:
+        by_flavor = result[queue_id]
+        flavor = gpu_flavor(flavors)
+        by_flavor[flavor] = by_flavor.get(flavor, 0.0) + float(gpus or 0.0)
+    return dict(result)
 
 
 @dataclass(frozen=True)

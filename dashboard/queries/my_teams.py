@@ -17,7 +17,6 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q, Sum
 
-from core.mig import gpu_flavor
 from core.ranges import HourSpan
 from dashboard.queries.now import latest_usage, latest_windows
 from dashboard.queries.teams import workload_figures
@@ -26,7 +25,15 @@ from ledger.models import HourlyRollup
 from ledger.range_figures import Figures
 from quotas.choices import HOLDING_STATES
 from quotas.models import ClusterQueue, ClusterQueueQuota, Team, Workload
-from quotas.now import Demand, QueueNow, gpu_quotas, latest_samples, pending_gpus, quota_gpus
+from quotas.now import (
+    Demand,
+    QueueNow,
+    gpu_quotas,
+    holding_by_flavor,
+    latest_samples,
+    pending_gpus,
+    quota_gpus,
+)
 
 # Rows per list on a team card (idle and pending workloads).
 CARD_ROWS = 5
@@ -56,14 +63,15 @@ def flavor_use_by_team(
     quotas: dict[int, list[ClusterQueueQuota]] | None = None,
     samples: dict[int, QueueNow] | None = None,
     team_of: dict[int, int] | None = None,
+    holding: dict[int, dict[str, float]] | None = None,
 ) -> dict[int, list[FlavorUse]]:
     """Team id → its GPU flavors now (nominal, admitted, borrowed), in quota order.
 
     Nominal is the queues' spec in GPUs (``quotas.now.quota_gpus``: MIG quota at slices/7),
     admitted the GPUs of their holding workloads (``quotas.now``'s "admitted now"), borrowed
     each queue's newest fresh sample (a queue without one: unknown, 0). A page that has
-    already read the teams' ``gpu_quotas``, ``latest_samples`` and queue → team map passes
-    them; otherwise up to four queries.
+    already read the teams' ``gpu_quotas``, ``latest_samples``, ``holding_by_flavor`` and queue →
+    team map passes them; otherwise up to four queries.
     """
     if not team_ids:
         return {}
@@ -91,22 +99,16 @@ def flavor_use_by_team(
         for flavor, values in sample.flavors.items():
             use = uses[team_id].setdefault(flavor, FlavorUse(flavor))
             use.borrowed += values["borrowed"]
-    # Admitted now (quotas.now): the admitted GPUs of the queues' holding workloads, per flavor
-    # (``core.mig.gpu_flavor``: whole GPUs', else the MIG resource's), summed in the database per
-    # queue and admission (a handful of distinct ``flavors`` per queue).
-    holding = (
-        Workload.objects.holding()
-        .filter(cluster_queue_id__in=list(team_of), admitted_gpus__gt=0)
-        .order_by()
-        .values_list("cluster_queue_id", "flavors")
-        .annotate(gpus=Sum("admitted_gpus"))
-        if team_of
-        else []
-    )
-    for queue_id, flavors, gpus in holding:
-        flavor = gpu_flavor(flavors)
-        if flavor and gpus:
-            uses[team_of[queue_id]].setdefault(flavor, FlavorUse(flavor)).admitted += float(gpus)
+    # Admitted now (quotas.now): the admitted GPUs of the queues' holding workloads, per flavor.
+    if holding is None:
+        holding = holding_by_flavor(Q(cluster_queue_id__in=list(team_of))) if team_of else {}
+    for queue_id, by_flavor in holding.items():
+        team_id = team_of.get(queue_id)
+        if team_id is None:
+            continue
+        for flavor, gpus in by_flavor.items():
+            if flavor and gpus:
+                uses[team_id].setdefault(flavor, FlavorUse(flavor)).admitted += gpus
     return {team_id: list(by_flavor.values()) for team_id, by_flavor in uses.items()}
 
 

@@ -30,6 +30,7 @@ from quotas.now import (
     Demand,
     QueueNow,
     gpu_quotas,
+    holding_by_flavor,
     holding_gpus,
     latest_samples,
     nominal_gpus,
@@ -309,7 +310,10 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
     queue_filter = Q(cluster_queue__team=team, cluster_queue__deleted_at__isnull=True)
     quotas = gpu_quotas(queue_filter)
     samples = latest_samples(queue_filter, now)
-    holding = holding_gpus(Q(cluster_queue__team=team), "cluster_queue_id")
+    # Admitted now per queue and flavor (quotas.now), read once for the cards, the queue table
+    # and the flavor table.
+    admitted = holding_by_flavor(Q(cluster_queue__team=team))
+    holding = {queue_id: sum(by_flavor.values()) for queue_id, by_flavor in admitted.items()}
     team_flavors = flavor_rows(
         flavor_use_by_team(
             [team.pk],
@@ -317,6 +321,7 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
             quotas=quotas,
             samples=samples,
             team_of={queue.pk: team.pk for queue in queues},
+            holding=admitted,
         ).get(team.pk, [])
     )
     now_gpus: dict[str, float | None] = {
