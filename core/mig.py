@@ -32,6 +32,19 @@ def gpu_share(resource: str) -> float | None:
     return None
 
 
+def gpu_flavor(flavors: object) -> str:
+    """The GPU flavor of a Workload's admission (``{resource: flavor}``): the flavor of its whole
+    GPUs, else of its first MIG resource ("" when it was admitted no GPU)."""
+    if not isinstance(flavors, dict):
+        return ""
+    if flavors.get(GPU_RESOURCE):
+        return str(flavors[GPU_RESOURCE])
+    for resource in sorted(flavors):
+        if str(resource).startswith(MIG_RESOURCE_PREFIX) and flavors[resource]:
+            return str(flavors[resource])
+    return ""
+
+
 def gpu_resource_q(field: str = "resource") -> Q:
     """Rows whose ``field`` is a GPU resource: whole GPUs or a MIG instance of a known profile."""
     query = Q(**{field: GPU_RESOURCE})

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from core.mig import GPU_RESOURCE
+from core.mig import GPU_RESOURCE, gpu_flavor
 from fleet.models import Cluster, Gpu, Node
 from quotas.choices import (
     FINISHED_STATES,
@@ -453,6 +453,11 @@ class Workload(KueueObject):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def gpu_flavor(self) -> str:
+        """The GPU flavor it was admitted to: whole GPUs', else its first MIG resource's."""
+        return gpu_flavor(self.flavors)
 
     @property
     def is_holding(self) -> bool:

@@ -1,10 +1,14 @@
 """Queue figures "now": the one place pages and the API read them
 (docs/architecture.md "Read layer").
 
-"Now" is the newest ``ClusterQueueSample`` of each (queue, flavor, resource) no older than
-``sample_freshness()``: a queue whose sync stopped shows no sample ("—"), not an old one. Also
-here: the GPU quotas per queue, the GPUs held by holding workloads, and the observed eviction
-pace. Each takes a ``queue_filter``, a ``Q`` on the ``cluster_queue`` relation
+Admitted and pending GPUs now are counted from the Workloads the Kueue sync stored: GPUs in the
+``status.admission`` of workloads holding quota (MIG instances at slices/7), and GPUs requested by
+pending workloads (``holding_gpus``, ``pending_gpus``). Nominal quota now is the queue's spec, in
+GPUs (``quota_gpus``: MIG quota at slices/7). Borrowed and lent now, which only Kueue's status
+says, come from the newest ``ClusterQueueSample`` of each (queue, flavor, resource) no older than
+``sample_freshness()``: a queue whose sync stopped shows no sample ("—"), not an old one
+(docs/architecture.md "Figures": "now"). Also here: the observed eviction pace. Each takes a
+``queue_filter``, a ``Q`` on the ``cluster_queue`` relation
 (``Q(cluster_queue__team=team)``, ``Q(cluster_queue_id__in=ids)``; for the pace, on a
 transition's ``workload__cluster_queue``), so one function serves a team, a cohort, a page of
 queues or one queue, in one query (three for the pace).
@@ -22,10 +26,21 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import (
+    Case,
+    Count,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
 from django.db.models.functions import TruncHour
 
-from core.mig import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from core.mig import GPU_RESOURCE, MIG_RESOURCE_PREFIX, gpu_flavor, gpu_resource_q, gpu_share
 from quotas.choices import TransitionKind
 from quotas.models import ClusterQueueQuota, ClusterQueueSample, Workload, WorkloadTransition
 from quotas.reclaim import median
@@ -165,18 +180,52 @@ def latest_samples(queue_filter: Q, now: datetime) -> dict[int, QueueNow]:
     return result
 
 
+def quota_gpus(quota: ClusterQueueQuota) -> float:
+    """A GPU quota's nominal in GPUs: whole GPUs as they are, a MIG ``Ng`` instance N/7 of one
+    (``core.mig.gpu_share``), as the hourly nominal GPU-hours count it."""
+    return float(quota.nominal) * (gpu_share(quota.resource) or 0.0)
+
+
+def quota_label(quota: ClusterQueueQuota) -> str:
+    """A GPU quota's flavor as a list of quotas names it: ``h100``, ``a100 mig-1g.10gb``."""
+    if quota.resource == GPU_RESOURCE:
+        return quota.flavor_name
+    return f"{quota.flavor_name} {quota.resource.removeprefix('nvidia.com/')}"
+
+
 def gpu_quotas(queue_filter: Q) -> dict[int, list[ClusterQueueQuota]]:
-    """GPU quotas per queue, in flavor order: one query."""
+    """GPU quotas per queue, whole GPUs and MIG instances (``quota_gpus`` gives each in GPUs):
+    whole GPUs first, each kind in flavor order, so the first is where Kueue tries a whole GPU
+    first. One query."""
     result: dict[int, list[ClusterQueueQuota]] = defaultdict(list)
-    for quota in ClusterQueueQuota.objects.filter(queue_filter, resource=GPU_RESOURCE).order_by(
-        "cluster_queue_id", "position", "flavor_name"
+    mig_last = Case(
+        When(resource=GPU_RESOURCE, then=Value(0)), default=Value(1), output_field=IntegerField()
+    )
+    for quota in (
+        ClusterQueueQuota.objects.filter(queue_filter)
+        .filter(gpu_resource_q())
+        .order_by("cluster_queue_id", mig_last, "position", "flavor_name", "resource")
     ):
         result[quota.cluster_queue_id].append(quota)
     return result
 
 
+def nominal_gpus(quotas: Iterable[ClusterQueueQuota]) -> float:
+    """The nominal quota of these quotas in GPUs (``quota_gpus`` summed)."""
+    return sum(quota_gpus(quota) for quota in quotas)
+
+
+def nominal_by_flavor(quotas: Iterable[ClusterQueueQuota]) -> dict[str, float]:
+    """Flavor → nominal quota in GPUs (whole GPUs and MIG instances of the flavor), in order."""
+    result: dict[str, float] = {}
+    for quota in quotas:
+        result[quota.flavor_name] = result.get(quota.flavor_name, 0.0) + quota_gpus(quota)
+    return result
+
+
 def holding_gpus(queue_filter: Q, group_by: str) -> dict[Any, float]:
-    """GPUs admitted to holding workloads, grouped by a ``cluster_queue…`` field: one query."""
+    """GPUs admitted to holding workloads, grouped by a ``cluster_queue…`` field: one query.
+    This is "admitted now" on every page and in the API."""
     rows = (
         Workload.objects.holding()
         .filter(queue_filter)
@@ -185,6 +234,59 @@ def holding_gpus(queue_filter: Q, group_by: str) -> dict[Any, float]:
         .annotate(gpus=Sum("admitted_gpus"))
     )
     return {row[group_by]: float(row["gpus"] or 0.0) for row in rows}
+
+
+def holding_by_flavor(queue_filter: Q) -> dict[int, dict[str, float]]:
+    """Queue id → GPU flavor (``core.mig.gpu_flavor``; "" for an admission naming none) → GPUs
+    admitted to its holding workloads: "admitted now" per flavor, summed per queue and
+    admission (a handful of distinct ``flavors`` per queue) in one query."""
+    result: dict[int, dict[str, float]] = defaultdict(dict)
+    rows = (
+        Workload.objects.holding()
+        .filter(queue_filter, admitted_gpus__gt=0)
+        .order_by()
+        .values_list("cluster_queue_id", "flavors")
+        .annotate(gpus=Sum("admitted_gpus"))
+    )
+    for queue_id, flavors, gpus in rows:
+        by_flavor = result[queue_id]
+        flavor = gpu_flavor(flavors)
+        by_flavor[flavor] = by_flavor.get(flavor, 0.0) + float(gpus or 0.0)
+    return dict(result)
+
+
+@dataclass(frozen=True)
+class Demand:
+    """Workloads now and their GPUs: admitted (holding quota) or pending."""
+
+    gpus: float = 0.0
+    workloads: int = 0
+
+
+def holding_demand(queue_filter: Q, group_by: str) -> dict[Any, Demand]:
+    """GPUs admitted to holding workloads and how many they are, grouped: one query."""
+    rows = (
+        Workload.objects.holding()
+        .filter(queue_filter)
+        .order_by()
+        .values(group_by)
+        .annotate(gpus=Sum("admitted_gpus"), count=Count("pk"))
+    )
+    return {row[group_by]: Demand(float(row["gpus"] or 0.0), row["count"]) for row in rows}
+
+
+def pending_gpus(queue_filter: Q, group_by: str) -> dict[Any, Demand]:
+    """GPUs requested by pending workloads and how many they are (every pending workload,
+    those requesting no GPU too), grouped by a ``cluster_queue…`` field: one query. This is
+    "pending now" on every page and in the API."""
+    rows = (
+        Workload.objects.pending()
+        .filter(queue_filter)
+        .order_by()
+        .values(group_by)
+        .annotate(gpus=Sum("requested_gpus"), count=Count("pk"))
+    )
+    return {row[group_by]: Demand(float(row["gpus"] or 0.0), row["count"]) for row in rows}
 
 
 def eviction_pace(queue_filter: Q, now: datetime) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Case, Count, IntegerField, Max, Q, QuerySet, Sum, Value, When
+from django.db.models import Case, Count, IntegerField, Max, Q, QuerySet, Value, When
 from django.db.models.functions import TruncHour
 
 from core.ranges import HourSpan, TimeRange
@@ -67,21 +67,15 @@ def quota_history_start(queue: ClusterQueue) -> datetime | None:
     )
 
 
-def holding_workloads(queue: ClusterQueue) -> tuple[list[Workload], bool, dict[str, Any]]:
-    """The queue's holding workloads, highest priority first (a bounded list), whether there
-    are more, and the ``count`` and ``gpus`` of them all."""
-    holding, more = bounded(
+def holding_workloads(queue: ClusterQueue) -> tuple[list[Workload], bool]:
+    """The queue's holding workloads, highest priority first (a bounded list), and whether
+    there are more (their count and GPUs: ``quotas.now.holding_demand``)."""
+    return bounded(
         Workload.objects.holding()
         .filter(cluster_queue=queue)
         .select_related("local_queue")
         .order_by("-priority", "admitted_at")
     )
-    totals = (
-        Workload.objects.holding()
-        .filter(cluster_queue=queue)
-        .aggregate(count=Count("id"), gpus=Sum("admitted_gpus"))
-    )
-    return holding, more, totals
 
 
 def pending_workloads(queue: ClusterQueue) -> QuerySet[Workload]:
@@ -98,15 +92,6 @@ def pending_workloads(queue: ClusterQueue) -> QuerySet[Workload]:
             )
         )
         .order_by("position_missing", "pending_position", "-priority", "observed_at", "name")
-    )
-
-
-def pending_totals(queue: ClusterQueue) -> dict[str, Any]:
-    """``count`` and ``gpus`` of the queue's pending workloads."""
-    return (
-        Workload.objects.pending()
-        .filter(cluster_queue=queue)
-        .aggregate(count=Count("id"), gpus=Sum("requested_gpus"))
     )
 
 

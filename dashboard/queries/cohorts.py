@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db.models import Count, Max, Q, QuerySet, Sum
 
-from core.mig import GPU_RESOURCE
+from core.mig import gpu_resource_q, gpu_share
 from core.quantity import parse_quantity
 from core.ranges import HourSpan
 from dashboard.frame import bounded
@@ -24,13 +24,14 @@ from ledger.choices import RollupScope
 from ledger.models import HourlyRollup
 from ledger.range_figures import Figures
 from quotas.models import ClusterQueue, ClusterQueueQuota, Cohort, Workload
-from quotas.now import QueueNow
+from quotas.now import QueueNow, quota_gpus
 
 logger = logging.getLogger(__name__)
 
 
 def cohort_pool(cohort: Cohort) -> dict[str, float]:
-    """The cohort's own GPU quota (``spec.resourceGroups``) per flavor; bad entries skipped."""
+    """The cohort's own GPU quota (``spec.resourceGroups``) per flavor, in GPUs (MIG quota at
+    slices/7, ``core.mig.gpu_share``); bad entries skipped."""
     pool: dict[str, float] = {}
     groups = cohort.resource_groups if isinstance(cohort.resource_groups, list) else []
     for group in groups:
@@ -40,10 +41,13 @@ def cohort_pool(cohort: Cohort) -> dict[str, float]:
             if not isinstance(flavor, dict):
                 continue
             for resource in flavor.get("resources") or []:
-                if not isinstance(resource, dict) or resource.get("name") != GPU_RESOURCE:
+                if not isinstance(resource, dict):
                     continue
+                share = gpu_share(str(resource.get("name", "")))
+                if share is None:
+                    continue  # not a GPU resource (whole GPUs and MIG at slices/7 count)
                 try:
-                    amount = float(parse_quantity(resource.get("nominalQuota", 0)))
+                    amount = share * float(parse_quantity(resource.get("nominalQuota", 0)))
                 except ValueError:
                     logger.warning("cohort %s: bad nominalQuota %r", cohort.name, resource)
                     continue
@@ -68,14 +72,17 @@ def cohorts_with_members() -> QuerySet[Cohort]:
 
 
 def members_nominal(queue_filter: Q) -> dict[int, float]:
-    """cohort id → its members' nominal GPU quota: one query."""
-    return {
-        row["cluster_queue__cohort_id"]: float(row["gpus"] or 0)
-        for row in ClusterQueueQuota.objects.filter(queue_filter, resource=GPU_RESOURCE)
-        .order_by()
-        .values("cluster_queue__cohort_id")
-        .annotate(gpus=Sum("nominal"))
-    }
+    """cohort id → its members' nominal GPU quota in GPUs (``quotas.now.quota_gpus``: MIG quota
+    at slices/7): one query."""
+    nominal: dict[int, float] = defaultdict(float)
+    rows = (
+        ClusterQueueQuota.objects.filter(queue_filter)
+        .filter(gpu_resource_q())
+        .values_list("cluster_queue__cohort_id", "resource", "nominal")
+    )
+    for cohort_id, resource, amount in rows:
+        nominal[cohort_id] += quota_gpus(ClusterQueueQuota(resource=resource, nominal=amount))
+    return dict(nominal)
 
 
 def members_lending(samples: dict[int, QueueNow]) -> tuple[dict[int, float], dict[int, float]]:

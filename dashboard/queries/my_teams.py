@@ -16,9 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Q, Sum
-from django.db.models.fields.json import KeyTextTransform
 
-from core.mig import GPU_RESOURCE
 from core.ranges import HourSpan
 from dashboard.queries.now import latest_usage, latest_windows
 from dashboard.queries.teams import workload_figures
@@ -27,7 +25,15 @@ from ledger.models import HourlyRollup
 from ledger.range_figures import Figures
 from quotas.choices import HOLDING_STATES
 from quotas.models import ClusterQueue, ClusterQueueQuota, Team, Workload
-from quotas.now import QueueNow, gpu_quotas, latest_samples
+from quotas.now import (
+    Demand,
+    QueueNow,
+    gpu_quotas,
+    holding_by_flavor,
+    latest_samples,
+    pending_gpus,
+    quota_gpus,
+)
 
 # Rows per list on a team card (idle and pending workloads).
 CARD_ROWS = 5
@@ -57,13 +63,15 @@ def flavor_use_by_team(
     quotas: dict[int, list[ClusterQueueQuota]] | None = None,
     samples: dict[int, QueueNow] | None = None,
     team_of: dict[int, int] | None = None,
+    holding: dict[int, dict[str, float]] | None = None,
 ) -> dict[int, list[FlavorUse]]:
     """Team id → its GPU flavors now (nominal, admitted, borrowed), in quota order.
 
-    Admitted comes from each queue's newest fresh sample; a queue without one counts the
-    admitted GPUs of its holding workloads (borrowed then stays unknown: 0). A page that has
-    already read the teams' ``gpu_quotas``, ``latest_samples`` and queue → team map passes
-    them; otherwise up to four queries.
+    Nominal is the queues' spec in GPUs (``quotas.now.quota_gpus``: MIG quota at slices/7),
+    admitted the GPUs of their holding workloads (``quotas.now``'s "admitted now"), borrowed
+    each queue's newest fresh sample (a queue without one: unknown, 0). A page that has
+    already read the teams' ``gpu_quotas``, ``latest_samples``, ``holding_by_flavor`` and queue →
+    team map passes them; otherwise up to four queries.
     """
     if not team_ids:
         return {}
@@ -83,33 +91,24 @@ def flavor_use_by_team(
             continue
         for quota in queue_quotas:
             use = uses[team_id].setdefault(quota.flavor_name, FlavorUse(quota.flavor_name))
-            use.nominal += float(quota.nominal)
+            use.nominal += quota_gpus(quota)
     for queue_id, sample in samples.items():
         team_id = team_of.get(queue_id)
         if team_id is None:
             continue
         for flavor, values in sample.flavors.items():
             use = uses[team_id].setdefault(flavor, FlavorUse(flavor))
-            use.admitted += values["total"]
             use.borrowed += values["borrowed"]
-    # Queues without a fresh sample: the admitted GPUs of their holding workloads, per flavor.
-    unsampled = [queue_id for queue_id in team_of if queue_id not in samples]
-    holding = (
-        Workload.objects.holding()
-        .filter(cluster_queue_id__in=unsampled)
-        .order_by()
-        .values("cluster_queue_id", gpu_flavor=KeyTextTransform(GPU_RESOURCE, "flavors"))
-        .annotate(gpus=Sum("admitted_gpus"))
-        if unsampled
-        else []
-    )
-    # One row per (queue, flavor), summed in the database.
-    for row in holding:
-        flavor, gpus = row["gpu_flavor"], row["gpus"]
-        if not flavor or not gpus:
+    # Admitted now (quotas.now): the admitted GPUs of the queues' holding workloads, per flavor.
+    if holding is None:
+        holding = holding_by_flavor(Q(cluster_queue_id__in=list(team_of))) if team_of else {}
+    for queue_id, by_flavor in holding.items():
+        team_id = team_of.get(queue_id)
+        if team_id is None:
             continue
-        team_id = team_of[row["cluster_queue_id"]]
-        uses[team_id].setdefault(flavor, FlavorUse(flavor)).admitted += float(gpus)
+        for flavor, gpus in by_flavor.items():
+            if flavor and gpus:
+                uses[team_id].setdefault(flavor, FlavorUse(flavor)).admitted += gpus
     return {team_id: list(by_flavor.values()) for team_id, by_flavor in uses.items()}
 
 
@@ -199,7 +198,7 @@ def idle_workloads(team: Team, span: HourSpan) -> list[tuple[Workload, Figures]]
 
 def pending_workloads(team: Team) -> dict[str, Any]:
     """The team's pending workloads: how many, how many GPUs, and the longest-waiting few."""
+    now = pending_gpus(Q(cluster_queue__team=team), "cluster_queue__team_id").get(team.pk, Demand())
     pending = Workload.objects.pending().filter(cluster_queue__team=team)
-    summary = pending.aggregate(gpus=Sum("requested_gpus"))
     rows = list(pending.select_related("cluster_queue").order_by("observed_at", "pk")[:CARD_ROWS])
-    return {"count": pending.count(), "gpus": float(summary["gpus"] or 0.0), "rows": rows}
+    return {"count": now.workloads, "gpus": now.gpus, "rows": rows}

@@ -7,9 +7,7 @@ for the per-queue chart; figures now from the synced Kueue objects (``quotas.now
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.db.models import Case, Count, IntegerField, Q, QuerySet, Sum, Value, When
+from django.db.models import Case, IntegerField, Q, QuerySet, Value, When
 
 from core.ranges import HourSpan, TimeRange
 from ledger.choices import RollupScope
@@ -87,15 +85,6 @@ def team_queues(team: Team) -> list[ClusterQueue]:
         .filter(team=team)
         .select_related("cluster", "cohort")
         .order_by("cluster__name", "name")
-    )
-
-
-def team_pending(team: Team) -> dict[str, Any]:
-    """``count`` and ``gpus`` of the team's pending workloads."""
-    return (
-        Workload.objects.pending()
-        .filter(cluster_queue__team=team)
-        .aggregate(count=Count("id"), gpus=Sum("requested_gpus"))
     )
 
 

@@ -7,7 +7,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from core.mig import GPU_RESOURCE
 from core.ranges import TimeRange
 from core.ratios import allocation_rate
 from dashboard.access import allowed_team_ids, get_cluster_queue_for_user
@@ -17,7 +16,17 @@ from dashboard.queries import cluster_queues as queries
 from dashboard.templatetags.formatting import duration, figure, percent, quantity
 from quotas.access import leads_team
 from quotas.choices import TransitionKind
-from quotas.now import gpu_quotas, holding_gpus, latest_samples
+from quotas.now import (
+    Demand,
+    gpu_quotas,
+    holding_demand,
+    holding_gpus,
+    latest_samples,
+    nominal_by_flavor,
+    nominal_gpus,
+    pending_gpus,
+    quota_label,
+)
 from quotas.pending import free_in_quota, workload_reason
 from quotas.writeback.service import can_apply
 
@@ -36,15 +45,15 @@ def cluster_queue_list(request: HttpRequest) -> HttpResponse:
     rows = []
     for queue in page.object_list:
         found = samples.get(queue.pk)
-        nominal = sum(float(q.nominal) for q in quotas.get(queue.pk, []))
+        nominal = nominal_gpus(quotas.get(queue.pk, []))
         used = holding.get(queue.pk, 0.0)
         rows.append(
             {
                 "queue": queue,
                 "quotas": [
                     {
-                        "flavor": q.flavor_name,
-                        "nominal": figure(q.nominal),
+                        "flavor": quota_label(q),
+                        "nominal": quantity(q.nominal, q.resource),
                         "borrowing_limit": quantity(q.borrowing_limit, q.resource),
                     }
                     for q in quotas.get(queue.pk, [])
@@ -90,8 +99,10 @@ def cluster_queue_detail(
     ]
     found = latest_samples(queue_filter, now).get(queue.pk)
     figures = queries.queue_total(queue, time_range.covered_hours())
-    holding, holding_more, holding_total = queries.holding_workloads(queue)
-    pending_total = queries.pending_totals(queue)
+    holding, holding_more = queries.holding_workloads(queue)
+    # Admitted and pending now (quotas.now): the queue's workloads, as the API counts them.
+    admitted_now = holding_demand(queue_filter, "cluster_queue_id").get(queue.pk, Demand())
+    pending_now = pending_gpus(queue_filter, "cluster_queue_id").get(queue.pk, Demand())
     page, page_query = paginate(request, queries.pending_workloads(queue))
     requeued = queries.last_requeues([w.pk for w in page.object_list])
     # Free quota per flavor now (nominal − usage of the newest samples), for the short reasons.
@@ -112,22 +123,23 @@ def cluster_queue_detail(
             }
         )
     eviction_counts = queries.eviction_counts(queue, time_range)
-    nominal_gpus = sum(float(q.nominal) for q in quotas if q.resource == GPU_RESOURCE)
+    # Nominal now in GPUs: whole GPUs and MIG instances at slices/7 (quotas.now.quota_gpus).
+    gpu_quota = gpu_quotas(queue_filter).get(queue.pk, [])
     stats = [
         stat(
             "Nominal quota",
-            figure(nominal_gpus),
+            figure(nominal_gpus(gpu_quota)),
             "GPUs",
             ", ".join(
-                f"{q.flavor_name} {figure(q.nominal)}" for q in quotas if q.resource == GPU_RESOURCE
+                f"{flavor} {figure(gpus)}" for flavor, gpus in nominal_by_flavor(gpu_quota).items()
             ),
             testid="stat-nominal",
         ),
         stat(
             "Admitted now (quota)",
-            figure(holding_total["gpus"] or 0),
+            figure(admitted_now.gpus),
             "GPUs",
-            f"{plural(holding_total['count'], 'admitted workload')}",
+            f"{plural(admitted_now.workloads, 'admitted workload')}",
             testid="stat-usage",
         ),
         stat(
@@ -147,9 +159,9 @@ def cluster_queue_detail(
         ),
         stat(
             "Pending",
-            figure(pending_total["gpus"] or 0),
+            figure(pending_now.gpus),
             "GPUs",
-            f"{plural(pending_total['count'], 'workload')} waiting",
+            f"{plural(pending_now.workloads, 'workload')} waiting",
             testid="stat-pending",
         ),
         stat(

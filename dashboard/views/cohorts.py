@@ -23,7 +23,14 @@ from dashboard.templatetags.formatting import figure
 from ledger.range_figures import Figures
 from quotas.access import ANOTHER_TEAMS_QUEUE, ANOTHER_TEAMS_WORKLOAD, other_members_label
 from quotas.models import ClusterQueue, Cohort, Workload
-from quotas.now import QueueNow, eviction_pace, gpu_quotas, holding_gpus, latest_samples
+from quotas.now import (
+    QueueNow,
+    eviction_pace,
+    gpu_quotas,
+    holding_gpus,
+    latest_samples,
+    nominal_gpus,
+)
 from quotas.reclaim import (
     Borrower,
     ReclaimEstimate,
@@ -177,9 +184,7 @@ def _member_row(
         "allocated_hours": figure(used.allocated_gpu_hours),
         "active_hours": figure(used.active_gpu_hours),
         "idle_hours": figure(used.idle_gpu_hours),
-        "nominal": figure(
-            sum(float(q.nominal) for queue in queues for q in quotas.get(queue.pk, []))
-        ),
+        "nominal": figure(sum(nominal_gpus(quotas.get(queue.pk, [])) for queue in queues)),
         "usage": figure(sum(holding.get(queue.pk, 0.0) for queue in queues)),
         "borrowed": figure(sum(s.borrowed for s in found)) if found else "—",
         "lent": figure(sum(s.lent for s in found)) if found else "—",
@@ -247,7 +252,7 @@ def _borrower_rows(
             {
                 "workload": workload,
                 "visible": sees_team(allowed, borrower_queue.team_id if borrower_queue else None),
-                "flavor": (workload.flavors or {}).get(GPU_RESOURCE, ""),
+                "flavor": workload.gpu_flavor,
                 "grace_seconds": termination_grace_seconds(workload.pod_sets),
                 "age_seconds": (now - workload.admitted_at).total_seconds()
                 if workload.admitted_at
@@ -277,7 +282,7 @@ def _cohort_stats(
     pending: dict[int, dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """The cohort page's cards: members, quota, GPUs admitted, borrowed, lent and pending now."""
-    nominal_total = sum(float(q.nominal) for rows in quotas.values() for q in rows)
+    nominal_total = sum(nominal_gpus(rows) for rows in quotas.values())
     return [
         stat(
             "Members",

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from core.mig import GPU_RESOURCE
+from core.mig import gpu_flavor
 from core.ranges import TimeRange, hidden_params
 from dashboard.access import allowed_team_ids, get_team_for_user, sees_team
 from dashboard.decorators import choice_param, dashboard_page
@@ -26,7 +26,17 @@ from ledger.range_figures import Figures
 from quotas.access import PUBLIC, leads_team, led_team_ids, other_teams_label, team_visibility
 from quotas.choices import HOLDING_STATES
 from quotas.models import ClusterQueue, ClusterQueueQuota, Team, Workload
-from quotas.now import QueueNow, gpu_quotas, holding_gpus, latest_samples
+from quotas.now import (
+    Demand,
+    QueueNow,
+    gpu_quotas,
+    holding_by_flavor,
+    holding_gpus,
+    latest_samples,
+    nominal_gpus,
+    pending_gpus,
+    quota_label,
+)
 from quotas.pending import free_in_quota, workload_reason
 from quotas.writeback.service import can_apply
 
@@ -160,7 +170,7 @@ def _workload_row(
         else "",
         "visible": sees_team(allowed, cluster_queue.team_id if cluster_queue else None),
         "gpus": figure(gpus),
-        "flavor": (workload.flavors or {}).get(GPU_RESOURCE, ""),
+        "flavor": gpu_flavor(workload.flavors),
         "sm_active": percent(found.utilization),
         "tensor": percent(found.tensor_activity),
         "idle_hours": figure(idle_hours) if found.allocated_gpu_hours else "—",
@@ -186,8 +196,11 @@ def _queue_rows(
         rows.append(
             {
                 "queue": queue,
-                "quotas": quotas.get(queue.pk, []),
-                "nominal": sum(float(q.nominal) for q in quotas.get(queue.pk, [])),
+                "quotas": [
+                    {"flavor_name": quota_label(q), "nominal": q.nominal}
+                    for q in quotas.get(queue.pk, [])
+                ],
+                "nominal": nominal_gpus(quotas.get(queue.pk, [])),
                 "usage": holding.get(queue.pk, 0.0),
                 "borrowed": now_figures.borrowed if now_figures else None,
                 "lent": now_figures.lent if now_figures else None,
@@ -201,7 +214,7 @@ def _team_stats(
     figures: Figures,
     now_gpus: dict[str, float | None],
     queue_count: int,
-    pending: dict[str, Any],
+    pending: Demand,
 ) -> list[dict[str, Any]]:
     """The team page's cards: ``now_gpus`` holds the admitted, held, nominal and borrowed GPUs
     now; ``figures`` the range's totals."""
@@ -254,9 +267,9 @@ def _team_stats(
         ),
         stat(
             "Pending demand",
-            figure(pending["gpus"] or 0),
+            figure(pending.gpus),
             "GPUs",
-            f"{plural(pending['count'], 'workload')} waiting",
+            f"{plural(pending.workloads, 'workload')} waiting",
             testid="stat-pending",
         ),
     ]
@@ -297,7 +310,10 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
     queue_filter = Q(cluster_queue__team=team, cluster_queue__deleted_at__isnull=True)
     quotas = gpu_quotas(queue_filter)
     samples = latest_samples(queue_filter, now)
-    holding = holding_gpus(Q(cluster_queue__team=team), "cluster_queue_id")
+    # Admitted now per queue and flavor (quotas.now), read once for the cards, the queue table
+    # and the flavor table.
+    admitted = holding_by_flavor(Q(cluster_queue__team=team))
+    holding = {queue_id: sum(by_flavor.values()) for queue_id, by_flavor in admitted.items()}
     team_flavors = flavor_rows(
         flavor_use_by_team(
             [team.pk],
@@ -305,15 +321,18 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
             quotas=quotas,
             samples=samples,
             team_of={queue.pk: team.pk for queue in queues},
+            holding=admitted,
         ).get(team.pk, [])
     )
     now_gpus: dict[str, float | None] = {
         "allocated": sum(holding.values()),
         "held": pod_gpus_by_team([team.pk]).get(team.pk, 0.0),
-        "nominal": sum(float(q.nominal) for rows in quotas.values() for q in rows),
+        "nominal": sum(nominal_gpus(rows) for rows in quotas.values()),
         "borrowed": sum(s.borrowed for s in samples.values()) if samples else None,
     }
-    pending = queries.team_pending(team)
+    pending = pending_gpus(Q(cluster_queue__team=team), "cluster_queue__team_id").get(
+        team.pk, Demand()
+    )
     context = {
         "nav": "teams",
         "page_title": str(team),

@@ -15,7 +15,6 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 
-from core.mig import GPU_RESOURCE
 from core.ranges import TimeRange, form_hidden
 from dashboard.access import allowed_team_ids
 from dashboard.decorators import choice_param, dashboard_page, int_param
@@ -41,7 +40,7 @@ def _row(workload: Workload, charge: Charge | None, now: datetime) -> dict[str, 
         "workload": workload,
         "team": workload.cluster_queue.team if workload.cluster_queue else None,
         "gpus": figure(workload.admitted_gpus or workload.requested_gpus),
-        "flavor": (workload.flavors or {}).get(GPU_RESOURCE, ""),
+        "flavor": workload.gpu_flavor,
         "gpu_hours": figure(charge.allocated_gpu_hours) if charge else "0",
         "utilization": percent(charge.utilization) if charge else "—",
         "idle_share": percent(charge.idle_share) if charge else "—",

@@ -12,7 +12,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from core.mig import GPU_RESOURCE
 from core.ranges import CUSTOM, RANGE_PARAMS, TimeRange
 from core.timewindows import floor_time
 from dashboard.access import allowed_team_ids, get_workload_for_user, sees_team
@@ -92,7 +91,7 @@ def _gpus_card(workload: Workload, allocations: list[Allocation]) -> dict[str, A
     """What it holds now; for a workload that no longer holds quota (finished, evicted,
     deactivated) the most GPUs its pods held at once, since "0 held" says nothing of its run."""
     requested = f"requested {figure(workload.requested_gpus)}"
-    flavor = (workload.flavors or {}).get(GPU_RESOURCE)
+    flavor = workload.gpu_flavor
     if flavor:
         requested += f", {flavor}"
     ended = workload.state in FINISHED_STATES or workload.state == WorkloadState.INACTIVE
@@ -313,7 +312,7 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
         ),
         "has_prometheus": bool(workload.cluster.prometheus_url),
         "live_hours": int(WORKLOAD_LIVE_SPAN.total_seconds() // 3600),
-        "flavor": workload.flavors.get(GPU_RESOURCE, "") if workload.flavors else "",
+        "flavor": workload.gpu_flavor,
         "pod_sets": workload.pod_sets if isinstance(workload.pod_sets, list) else [],
         "time_range": time_range,
     }

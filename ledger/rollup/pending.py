@@ -6,8 +6,11 @@ live one and a Workload that only waited still has a row. The same GPU-hours go 
 workload, namespace, LocalQueue, ClusterQueue, cohort (``(no cohort)`` for a standalone queue),
 team (the queue's, else the namespace's), flavor and fleet rows: every scope sums to the fleet.
 
-A pending Workload has no flavor yet; its GPU-hours go under the first GPU flavor of its
-ClusterQueue (Kueue tries flavors in order), as the queue samples put pending demand. A wait
+A pending Workload has no flavor yet; its GPU-hours go under the flavor it waits for
+(``waited_flavor``): the GPU flavor its Kueue pending message names (``quotas.now.waiting_flavor``,
+as the overview's pending demand and ``quotas.pending`` read it), else the GPU flavor it was
+admitted to after the wait, else the first GPU flavor of its ClusterQueue (where Kueue tries
+first). A wait
 still open is counted up to ``horizon`` (the last Kueue sync: what the database knows), never
 past the hour's end.
 
@@ -24,13 +27,14 @@ from typing import Any
 
 from django.db.models import Q
 
-from core.mig import GPU_RESOURCE
+from core.mig import GPU_RESOURCE, gpu_flavor
 from fleet.choices import IngestSource
 from fleet.models import Cluster, IngestRun
 from ledger.choices import RollupScope
 from ledger.rollup.groups import NO_COHORT, UNATTRIBUTED
 from quotas.choices import HOLDING_STATES
 from quotas.models import ClusterQueueQuota, TeamNamespace, Workload, WorkloadTransition
+from quotas.now import waiting_flavor
 from quotas.waiting import overlap_seconds, waiting_intervals
 
 HOUR = timedelta(hours=1)
@@ -68,6 +72,8 @@ def waited_gpu_hours(
             "observed_at",
             "state",
             "requested_gpus",
+            "state_message",
+            "flavors",
             "accumulated_execution_seconds",
             "finished_at",
             "deleted_at",
@@ -106,6 +112,19 @@ def waited_gpu_hours(
         if seconds > 0:
             found.append((row, row["requested_gpus"] * seconds / 3600.0))
     return found
+
+
+def waited_flavor(row: dict[str, Any], first_flavor: str) -> str:
+    """The GPU flavor a Workload waited for: the one its pending message names, else the one
+    it was admitted to (``flavors``: whole GPUs first, then its first MIG resource), else
+    ``first_flavor`` (its ClusterQueue's first GPU flavor, "" without a queue)."""
+    named = waiting_flavor(row.get("state_message") or "")
+    if named:
+        return named
+    admitted = gpu_flavor(row.get("flavors"))
+    if admitted:
+        return admitted
+    return first_flavor
 
 
 def pending_rows(
@@ -157,7 +176,7 @@ def pending_rows(
 
     for row, gpu_hours in waited:
         queue_id = row["cluster_queue_id"]
-        flavor = first_flavor.get(queue_id, "") if queue_id else ""
+        flavor = waited_flavor(row, first_flavor.get(queue_id, "") if queue_id else "")
         team_id = row["cluster_queue__team_id"] if queue_id else None
         team_name = row["cluster_queue__team__name"] if queue_id else None
         if team_id is None:

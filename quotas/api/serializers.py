@@ -20,7 +20,7 @@ from quotas.models import (
     Workload,
     WorkloadTransition,
 )
-from quotas.now import queues_now
+from quotas.now import Demand, queues_now, quota_gpus
 
 
 class BriefTeamSerializer(serializers.ModelSerializer):
@@ -128,19 +128,38 @@ class ClusterQueueUsageSerializer(serializers.ModelSerializer):
 
 
 class QueueNowSerializer(serializers.Serializer):
-    """GPUs of the queue now, summed over its flavors: the queue page's "now" figures."""
+    """GPUs of the queue now, summed over its flavors: the queue page's "now" figures
+    (``quotas.now``; docs/architecture.md "Figures")."""
 
-    sampled_at = serializers.DateTimeField(help_text="The newest of the samples summed.")
-    total = serializers.FloatField(help_text="GPUs in use (admitted).")
-    borrowed = serializers.FloatField(help_text="GPUs above nominal, from the cohort.")
-    lent = serializers.FloatField(help_text="Unused quota in use by other cohort members.")
-    nominal = serializers.FloatField()
+    sampled_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="The newest of the queue samples borrowed and lent come from; null when the "
+        "queue has no fresh sample.",
+    )
+    total = serializers.FloatField(
+        help_text="GPUs admitted (quota) to the queue's workloads holding quota; MIG at slices/7."
+    )
+    borrowed = serializers.FloatField(
+        allow_null=True,
+        help_text="GPUs above nominal, from the cohort (fresh queue samples; null without).",
+    )
+    lent = serializers.FloatField(
+        allow_null=True,
+        help_text="Unused quota in use by other cohort members (fresh queue samples; null "
+        "without).",
+    )
+    nominal = serializers.FloatField(
+        help_text="Nominal GPU quota of the queue's spec; MIG quota at slices/7."
+    )
     pending = serializers.FloatField(help_text="GPUs requested by pending workloads.")
 
 
 class ClusterQueueSerializer(serializers.ModelSerializer):
-    """A ClusterQueue with its quotas and its usage now (``quotas.now``: the newest sample of
-    each flavor × resource no older than the freshness limit; none when the sync stopped)."""
+    """A ClusterQueue with its quotas and its usage now (``quotas.now``). ``usage`` lists the
+    newest sample of each flavor × resource no older than the freshness limit (none when the
+    sync stopped); ``gpus_now`` counts admitted and pending GPUs from the queue's workloads, as
+    the pages do, and takes borrowed and lent from those samples. The view passes the
+    workloads' sums in the context (``admitted_now``, ``pending_now``: queue id → ``Demand``)."""
 
     cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
         slug_field="name", read_only=True
@@ -183,12 +202,20 @@ class ClusterQueueSerializer(serializers.ModelSerializer):
             samples = []
         return ClusterQueueUsageSerializer(samples, many=True).data  # type: ignore[return-value]
 
-    @extend_schema_field(QueueNowSerializer(allow_null=True))
-    def get_gpus_now(self, obj: ClusterQueue) -> dict[str, Any] | None:
+    @extend_schema_field(QueueNowSerializer())
+    def get_gpus_now(self, obj: ClusterQueue) -> dict[str, Any]:
         found = queues_now(getattr(obj, "latest_samples", None) or []).get(obj.pk)
-        if found is None:
-            return None
-        return QueueNowSerializer(found).data  # type: ignore[return-value]
+        admitted = self.context.get("admitted_now", {}).get(obj.pk, Demand())
+        pending = self.context.get("pending_now", {}).get(obj.pk, Demand())
+        now = {
+            "sampled_at": found.sampled_at if found else None,
+            "total": admitted.gpus,
+            "borrowed": found.borrowed if found else None,
+            "lent": found.lent if found else None,
+            "nominal": sum(quota_gpus(quota) for quota in obj.quotas.all()),
+            "pending": pending.gpus,
+        }
+        return QueueNowSerializer(now).data  # type: ignore[return-value]
 
 
 class LocalQueueSerializer(serializers.ModelSerializer):

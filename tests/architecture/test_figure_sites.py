@@ -46,7 +46,7 @@ ALLOWED = {
     "ledger/rollup/groups.py": "rollups: the carried foreign keys (MAX) of a group",
     "ledger/rollup/verify.py": "the rollup check: the registry's sums recomputed from usage",
     "ledger/rollup/prune.py": "retention: counts of what it deletes",
-    "quotas/now.py": "queue figures now: newest samples, admitted and pending now",
+    "quotas/now.py": "queue figures now: newest samples, admitted, pending and nominal now",
     # Reads that are not figures of the pages' cards and tables.
     "fleet/api/views.py": "COUNT(*) of a correlated list for the API's pagination",
     "notifications/admin.py": "admin list: routes per receiver",
@@ -60,12 +60,11 @@ ALLOWED = {
     "dashboard/charts/alerts.py": "an episode's evidence: mean SM activity per GPU",
     "dashboard/fleet_map.py": "the map: mean SM activity per GPU over the range",
     "dashboard/queries/busy.py": "busy page: GPUs busy now (ledger.now rows) summed",
-    "dashboard/queries/cluster_queues.py": "queue pages: samples and workloads per queue",
+    "dashboard/queries/cluster_queues.py": "queue pages: last requeue and evictions per kind",
     "dashboard/queries/cohorts.py": "cohort pages: pending and holding per member queue",
     "dashboard/queries/gpus.py": "GPU page: windows and GPUs held per pod on one GPU",
-    "dashboard/queries/my_teams.py": "My teams: held and admitted per team, pending per team",
+    "dashboard/queries/my_teams.py": "My teams: held per team, admitted per team and flavor",
     "dashboard/queries/overview.py": "overview: pending demand per queue and flavor",
-    "dashboard/queries/teams.py": "team pages: pending and holding per team",
     "dashboard/queries/workloads.py": "workload page: pods and GPU-hours of one workload",
 }
 

@@ -485,12 +485,12 @@ def busy_chart(reads: Reads) -> Compared:
 # --- REST APIs and the chargeback page ------------------------------------------------------------
 
 
-@compares("admitted and pending GPUs now, per queue: queue page vs cluster-queues API")
+@compares("admitted, pending and nominal GPUs now, per queue: queue page vs cluster-queues API")
 def queue_api(reads: Reads) -> Compared:
     compared: Compared = {}
     for queue in reads.api_list("cluster-queues"):
         stats = cards(reads.queue(queue["name"]), "stats")
-        now = queue["gpus_now"] or {}
+        now = queue["gpus_now"]
         compared[f"{queue['name']} admitted"] = [
             ("queue page", number(stats["stat-usage"]["value"])),
             ("cluster-queues API gpus_now.total", now.get("total")),
@@ -498,6 +498,10 @@ def queue_api(reads: Reads) -> Compared:
         compared[f"{queue['name']} pending"] = [
             ("queue page", number(stats["stat-pending"]["value"])),
             ("cluster-queues API gpus_now.pending", now.get("pending")),
+        ]
+        compared[f"{queue['name']} nominal"] = [
+            ("queue page", number(stats["stat-nominal"]["value"])),
+            ("cluster-queues API gpus_now.nominal", round(now["nominal"], 1)),
         ]
     assert compared, "no queue in the API"
     return compared
@@ -572,13 +576,7 @@ def reads(world, db, time_machine, staff_client) -> Reads:
 
 
 # Contradictions found and not yet fixed: each must still fail (strict), so fixing it shows.
-KNOWN: dict[str, str] = {
-    "admitted and pending GPUs now, per queue: queue page vs cluster-queues API": (
-        "the cluster-queues API reads gpus_now from the queues' fresh usage samples only and "
-        "answers null where the queue page counts its admitted and pending workloads (34 and 48 "
-        "GPUs for batch on the simulated fleet, which writes no fresh sample)"
-    ),
-}
+KNOWN: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(
@@ -664,6 +662,11 @@ PERTURBED: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
     "chargeback per team: chargeback page vs chargeback API": (
         "ledger.chargeback",
         "row_dict",
+        inflate,
+    ),
+    "admitted, pending and nominal GPUs now, per queue: queue page vs cluster-queues API": (
+        "quotas.api.views",
+        "pending_gpus",
         inflate,
     ),
     "GPUs admitted (quota) per workload: workload page vs workloads API": (
@@ -779,8 +782,82 @@ def alert_vs_workload(reads: Reads) -> Compared:
     }
 
 
+@compares("nominal GPUs now, MIG quota at slices/7")
+def mig_nominal_now(reads: Reads) -> Compared:
+    """The platform queue's quota now (8 whole A100s plus MIG instances) in GPUs, each MIG
+    ``Ng`` instance N/7 of one, worked out from the stored quota, against every page and API
+    that shows a queue's nominal quota now."""
+    from core.mig import gpu_share
+    from quotas.models import ClusterQueueQuota
+
+    quotas = ClusterQueueQuota.objects.filter(cluster_queue__name="platform")
+    assert any(k.startswith("nvidia.com/mig-") for k in quotas.values_list("resource", flat=True))
+    gpus = round(sum(float(q.nominal) * (gpu_share(q.resource) or 0.0) for q in quotas), 1)
+    listed = {
+        row["queue"].name: row for row in reads.page("dashboard:cluster-queue-list").context["rows"]
+    }
+    queue = listed["platform"]["queue"]
+    team_queues = reads.team(queue.team.name).context["queue_rows"]
+    (on_team,) = [r for r in team_queues if r["queue"].name == "platform"]
+    (api,) = [q for q in reads.api_list("cluster-queues") if q["name"] == "platform"]
+    (mine,) = [c for c in reads.my_teams.context["cards"] if c["team"].name == queue.team.name]
+    pairs: Pairs = [
+        ("spec quota in GPUs", gpus),
+        ("queue list", number(listed["platform"]["nominal"])),
+        ("queue page", number(cards(reads.queue("platform"), "stats")["stat-nominal"]["value"])),
+        ("team page queue table", round(on_team["nominal"], 1)),
+        ("cluster-queues API", round(api["gpus_now"]["nominal"], 1)),
+    ]
+    if len(team_queues) == 1:  # the team's flavors are the queue's
+        mine_nominal = sum(number(f["nominal"]) for f in mine["flavors"])
+        pairs.append(("My teams flavors, summed", mine_nominal))
+    if "platform" in reads.cohort_members:
+        pairs.append(("cohort page members", number(reads.cohort_members["platform"]["nominal"])))
+    return {"platform": pairs}
+
+
+@compares("GPU flavor of each holding workload, MIG ones too")
+def holding_flavors(reads: Reads) -> Compared:
+    """Each holding workload's flavor on the team page, the workload list and its workload page,
+    against the flavor of its stored admission read here from the raw ``flavors`` (whole GPUs',
+    else its MIG resource's: the MIG jobs of the platform queue run on a100-mig)."""
+    from quotas.models import Workload
+
+    listed = {
+        row["workload"].pk: row["flavor"]
+        for row in reads.page("dashboard:workload-list", state="holding").context["rows"]
+    }
+    compared: Compared = {}
+    for workload in Workload.objects.holding().select_related("cluster_queue__team"):
+        queue = workload.cluster_queue
+        if queue is None or queue.team is None or not workload.flavors:
+            continue
+        admitted = workload.flavors.get("nvidia.com/gpu") or next(
+            flavor for resource, flavor in sorted(workload.flavors.items()) if "/mig-" in resource
+        )
+        team_rows = reads.team(queue.team.name).context["workload_rows"]
+        on_team = {r["workload"].pk: r for r in team_rows}
+        page = reads.page("dashboard:workload-detail", workload.pk)
+        pairs: Pairs = [("stored admission", admitted), ("workload page", page.context["flavor"])]
+        if workload.pk in on_team:
+            pairs.append(("team page workloads", on_team[workload.pk]["flavor"]))
+        if workload.pk in listed:
+            pairs.append(("workload list", listed[workload.pk]))
+        compared[workload.name] = pairs
+    assert any("a100-mig" in str(pairs) for pairs in compared.values()), "no MIG workload"
+    return compared
+
+
+PERTURBED["GPU flavor of each holding workload, MIG ones too"] = (
+    "dashboard.views.teams",
+    "gpu_flavor",
+    reworded,
+)
+
 # Registered after ``test_every_figure_agrees_where_it_appears_twice`` took its list: run here.
 LATE_COMPARISONS = [
+    "GPU flavor of each holding workload, MIG ones too",
+    "nominal GPUs now, MIG quota at slices/7",
     "nominal GPU-h over the range, MIG quota at slices/7",
     "an idle workload's alert and its workload page: wasted GPU-h and cost",
 ]
@@ -789,3 +866,8 @@ LATE_COMPARISONS = [
 @pytest.mark.parametrize("what", LATE_COMPARISONS)
 def test_mig_quota_and_alert_figures_agree(reads, what):
     test_every_figure_agrees_where_it_appears_twice(reads, what)
+
+
+@pytest.mark.parametrize("what", ["GPU flavor of each holding workload, MIG ones too"])
+def test_late_comparisons_fail_when_one_place_is_wrong(reads, monkeypatch, what):
+    test_each_comparison_fails_when_one_place_is_wrong(reads, monkeypatch, what)

@@ -1,13 +1,16 @@
 """Queue figures "now" (quotas.now): one answer for the pages and /api/v1/cluster-queues/.
 
-Clock at ``NOW``; samples count "now" when they are the newest of their (queue, flavor,
-resource) and at most 15 minutes old (``GPULEDGER_COLLECT_SECONDS`` = 60). By hand:
+Admitted and pending GPUs now are counted from the workloads, nominal from the spec (MIG at
+slices/7), borrowed and lent from the newest fresh samples. Clock at ``NOW``; samples count
+"now" when they are the newest of their (queue, flavor, resource) and at most 15 minutes old
+(``GPULEDGER_COLLECT_SECONDS`` = 60). By hand:
 
 - cq-a (team red): h100 GPU samples 30 min ago (borrowed 9: stale), 2 min ago (borrowed 2),
   1 min ago (total 11, borrowed 3, nominal 8, pending 1); a100 GPU 1 min ago (total 5,
   borrowed 1, nominal 4, pending 2); an h100 cpu sample (borrowed 99, not GPUs); a sample
   stamped after now (ignored). Now: total 16, borrowed 3 + 1 = 4, nominal 12, pending 3.
-- cq-b (team red): one sample 20 min ago: no "now" at all ("—" on the page, null in the API).
+- cq-b (team red): one sample 20 min ago: no borrowed or lent now ("—" on the page, null in
+  the API); its admitted and pending GPUs, counted from its workloads, are still there.
 """
 
 from __future__ import annotations
@@ -32,7 +35,14 @@ from quotas.models import (
     Workload,
     WorkloadTransition,
 )
-from quotas.now import eviction_pace, gpu_quotas, holding_gpus, latest_samples
+from quotas.now import (
+    eviction_pace,
+    gpu_quotas,
+    holding_gpus,
+    latest_samples,
+    nominal_gpus,
+    quota_gpus,
+)
 
 NOW = datetime(2026, 5, 4, 12, 0, 30, tzinfo=UTC)
 GPU = "nvidia.com/gpu"
@@ -93,19 +103,68 @@ def api_queue(staff, name: str) -> dict:
     return response.json()["results"][0]
 
 
-def test_the_api_borrowed_now_is_quotas_now(queues, staff):
-    expected = latest_samples(Q(cluster_queue=queues["cq_a"]), NOW)[queues["cq_a"].pk]
+MIG_1G = "nvidia.com/mig-1g.10gb"
+MIG_3G = "nvidia.com/mig-3g.40gb"
+
+
+@pytest.fixture
+def holdings(queues, cluster):
+    """Quotas and workloads now, by hand.
+
+    cq-a: quota h100 8 GPUs, a100 4 GPUs + 7 × mig-1g (1 GPU) + 2 × mig-3g (6/7 GPU), cpu 32
+    (not GPUs): nominal 13 6/7 GPUs. Workloads: admitted 4 GPUs, quota reserved 2, admitted
+    one mig-3g instance (3/7), admitted 16 but deleted (gone), pending 8, pending without GPUs:
+    admitted now 6 3/7 GPUs (3 workloads), pending 8 GPUs (2 workloads).
+    cq-b (no fresh sample): no quota; admitted 3 GPUs, pending 2: its "now" still has them.
+    """
+    cq_a, cq_b = queues["cq_a"], queues["cq_b"]
+    for flavor, resource, nominal in (
+        ("h100", GPU, 8),
+        ("a100", GPU, 4),
+        ("a100", MIG_1G, 7),
+        ("a100", MIG_3G, 2),
+        ("h100", "cpu", 32),
+    ):
+        ClusterQueueQuota.objects.create(
+            cluster_queue=cq_a, flavor_name=flavor, resource=resource, nominal=nominal
+        )
+
+    def workload(queue, name, state, admitted=0.0, requested=0.0, **extra):
+        Workload.objects.create(
+            cluster=cluster,
+            namespace="red-ns",
+            name=name,
+            cluster_queue=queue,
+            state=state,
+            admitted_gpus=admitted,
+            requested_gpus=requested,
+            **extra,
+        )
+
+    workload(cq_a, "a1", WorkloadState.ADMITTED, 4, 4)
+    workload(cq_a, "a2", WorkloadState.QUOTA_RESERVED, 2, 2)
+    workload(cq_a, "a3", WorkloadState.ADMITTED, 3 / 7, 3 / 7, flavors={MIG_3G: "a100"})
+    workload(cq_a, "a4", WorkloadState.ADMITTED, 16, 16, deleted_at=ago(hours=1))
+    workload(cq_a, "p1", WorkloadState.PENDING, requested=8)
+    workload(cq_a, "p2", WorkloadState.PENDING)
+    workload(cq_b, "b1", WorkloadState.ADMITTED, 3, 3)
+    workload(cq_b, "b2", WorkloadState.PENDING, requested=2)
+    return queues
+
+
+def test_the_api_now_counts_workloads_and_takes_borrowed_from_samples(holdings, staff):
+    expected = latest_samples(Q(cluster_queue=holdings["cq_a"]), NOW)[holdings["cq_a"].pk]
 
     item = api_queue(staff, "cq-a")
 
     assert item["gpus_now"]["borrowed"] == expected.borrowed == 4
     assert item["gpus_now"] == {
         "sampled_at": "2026-05-04T11:59:30Z",
-        "total": 16.0,
+        "total": pytest.approx(6 + 3 / 7),
         "borrowed": 4.0,
         "lent": 0.0,
-        "nominal": 12.0,
-        "pending": 3.0,
+        "nominal": pytest.approx(13 + 6 / 7),
+        "pending": 8.0,
     }
     # Every resource's newest fresh sample, in flavor and resource order.
     assert [(u["flavor_name"], u["resource"], u["borrowed"]) for u in item["usage"]] == [
@@ -115,26 +174,41 @@ def test_the_api_borrowed_now_is_quotas_now(queues, staff):
     ]
 
 
-def test_a_queue_without_a_fresh_sample_has_no_usage_now(queues, staff):
+def test_a_queue_without_a_fresh_sample_still_counts_its_workloads(holdings, staff):
     item = api_queue(staff, "cq-b")
 
-    assert item["gpus_now"] is None
+    assert item["gpus_now"] == {
+        "sampled_at": None,
+        "total": 3.0,
+        "borrowed": None,
+        "lent": None,
+        "nominal": 0.0,
+        "pending": 2.0,
+    }
     assert item["usage"] == []
 
 
-def test_the_queue_page_and_the_api_agree_on_borrowed_now(queues, staff, cluster):
+def test_the_queue_page_and_the_api_agree_on_now(holdings, staff, cluster):
     client = Client()
     client.force_login(staff)
 
-    for name, expected in (("cq-a", "4"), ("cq-b", "—")):
+    for name, expected in (
+        ("cq-a", {"borrowed": "4", "usage": "6.4", "pending": "8", "nominal": "13.9"}),
+        ("cq-b", {"borrowed": "—", "usage": "3", "pending": "2", "nominal": "0"}),
+    ):
         url = reverse("dashboard:cluster-queue-detail", args=[cluster.name, name])
         with time_machine.travel(NOW, tick=False):
             response = client.get(url)
-        stats = {s["testid"]: s for s in response.context["stats"] if s.get("testid")}
+        stats = {s["testid"]: s["value"] for s in response.context["stats"] if s.get("testid")}
         api = api_queue(staff, name)["gpus_now"]
 
-        assert stats["stat-borrowed"]["value"] == expected
-        assert (api["borrowed"] if api else None) == (4.0 if name == "cq-a" else None)
+        assert {key: stats[f"stat-{key}"] for key in expected} == expected
+        assert (api["borrowed"], round(api["total"], 1), api["pending"]) == (
+            4.0 if name == "cq-a" else None,
+            float(expected["usage"]),
+            float(expected["pending"]),
+        )
+        assert round(api["nominal"], 1) == float(expected["nominal"])
 
 
 def test_holding_gpus_count_admitted_and_reserved_workloads_only(queues, cluster):
@@ -160,12 +234,14 @@ def test_holding_gpus_count_admitted_and_reserved_workloads_only(queues, cluster
     assert held == {queues["cq_a"].pk: 6.0}
 
 
-def test_gpu_quotas_are_per_queue_in_flavor_order(queues):
+def test_gpu_quotas_are_per_queue_whole_gpus_first_in_flavor_order(queues):
     cq_a = queues["cq_a"]
     for flavor, resource, position, nominal in (
+        ("a100", MIG_3G, 0, 2),
         ("a100", GPU, 1, 4),
         ("h100", GPU, 0, 8),
         ("h100", "cpu", 0, 32),
+        ("a100", "nvidia.com/mig-unknown", 0, 5),
     ):
         ClusterQueueQuota.objects.create(
             cluster_queue=cq_a,
@@ -175,9 +251,16 @@ def test_gpu_quotas_are_per_queue_in_flavor_order(queues):
             nominal=nominal,
         )
 
-    quotas = gpu_quotas(Q(cluster_queue__team=queues["red"]))
+    quotas = gpu_quotas(Q(cluster_queue__team=queues["red"]))[cq_a.pk]
 
-    assert [(q.flavor_name, q.nominal) for q in quotas[cq_a.pk]] == [("h100", 8), ("a100", 4)]
+    assert [(q.flavor_name, q.resource, q.nominal) for q in quotas] == [
+        ("h100", GPU, 8),
+        ("a100", GPU, 4),
+        ("a100", MIG_3G, 2),
+    ]
+    # In GPUs: a 3g instance is 3/7 of one.
+    assert [quota_gpus(q) for q in quotas] == [8.0, 4.0, pytest.approx(6 / 7)]
+    assert nominal_gpus(quotas) == pytest.approx(12 + 6 / 7)
 
 
 def test_eviction_pace_is_the_median_readmission_and_evictions_per_busy_hour(queues, cluster):
