@@ -14,6 +14,7 @@ from dashboard.access import allowed_team_ids, get_cluster_queue_for_user
 from dashboard.decorators import dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
 from dashboard.queries import cluster_queues as queries
+from dashboard.queries.queue_levels import slo_status
 from dashboard.templatetags.formatting import duration, figure, percent, quantity
 from quotas.access import leads_team
 from quotas.choices import TransitionKind
@@ -186,5 +187,6 @@ def cluster_queue_detail(
         "visible_all": allowed is None,
         "time_range": time_range,
         "quota_history_start": queries.quota_history_start(queue),
+        "slo_status": slo_status([queue], now),
     }
     return render(request, "dashboard/cluster_queue_detail.html", context)

@@ -109,6 +109,7 @@ def window(world: World) -> str:
     return f"start={world.start:%Y-%m-%dT%H:%M:%SZ}&end={world.end:%Y-%m-%dT%H:%M:%SZ}"
 
 
+LEVEL_GROUPS = ("cluster_queue", "local_queue", "cohort", "team", "priority_class")
 GROUPS = ("team", "cluster_queue", "local_queue", "namespace", "workload", "cohort", "cluster")
 AGGREGATE_KEYS = ("team", "clusterqueue", "localqueue", "namespace", "pod", "workload", "cohort")
 
@@ -218,6 +219,27 @@ POLICY: dict[str, Policy] = {
         lambda w: [url("dashboard:chart-busy-teams")], "birch team"
     ),
     "dashboard:chart-busy-time": aggregate(lambda w: [url("dashboard:chart-busy-time")]),
+    # Queue service levels: aspen's lead sees aspen's records only (cq-birch's preemption of
+    # aspen-victim is counted under an anonymous column).
+    "dashboard:queue-levels": aggregate(
+        lambda w: [
+            url("dashboard:queue-levels"),
+            *[url("dashboard:queue-levels", group_by=g) for g in LEVEL_GROUPS],
+        ],
+        "cq-birch",
+    ),
+    "dashboard:queue-levels-chart-waits": aggregate(
+        lambda w: [url("dashboard:queue-levels-chart-waits", group_by=g) for g in LEVEL_GROUPS],
+        "cq-birch",
+    ),
+    "dashboard:queue-levels-chart-evictions": aggregate(
+        lambda w: [url("dashboard:queue-levels-chart-evictions")]
+    ),
+    "dashboard:queue-levels-chart-preemptions": aggregate(
+        lambda w: [url("dashboard:queue-levels-chart-preemptions")]
+    ),
+    "dashboard:team-chart-waits": scoped(team("dashboard:team-chart-waits")),
+    "dashboard:cluster-queue-chart-waits": scoped(queue("dashboard:cluster-queue-chart-waits")),
     "dashboard:team-chart-allocation": scoped(team("dashboard:team-chart-allocation")),
     "dashboard:team-chart-queues": scoped(team("dashboard:team-chart-queues")),
     "dashboard:cohort-chart-usage": aggregate(
