@@ -1,5 +1,5 @@
 """The ``queue_slo_breached`` rule: episodes of a ClusterQueue missing its wait objective
-(docs/architecture.md "Hoarding alerts", "Queue service levels").
+(docs/architecture.md "Hoarding alerts").
 
 The rule is judged per complete UTC day, not per collection window: each day of an enabled
 ``QueueSLO`` is met, breached or not judged (``servicelevels.objectives``). Per queue, oldest day

@@ -74,11 +74,19 @@ def waits_figure(
     for trace in data:
         trace["mode"] = "lines+markers"
     layout = range_layout(time_range, title, WAIT_AXIS)
+    _day_ticks(layout, queries.step_for(time_range))
     legend_room(layout, len(data), per_row=4)
     meta = {"step": queries.step_for(time_range), "groups": len(series)}
     if metrics:
         meta["source"] = queries.METRICS_NOTE
     return plotting.figure(data, layout, empty_message=empty_message, meta=meta)
+
+
+def _day_ticks(layout: dict[str, Any], step: str) -> None:
+    """Per-day figures get one tick per UTC day, whatever the bars' widths make Plotly choose."""
+    if step == "day":
+        layout["xaxis"]["dtick"] = 86400000
+        layout["xaxis"]["tickformat"] = "%b %-d"
 
 
 def _by_reason(
@@ -111,6 +119,7 @@ def reasons_figure(
     ]
     step = queries.step_for(time_range)
     layout = range_layout(time_range, title, f"Count per {step}", barmode="stack")
+    _day_ticks(layout, step)
     legend_room(layout, len(data), per_row=3)
     return plotting.figure(data, layout, empty_message=empty_message, meta={"step": step})
 
