@@ -57,7 +57,9 @@ def test_queue_levels_page_for_staff(
         for r in matrix.locator("tbody tr").all()
     }
     assert cells == {"alpha-cq": ["0", "1", "1"], "beta-cq": ["1", "0", "1"]}
-    wait_for_charts(page, "levels-waits-chart", "levels-evictions-chart", "levels-preemptions-chart")
+    wait_for_charts(
+        page, "levels-waits-chart", "levels-evictions-chart", "levels-preemptions-chart"
+    )
     legend = page.locator("#levels-waits-chart .legendtext").all_text_contents()
     assert {"alpha-cq p95", "alpha-cq p50", "beta-cq p95", "beta-cq p50"} <= set(legend)
     shot(page, "queue-levels", tmp_path)
@@ -81,7 +83,10 @@ def test_queue_levels_page_for_a_lead_shows_only_their_team(
     assert page.locator('[data-testid="levels-row"]').count() == 1
     assert row(page, "alpha-cq").get_by_test_id("wait-p95").inner_text() == "24 min"
     matrix = page.get_by_test_id("preemption-matrix")
-    assert matrix.locator("thead th").all_text_contents()[1:] == ["a queue of another team", "Total"]
+    assert matrix.locator("thead th").all_text_contents()[1:] == [
+        "a queue of another team",
+        "Total",
+    ]
     wait_for_charts(page, "levels-waits-chart")
     assert "beta" not in page.content()
     shot(page, "queue-levels-lead", tmp_path)
