@@ -13,7 +13,7 @@ from django.utils import timezone
 from core.ranges import TimeRange
 from dashboard.access import allowed_team_ids
 from dashboard.decorators import choice_param, dashboard_page
-from dashboard.frame import chart_url, stat
+from dashboard.frame import chart_url, plural, stat
 from dashboard.queries import queue_levels as queries
 from dashboard.templatetags.formatting import duration, figure
 from quotas.models import ClusterQueue
@@ -54,7 +54,7 @@ def queue_levels(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
             "Evictions",
             f"{evictions:,}",
             "",
-            f"{preemptions:,} preemptions",
+            plural(preemptions, "preemption"),
             tone="warn" if evictions else None,
             testid="levels-evictions",
         ),
