@@ -144,3 +144,22 @@ def test_silences_apply_and_the_window_evaluation_leaves_the_rule_alone(slo_queu
     # The window rules' book neither loads nor resolves it.
     book = EpisodeBook(slo_queue.cluster, D1, live=True)
     assert not any(rule == Rule.QUEUE_SLO_BREACHED for rule, _key in book.by_key)
+
+
+def test_the_alert_pages_show_a_queue_slo_episode(slo_queue, django_user_model):
+    from django.test import Client
+
+    evaluate_queue_slos(D1 + 3 * DAY + timedelta(hours=1))
+    episode = Episode.objects.get()
+    staff = django_user_model.objects.create_user("staff", password="x", is_staff=True)
+    client = Client()
+    client.force_login(staff)
+    start, end = "2026-11-01T00:00:00Z", "2026-11-06T00:00:00Z"
+    listing = client.get(f"/alerts/?start={start}&end={end}&state=all")
+    assert listing.status_code == 200
+    assert "Queue SLO breached" in listing.content.decode()
+    detail = client.get(f"/alerts/{episode.pk}/")
+    assert detail.status_code == 200
+    assert "p95 wait over its objective of 30 min" in detail.content.decode()
+    chart = client.get(f"/alerts/{episode.pk}/charts/evidence.json")
+    assert chart.status_code == 200
