@@ -24,6 +24,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from servicelevels.figures import levels
 
@@ -216,3 +217,13 @@ def estimates_for(workloads: Iterable[object], now: datetime) -> dict[int, Estim
         admitted = rates[cluster].get(queue.name, 0)
         out[pk] = estimate(place[0], admitted, now, source=place[1])
     return out
+
+
+def estimates_in_queue(cluster_queue: Any, now: datetime) -> dict[int, Estimate]:
+    """Workload id → its ``Estimate`` for every pending workload of one ClusterQueue (with its
+    ``cluster``): one read of the positions and one of the rate."""
+    admitted = admissions_per_queue(cluster_queue.cluster.name, now).get(cluster_queue.name, 0)
+    return {
+        pk: estimate(position, admitted, now, source=source)
+        for pk, (position, source) in queue_positions(cluster_queue.pk).items()
+    }

@@ -21,6 +21,7 @@ from quotas.choices import TransitionKind
 from quotas.now import gpu_quotas, holding_gpus, latest_samples
 from quotas.pending import free_in_quota, workload_reason
 from quotas.writeback.service import can_apply
+from servicelevels.estimate import estimates_in_queue
 
 
 @dashboard_page(uses_range=False)
@@ -97,6 +98,7 @@ def cluster_queue_detail(
     requeued = queries.last_requeues([w.pk for w in page.object_list])
     # Free quota per flavor now (nominal − usage of the newest samples), for the short reasons.
     free = free_in_quota(found)
+    estimates = estimates_in_queue(queue, now)
     pending_rows = []
     for workload in page.object_list:
         since = max(
@@ -110,6 +112,7 @@ def cluster_queue_detail(
                 "waiting_since": since,
                 "requeued": workload.pk in requeued,
                 "short_reason": workload_reason(workload, free),
+                "estimate": estimates.get(workload.pk),
             }
         )
     eviction_counts = queries.eviction_counts(queue, time_range)

@@ -13,6 +13,7 @@ from servicelevels.estimate import (
     erlang_quantile,
     estimate,
     estimates_for,
+    estimates_in_queue,
     queue_positions,
 )
 from tests.servicelevels.helpers import admitted, queue
@@ -113,3 +114,7 @@ def test_estimates_take_the_queue_rate_of_the_last_24_hours(cluster):
     assert found[second.pk].position == 2
     assert found[second.pk].expected_seconds == pytest.approx(8 * HOUR)
     assert not found[lone.pk].has_estimate
+    # The queue page's one read per queue gives the same.
+    in_queue = estimates_in_queue(cq, NOW)
+    assert in_queue[first.pk] == found[first.pk]
+    assert in_queue[second.pk] == found[second.pk]

@@ -68,3 +68,16 @@ def test_the_wait_chart_plots_each_period_in_minutes(world):
     assert p95["y"][:6] == [None] * 6
     bad = staff.get("/queue-levels/charts/waits.json?group_by=nope")
     assert bad.status_code == 400 and "group_by" in bad.json()["error"]
+
+
+def test_the_queue_page_estimates_each_pending_workloads_start(world):
+    staff = client_of(world.users["staff"])
+    page = staff.get("/queues/test/alpha-cq/?range=7d").content.decode()
+    # 12 admissions in 24 h: 0.5 per hour. alpha-first (priority 10) is next: 1 / 0.5 = 2 h;
+    # alpha-wait second: 4 h.
+    assert 'data-testid="pending-estimate"' in page
+    first = page.index("ns-alpha/alpha-first")
+    wait = page.index("ns-alpha/alpha-wait")
+    assert first < wait
+    assert "in 2 h 0 min" in page[first:wait]
+    assert "in 4 h 0 min" in page[wait:]
