@@ -2,12 +2,23 @@ from django.db import models
 
 
 class Rule(models.TextChoices):
-    """The hoarding rules (docs/architecture.md "Hoarding alerts")."""
+    """The alert rules (docs/architecture.md "Hoarding alerts"): the four hoarding rules, judged
+    per collection window, and the queue service-level rule, judged per day (``alerts.slo``)."""
 
     IDLE_WORKLOAD = "idle_workload", "Idle workload"
     GHOST_RESERVATION = "ghost_reservation", "Ghost reservation"
     BORROWING_WHILE_IDLE = "borrowing_while_idle", "Borrowing while idle"
     TELEMETRY_MISSING = "telemetry_missing", "Telemetry missing"
+    QUEUE_SLO_BREACHED = "queue_slo_breached", "Queue SLO breached"
+
+
+# The rules the window evaluation (``alerts.evaluate``) judges; the others have their own.
+WINDOW_RULES: tuple[str, ...] = (
+    Rule.IDLE_WORKLOAD,
+    Rule.GHOST_RESERVATION,
+    Rule.BORROWING_WHILE_IDLE,
+    Rule.TELEMETRY_MISSING,
+)
 
 
 class Severity(models.TextChoices):

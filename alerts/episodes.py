@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.db.models import Q
 
-from alerts.choices import Rule, Severity
+from alerts.choices import WINDOW_RULES, Rule, Severity
 from alerts.ended import NEWEST_HOUR, join_newest_hours, tally_newest_hour
 from alerts.exemptions import ExemptionMatcher, Subject
 from alerts.models import Episode, Silence
@@ -98,7 +98,7 @@ class EpisodeBook:
         self.live = live
         self.prices = Prices()
         self.by_key: dict[tuple[str, str], list[Episode]] = defaultdict(list)
-        self.unresolved: dict[str, set[str]] = {rule: set() for rule in Rule.values}
+        self.unresolved: dict[str, set[str]] = {rule: set() for rule in WINDOW_RULES}
         self.touched: dict[int, Episode] = {}
         # Episodes to create, by ``id()``: a pending one that ends unfired is dropped from it
         # in constant time (a list's ``remove`` compared model instances one by one, quadratic
@@ -111,7 +111,9 @@ class EpisodeBook:
         # A resolved episode was evaluated up to the end of the window it resolved in.
         recent = Q(resolved_at__gt=start - RESOLVED_WINDOW_SLACK, evaluated_until__gt=start)
         for episode in fetch_instances(
-            Episode.objects.filter(cluster=cluster).filter(Q(resolved_at__isnull=True) | recent)
+            Episode.objects.filter(cluster=cluster, rule__in=WINDOW_RULES).filter(
+                Q(resolved_at__isnull=True) | recent
+            )
         ):
             self.by_key[(episode.rule, episode.subject_key)].append(episode)
             if episode.resolved_at is None:
@@ -127,11 +129,13 @@ class EpisodeBook:
         Subjects are independent of each other, so each one goes through all the windows in
         turn; a run, or a stretch of windows whose findings differ only in the GPUs'
         activities, moves it on in one step (``_run_through``)."""
-        runs_of: dict[str, dict[str, list[Run]]] = {rule: defaultdict(list) for rule in Rule.values}
+        runs_of: dict[str, dict[str, list[Run]]] = {
+            rule: defaultdict(list) for rule in WINDOW_RULES
+        }
         for run in runs:
             if run.finding is not None:
                 runs_of[run.finding.rule][run.finding.key].append(run)
-        for rule in Rule.values:
+        for rule in WINDOW_RULES:
             # Per subject, its findings by window position.
             hits: dict[str, dict[int, Finding]] = defaultdict(dict)
             gaps: dict[str, dict[int, Finding]] = defaultdict(dict)

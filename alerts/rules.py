@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from alerts.choices import Rule
+from alerts.choices import WINDOW_RULES, Rule
 from alerts.exemptions import Subject
 from alerts.rows import (
     EPSILON,
@@ -108,10 +108,10 @@ class Finding:
 @dataclass
 class Findings:
     hits: dict[str, dict[str, Finding]] = field(
-        default_factory=lambda: {rule: {} for rule in Rule.values}
+        default_factory=lambda: {rule: {} for rule in WINDOW_RULES}
     )
     gaps: dict[str, dict[str, Finding]] = field(
-        default_factory=lambda: {rule: {} for rule in Rule.values}
+        default_factory=lambda: {rule: {} for rule in WINDOW_RULES}
     )
 
 

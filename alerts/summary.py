@@ -64,4 +64,15 @@ def describe(episode: Episode, workload: WorkloadInfo | None) -> str:
             if what == "gpu":
                 return f"GPU {subject}: allocated, no DCGM samples (or NaN) for {held}."
             return f"Pod {subject}: {_gpus(episode.gpus)} without any DCGM series for {held}."
+        case Rule.QUEUE_SLO_BREACHED:
+            queue = episode.subject_key.split("/", 1)[-1]
+            statistic = evidence.get("statistic", "p95")
+            target = _duration(int(evidence.get("target_seconds") or 0))
+            worst = evidence.get("worst_seconds")
+            days = int(evidence.get("breached_days") or 0)
+            over = f" (worst {_duration(int(worst))})" if worst is not None else ""
+            return (
+                f"ClusterQueue {queue}: {statistic} wait over its objective of {target}"
+                f"{over} on {days} day{'' if days == 1 else 's'}."
+            )
     return episode.subject_key

@@ -21,6 +21,7 @@ from django.utils.dateparse import parse_datetime
 from alerts import dispatch
 from alerts.dispatch import PendingRange
 from alerts.evaluate import evaluate_range
+from alerts.slo import evaluate_queue_slos as judge_queue_slos
 from core.deadlines import Deadline
 from fleet.leases import holder_identity
 from fleet.models import Cluster
@@ -229,3 +230,10 @@ def _evaluate(
         dispatch.evaluated(cluster_id, holder, upto, through=end)
         cursor = upto
     return None
+
+
+@shared_task(name="alerts.tasks.evaluate_queue_slos", ignore_result=True)
+def evaluate_queue_slos() -> dict[str, int]:
+    """Judge the queues' service-level objectives per complete day (``alerts.slo``): hourly from
+    beat; idempotent (a day an episode has seen is skipped)."""
+    return judge_queue_slos().as_dict()

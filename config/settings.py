@@ -552,6 +552,12 @@ GPULEDGER_ALERT_EXEMPT_LABEL = env_str(
 GPULEDGER_ALERT_INTERACTIVE_KINDS = env_list(
     "GPULEDGER_ALERT_INTERACTIVE_KINDS", ["Notebook", "StatefulSet", "Pod"]
 )
+# queue_slo_breached (alerts/slo.py): an episode fires after this many breached days of a
+# ClusterQueue's objective; the first evaluation looks this many days back.
+GPULEDGER_ALERT_QUEUE_SLO_DAYS = env_int("GPULEDGER_ALERT_QUEUE_SLO_DAYS", 1, minimum=1)
+GPULEDGER_ALERT_QUEUE_SLO_LOOKBACK_DAYS = env_int(
+    "GPULEDGER_ALERT_QUEUE_SLO_LOOKBACK_DAYS", 7, minimum=1
+)
 # The evaluation task (alerts.tasks.evaluate_alerts) stops taking windows after this many
 # seconds and queues the rest; Celery's soft and hard time limits are 30 s and 60 s after it.
 GPULEDGER_ALERTS_DEADLINE_SECONDS = env_int("GPULEDGER_ALERTS_DEADLINE_SECONDS", 240, minimum=1)
@@ -650,6 +656,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "remediation.tasks.remediate_workloads",
         "schedule": float(GPULEDGER_REMEDIATION_SECONDS),
         "options": {"expires": float(GPULEDGER_REMEDIATION_SECONDS)},
+    },
+    # Queue SLOs are judged per complete UTC day; hourly picks up a day soon after it ends.
+    "evaluate-queue-slos": {
+        "task": "alerts.tasks.evaluate_queue_slos",
+        "schedule": 3600.0,
+        "options": {"expires": 3600.0},
     },
 }
 # Members of this Django group see every team's detail and chargeback (finance, auditors).

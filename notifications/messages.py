@@ -33,6 +33,7 @@ ALERT_NAMES = {
     "ghost_reservation": "GpuGhostReservation",
     "borrowing_while_idle": "GpuBorrowingWhileIdle",
     "telemetry_missing": "GpuTelemetryMissing",
+    "queue_slo_breached": "GpuQueueSloBreached",
 }
 # Words for each event in subjects and Slack lines.
 EVENT_WORDS = {

@@ -18,6 +18,13 @@ from dashboard.charts.fleet_map import map_chart
 from dashboard.charts.gpus import gpu_activity_chart, gpu_memory_chart
 from dashboard.charts.nodes import node_chart
 from dashboard.charts.overview import capacity_chart, team_active_chart, team_idle_chart
+from dashboard.charts.queue_levels import (
+    cluster_queue_waits_chart,
+    queue_levels_evictions_chart,
+    queue_levels_preemptions_chart,
+    queue_levels_waits_chart,
+    team_waits_chart,
+)
 from dashboard.charts.teams import team_allocation_chart, team_queues_chart
 from dashboard.charts.workloads import workload_activity_chart, workload_timeline_chart
 
@@ -28,16 +35,21 @@ __all__ = [
     "capacity_chart",
     "cluster_queue_evictions_chart",
     "cluster_queue_usage_chart",
+    "cluster_queue_waits_chart",
     "cohort_borrowing_chart",
     "cohort_usage_chart",
     "gpu_activity_chart",
     "gpu_memory_chart",
     "map_chart",
     "node_chart",
+    "queue_levels_evictions_chart",
+    "queue_levels_preemptions_chart",
+    "queue_levels_waits_chart",
     "team_active_chart",
     "team_allocation_chart",
     "team_idle_chart",
     "team_queues_chart",
+    "team_waits_chart",
     "workload_activity_chart",
     "workload_timeline_chart",
 ]

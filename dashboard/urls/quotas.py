@@ -55,6 +55,32 @@ urlpatterns = [
     path("quota-changes/<int:pk>/", views.quota_change_detail, name="quota-change-detail"),
     path("quota-changes/<int:pk>/apply/", views.quota_change_apply, name="quota-change-apply"),
     path("quota-changes/<int:pk>/patch.yaml", views.quota_change_patch, name="quota-change-patch"),
+    path(
+        "queues/<slug:cluster>/<str:name>/charts/waits.json",
+        charts.cluster_queue_waits_chart,
+        name="cluster-queue-chart-waits",
+    ),
+    path("queue-levels/", views.queue_levels, name="queue-levels"),
+    path(
+        "queue-levels/charts/waits.json",
+        charts.queue_levels_waits_chart,
+        name="queue-levels-chart-waits",
+    ),
+    path(
+        "queue-levels/charts/evictions.json",
+        charts.queue_levels_evictions_chart,
+        name="queue-levels-chart-evictions",
+    ),
+    path(
+        "queue-levels/charts/preemptions.json",
+        charts.queue_levels_preemptions_chart,
+        name="queue-levels-chart-preemptions",
+    ),
+    path(
+        "teams/<slug:name>/charts/waits.json",
+        charts.team_waits_chart,
+        name="team-chart-waits",
+    ),
     path("workloads/", views.workload_list, name="workload-list"),
     path("search/", views.search, name="search"),
     path("chargeback/", views.chargeback_page, name="chargeback"),

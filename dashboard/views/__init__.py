@@ -23,6 +23,7 @@ from dashboard.views.gpus import gpu_detail
 from dashboard.views.my_teams import my_teams
 from dashboard.views.nodes import node_detail
 from dashboard.views.overview import overview
+from dashboard.views.queue_levels import queue_levels
 from dashboard.views.quota_changes import (
     quota_change_apply,
     quota_change_detail,
@@ -52,6 +53,7 @@ __all__ = [
     "my_teams",
     "node_detail",
     "overview",
+    "queue_levels",
     "quota_change_apply",
     "quota_change_detail",
     "quota_change_list",

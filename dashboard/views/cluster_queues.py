@@ -13,6 +13,7 @@ from dashboard.access import allowed_team_ids, get_cluster_queue_for_user
 from dashboard.decorators import dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
 from dashboard.queries import cluster_queues as queries
+from dashboard.queries.queue_levels import slo_status
 from dashboard.templatetags.formatting import duration, figure, percent, quantity
 from quotas.access import leads_team
 from quotas.choices import TransitionKind
@@ -29,6 +30,7 @@ from quotas.now import (
 )
 from quotas.pending import free_in_quota, workload_reason
 from quotas.writeback.service import can_apply
+from servicelevels.estimate import estimates_in_queue
 
 
 @dashboard_page(uses_range=False)
@@ -107,6 +109,7 @@ def cluster_queue_detail(
     requeued = queries.last_requeues([w.pk for w in page.object_list])
     # Free quota per flavor now (nominal − usage of the newest samples), for the short reasons.
     free = free_in_quota(found)
+    estimates = estimates_in_queue(queue, now)
     pending_rows = []
     for workload in page.object_list:
         since = max(
@@ -120,6 +123,7 @@ def cluster_queue_detail(
                 "waiting_since": since,
                 "requeued": workload.pk in requeued,
                 "short_reason": workload_reason(workload, free),
+                "estimate": estimates.get(workload.pk),
             }
         )
     eviction_counts = queries.eviction_counts(queue, time_range)
@@ -198,5 +202,6 @@ def cluster_queue_detail(
         "visible_all": allowed is None,
         "time_range": time_range,
         "quota_history_start": queries.quota_history_start(queue),
+        "slo_status": slo_status([queue], now),
     }
     return render(request, "dashboard/cluster_queue_detail.html", context)

@@ -19,6 +19,7 @@ from dashboard.access import request_roles
 from dashboard.decorators import dashboard_page
 from dashboard.frame import utilization_tone
 from dashboard.queries import my_teams as queries
+from dashboard.queries.queue_levels import weekly_waits
 from dashboard.queries.teams import figures_by_team
 from dashboard.templatetags.formatting import figure, percent
 from ledger.range_figures import Figures
@@ -67,6 +68,7 @@ def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     held = queries.pod_gpus_by_team(ids)
     figures = figures_by_team(ids, span)
     quota_used = queries.quota_used_by_team(ids, span)
+    waits = weekly_waits(teams, now)
     cards = []
     for team in teams:
         found = figures.get(team.pk, Figures())
@@ -77,6 +79,7 @@ def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
                 "flavors": flavor_rows(flavors.get(team.pk, [])),
                 "admitted": figure(admitted.get(team.pk, 0.0)),
                 "held": figure(held.get(team.pk, 0.0)),
+                "waits": waits.get(team.pk, []),
                 "utilization": percent(found.utilization),
                 "utilization_tone": utilization_tone(found.utilization),
                 "allocated_hours": figure(found.allocated_gpu_hours),

@@ -18,6 +18,7 @@ from dashboard.decorators import choice_param, dashboard_page
 from dashboard.frame import paginate, plural, range_query, stat, utilization_tone
 from dashboard.queries import teams as queries
 from dashboard.queries.my_teams import flavor_use_by_team, pod_gpus_by_team
+from dashboard.queries.queue_levels import slo_status
 from dashboard.queries.workload_list import workload_charges
 from dashboard.templatetags.formatting import duration, figure, percent
 from dashboard.views.my_teams import flavor_rows
@@ -350,5 +351,6 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         "time_range": time_range,
         "range_hidden": hidden_params(request.GET),
         "currency": settings.GPULEDGER_CURRENCY,
+        "slo_status": slo_status(queues, now),
     }
     return render(request, "dashboard/team_detail.html", context)

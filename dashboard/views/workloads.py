@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.utils import timezone
 
 from core.ranges import CUSTOM, RANGE_PARAMS, TimeRange
@@ -18,6 +19,7 @@ from dashboard.access import allowed_team_ids, get_workload_for_user, sees_team
 from dashboard.decorators import dashboard_page
 from dashboard.frame import LIST_LIMIT, range_query, stat, utilization_tone
 from dashboard.live import WORKLOAD_LIVE_SPAN
+from dashboard.queries import queue_levels as levels_queries
 from dashboard.queries import workloads as queries
 from dashboard.queries.now import held_now
 from dashboard.queries.teams import PENDING_STATES
@@ -31,6 +33,7 @@ from quotas.choices import FINISHED_STATES, HOLDING_STATES, WorkloadState
 from quotas.models import Allocation, Workload
 from quotas.now import latest_samples
 from quotas.pending import free_in_quota, workload_reason
+from servicelevels.estimate import estimates_for
 
 # A workload page opens on the workload's whole life, at most this long (a serving deployment
 # may live for months: its last 30 days).
@@ -315,5 +318,42 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
         "flavor": workload.gpu_flavor,
         "pod_sets": workload.pod_sets if isinstance(workload.pod_sets, list) else [],
         "time_range": time_range,
+        "attempts": _attempt_rows(workload, allowed),
+        "estimate": estimates_for([workload], now).get(workload.pk) if waiting else None,
     }
     return render(request, "dashboard/workload_detail.html", context)
+
+
+def _attempt_rows(workload: Workload, allowed: set[int] | None) -> list[dict[str, Any]]:
+    """Each admission attempt with its waits; the preemptor named only to who may see it."""
+    rows = []
+    for record in levels_queries.attempts(workload):
+        preemptor = ""
+        preemptor_url = None
+        if record.preempted_by_path or record.preempted_by_id:
+            if sees_team(allowed, levels_queries.preemptor_team(record)):
+                preemptor = record.preempted_by_path or str(record.preempted_by)
+                if record.preempted_by_id:
+                    preemptor_url = reverse(
+                        "dashboard:workload-detail", args=[record.preempted_by_id]
+                    )
+            else:
+                preemptor = ANOTHER_TEAMS_WORKLOAD
+        rows.append(
+            {
+                "record": record,
+                "wait": duration(record.wait_seconds),
+                "running_delay": duration(record.running_delay_seconds),
+                "preemptor": preemptor,
+                "preemptor_url": preemptor_url,
+                "ran_hours": _ran_hours(record),
+            }
+        )
+    return rows
+
+
+def _ran_hours(record: Any) -> float | None:
+    end = record.evicted_at or record.finished_at
+    if record.running_at is None or end is None:
+        return None
+    return max((end - record.running_at).total_seconds(), 0.0) / 3600.0

@@ -147,6 +147,8 @@ class AdmissionsView(ApiViewMixin, ListAPIView):  # type: ignore[type-arg]
 
     serializer_class = AdmissionSerializer
     content_negotiation_class = QueryFormatNegotiation
+    # The schema generator reads the model here (get_queryset needs a request's range).
+    queryset = AdmissionRecord.objects.none()
 
     def get_queryset(self) -> QuerySet[AdmissionRecord]:
         query = parse_query(self.request.query_params)

@@ -223,7 +223,7 @@ def build_world() -> World:
     )
     _queues_and_workloads(world)
     _preemptions(world)
-    _admissions(world)
+    _admission_records(world)
     _held_gpus(world)
     _rollups(world)
     return world
@@ -363,52 +363,69 @@ def _preemptions(world: World) -> None:
     )
 
 
-def _admissions(world: World) -> None:
-    """One admission record per main workload, and the two victims' preempted runs: each team's
-    record names the other team's queue and workload as its preemptor."""
+def _admission_records(world: World) -> None:
+    """Admission records (queue service levels): each main workload admitted after a short
+    wait; each victim preempted by the other team's main workload (cq-birch's preemption of
+    aspen-victim names birch), then waiting again."""
     from servicelevels.models import AdmissionRecord
 
-    now, workloads = world.now, world.workloads
+    now, workloads, queues = world.now, world.workloads, world.queues
     rows = []
-    for name in ("aspen", "birch", "cedar"):
-        for suffix, preemptor in (
-            ("main", None),
-            ("victim", "birch" if name == "aspen" else "aspen"),
-        ):
-            workload = workloads.get(f"{name}-{suffix}")
-            if workload is None:
-                continue
-            victim = preemptor is not None
-            rows.append(
-                AdmissionRecord(
-                    cluster=world.cluster,
-                    workload=workload,
-                    workload_uid=f"uid-{workload.name}",
-                    namespace=workload.namespace,
-                    workload_name=workload.name,
-                    cluster_queue=world.queues[name],
-                    cluster_queue_name=world.queues[name].name,
-                    local_queue=world.local_queues[name],
-                    local_queue_name=world.local_queues[name].name,
-                    team=world.teams[name],
-                    cohort_name="grove",
-                    gpus=workload.requested_gpus,
-                    queued_at=now - timedelta(hours=6),
-                    admitted_at=now - timedelta(hours=5, minutes=30 if victim else 0),
-                    running_at=now - timedelta(hours=5, minutes=29) if victim else None,
-                    evicted_at=now - timedelta(hours=2) if victim else None,
-                    eviction_reason="Preempted" if victim else "",
-                    preemption_reason="InCohortReclamation" if victim else "",
-                    preempted_by=workloads[f"{preemptor}-main"] if preemptor else None,
-                    preempted_by_path=(
-                        f"{workloads[f'{preemptor}-main'].namespace}/"
-                        f"{workloads[f'{preemptor}-main'].name}"
-                        if preemptor
-                        else ""
-                    ),
-                    preempting_cluster_queue_name=f"cq-{preemptor}" if preemptor else "",
-                )
+    for name, other, wait in (("aspen", "birch", 5), ("birch", "aspen", 7)):
+        main, victim, preemptor = (
+            workloads[f"{name}-main"],
+            workloads[f"{name}-victim"],
+            workloads[f"{other}-main"],
+        )
+        common = {
+            "cluster": world.cluster,
+            "cluster_queue": queues[name],
+            "cluster_queue_name": queues[name].name,
+            "team": world.teams[name],
+            "cohort_name": "grove",
+            "gpus": 1.0,
+        }
+        rows.append(
+            AdmissionRecord(
+                workload=main,
+                workload_uid=f"uid-{main.name}",
+                namespace=main.namespace,
+                workload_name=main.name,
+                queued_at=now - timedelta(hours=2, minutes=wait),
+                admitted_at=now - timedelta(hours=2),
+                running_at=now - timedelta(hours=2) + timedelta(seconds=30),
+                **common,
             )
+        )
+        rows.append(
+            AdmissionRecord(
+                workload=victim,
+                workload_uid=f"uid-{victim.name}",
+                namespace=victim.namespace,
+                workload_name=victim.name,
+                queued_at=now - timedelta(hours=3),
+                admitted_at=now - timedelta(hours=2, minutes=50),
+                running_at=now - timedelta(hours=2, minutes=45),
+                evicted_at=now - timedelta(hours=2),
+                eviction_reason="Preempted",
+                preemption_reason="InCohortReclamation",
+                preempted_by=preemptor,
+                preempted_by_path=f"{preemptor.namespace}/{preemptor.name}",
+                preempting_cluster_queue_name=queues[other].name,
+                **common,
+            )
+        )
+        rows.append(
+            AdmissionRecord(
+                workload=victim,
+                workload_uid=f"uid-{victim.name}",
+                namespace=victim.namespace,
+                workload_name=victim.name,
+                attempt=2,
+                queued_at=now - timedelta(hours=2),
+                **common,
+            )
+        )
     AdmissionRecord.objects.bulk_create(rows)
 
 

@@ -46,6 +46,9 @@ AGGREGATE = "aggregate"
 STAFF_ONLY = "staff-only"
 PUBLIC = "public"
 VENDOR = "vendor"
+# The product's own /metrics: a scrape from loopback needs nothing, from elsewhere a signed-in
+# admin or the bearer token (README "Metrics"); a lead from elsewhere is refused.
+SCRAPE = "scrape"
 # A form or action on one team's object (quota change requests, alert acknowledgements): the
 # other team's lead is refused under either setting; anonymous users are refused.
 ACTION = "action"
@@ -109,6 +112,7 @@ def window(world: World) -> str:
     return f"start={world.start:%Y-%m-%dT%H:%M:%SZ}&end={world.end:%Y-%m-%dT%H:%M:%SZ}"
 
 
+LEVEL_GROUPS = ("cluster_queue", "local_queue", "cohort", "team", "priority_class")
 GROUPS = ("team", "cluster_queue", "local_queue", "namespace", "workload", "cohort", "cluster")
 AGGREGATE_KEYS = ("team", "clusterqueue", "localqueue", "namespace", "pod", "workload", "cohort")
 
@@ -188,6 +192,7 @@ POLICY: dict[str, Policy] = {
     "oidc_logout": Policy(PUBLIC, own=lambda w: [url("oidc_logout")]),
     "healthz": Policy(PUBLIC, own=lambda w: [url("healthz")]),
     "readyz": Policy(PUBLIC, own=lambda w: [url("readyz")]),
+    "observability:metrics": Policy(SCRAPE, own=lambda w: [url("observability:metrics")]),
     "favicon": Policy(PUBLIC, own=lambda w: [url("favicon")]),
     # --- The Django admin: staff only, whatever GPULEDGER_TEAM_VISIBILITY says.
     "admin:*": Policy(
@@ -246,6 +251,27 @@ POLICY: dict[str, Policy] = {
         lambda w: [url("dashboard:chart-busy-teams")], "birch team"
     ),
     "dashboard:chart-busy-time": aggregate(lambda w: [url("dashboard:chart-busy-time")]),
+    # Queue service levels: aspen's lead sees aspen's records only (cq-birch's preemption of
+    # aspen-victim is counted under an anonymous column).
+    "dashboard:queue-levels": aggregate(
+        lambda w: [
+            url("dashboard:queue-levels"),
+            *[url("dashboard:queue-levels", group_by=g) for g in LEVEL_GROUPS],
+        ],
+        "cq-birch",
+    ),
+    "dashboard:queue-levels-chart-waits": aggregate(
+        lambda w: [url("dashboard:queue-levels-chart-waits", group_by=g) for g in LEVEL_GROUPS],
+        "cq-birch",
+    ),
+    "dashboard:queue-levels-chart-evictions": aggregate(
+        lambda w: [url("dashboard:queue-levels-chart-evictions")]
+    ),
+    "dashboard:queue-levels-chart-preemptions": aggregate(
+        lambda w: [url("dashboard:queue-levels-chart-preemptions")]
+    ),
+    "dashboard:team-chart-waits": scoped(team("dashboard:team-chart-waits")),
+    "dashboard:cluster-queue-chart-waits": scoped(queue("dashboard:cluster-queue-chart-waits")),
     "dashboard:team-chart-allocation": scoped(team("dashboard:team-chart-allocation")),
     "dashboard:team-chart-queues": scoped(team("dashboard:team-chart-queues")),
     "dashboard:cohort-chart-usage": aggregate(
@@ -456,7 +482,9 @@ SIGNED_IN = [key for key in KEYS if POLICY[key].kind in (TEAM_SCOPED, AGGREGATE)
 ACTIONS = [key for key in KEYS if POLICY[key].kind == ACTION]
 
 
-@pytest.mark.parametrize("key", [key for key in KEYS if POLICY[key].kind not in (PUBLIC, VENDOR)])
+@pytest.mark.parametrize(
+    "key", [key for key in KEYS if POLICY[key].kind not in (PUBLIC, VENDOR, SCRAPE)]
+)
 def test_anonymous_users_are_refused(key, world):
     policy = POLICY[key]
     for path in [*policy.own(world), *policy.other(world)]:
@@ -473,6 +501,18 @@ def test_public_urls_answer_anyone_and_show_no_team(key, world):
         assert response.status_code < 500, path
         assert response.status_code != 302 or "next=" not in response.get("Location", ""), path
         assert_hidden(body(response).lower(), [*birch_markers(), "aspen"], path)
+
+
+@pytest.mark.parametrize("key", [key for key in KEYS if POLICY[key].kind == SCRAPE])
+def test_the_metrics_scrape_answers_loopback_admins_and_no_one_else(key, world, client_of):
+    far = {"REMOTE_ADDR": "203.0.113.9"}
+    for path in POLICY[key].own(world):
+        assert Client().get(path, **far).status_code in (401, 403), path
+        assert client_of("lead_a").get(path, **far).status_code in (401, 403), path
+        assert client_of("finance").get(path, **far).status_code in (401, 403), path
+        assert client_of("staff").get(path, **far).status_code == 200, path
+        # The Prometheus beside it on the same host: no configuration.
+        assert Client().get(path).status_code == 200, path
 
 
 @pytest.mark.parametrize("key", [key for key in KEYS if POLICY[key].kind == VENDOR])

@@ -1,3 +1,6 @@
+"""Fixtures of the service-level tests: the recorded fleet on the Kubernetes API test server,
+and the notification tests' loopback webhook server for the ``queue_slo_breached`` route test."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -6,6 +9,9 @@ import pytest
 
 from fleet.models import Cluster
 from tests.kube_api_server import FakeKubeAPI
+from tests.notifications.conftest import loopback_receivers, webhook_server
+
+__all__ = ["loopback_receivers", "webhook_server"]
 
 
 @pytest.fixture
