@@ -52,7 +52,7 @@ def table(
 ) -> list[LevelRow]:
     """One row per group over the whole range, of the records of the teams the user sees."""
     start, end = bounds(time_range)
-    return levels(start, end, group_by=group_by, cluster=cluster, teams=allowed)
+    return list(levels(start, end, group_by=group_by, cluster=cluster, teams=allowed))
 
 
 def series(

@@ -39,7 +39,8 @@ def queue_levels(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     admissions = sum(row.admissions for row in rows)
     evictions = sum(sum(row.evictions.values()) for row in rows)
     preemptions = sum(row.preemptions for row in rows)
-    pending = sum(row.pending_at_end for row in rows)
+    # Metrics rows (hours before the install) know neither: they count as none.
+    pending = sum(row.pending_at_end or 0 for row in rows)
     oldest = max((row.oldest_pending_seconds or 0.0 for row in rows), default=0.0)
     cards = [
         stat("Admissions", f"{admissions:,}", "", time_range.label, testid="levels-admissions"),
@@ -60,7 +61,7 @@ def queue_levels(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         ),
         stat(
             "Preempted GPU-hours",
-            figure(sum(row.preempted_gpu_hours for row in rows)),
+            figure(sum(row.preempted_gpu_hours or 0.0 for row in rows)),
             "GPU-h",
             "runs ended by a preemption",
             testid="levels-preempted-hours",
@@ -145,7 +146,7 @@ def _row(
         "mean": duration(row.wait_seconds_mean),
         "delay_p50": duration(row.running_delay_seconds_p50),
         "delay_p95": duration(row.running_delay_seconds_p95),
-        "pending": row.pending_at_end,
+        "pending": "—" if row.pending_at_end is None else row.pending_at_end,
         "oldest": duration(row.oldest_pending_seconds),
         "evictions": sum(row.evictions.values()),
         "eviction_reasons": ", ".join(f"{k} {v}" for k, v in sorted(row.evictions.items())),
