@@ -190,9 +190,9 @@ def _read(queryset: QuerySet[Any, Any]) -> list[tuple[Any, ...]]:
         return cursor.fetchall()
 
 
-def _floats(column: Iterable[Any]) -> np.ndarray:
-    """A column of floats or nulls as an array (null -> NaN)."""
-    return np.array([math.nan if value is None else value for value in column], dtype=float)
+def _floats(column: Sequence[float | None]) -> np.ndarray:
+    """A column of floats or nulls as an array (numpy reads null as NaN)."""
+    return np.array(column, dtype=float)
 
 
 def levels(
