@@ -38,6 +38,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
     DATABASES["default"]["TEST"] = {  # noqa: F405
         "NAME": os.path.join(tempfile.gettempdir(), f"gpuledger-test-{os.getpid()}.sqlite3")
     }
+    # A test database is thrown away: no fsync at each commit (WAL kept for the live server's
+    # concurrent readers).
+    DATABASES["default"]["OPTIONS"] = {  # noqa: F405
+        **DATABASES["default"]["OPTIONS"],  # noqa: F405
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF;",
+    }
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # noqa: F405
+    # Likewise on PostgreSQL: a commit (the transactional tests' flushes, the migrations that
+    # build each worker's test database) does not wait for the WAL to reach the disk.
+    _options = DATABASES["default"].setdefault("OPTIONS", {})  # noqa: F405
+    _options["options"] = f"{_options.get('options', '')} -c synchronous_commit=off".strip()
 
 # Tests run inside a transaction that a heartbeat thread's own connection cannot see (and on
 # SQLite it would wait on the test's write lock): leases are renewed by the worker itself here,

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import copy
 import random
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -20,8 +23,9 @@ from fleet.choices import ActivitySource
 from ledger.choices import RateKind
 from ledger.models import GpuUsage, RateCard
 from quotas.models import Workload
-from tests.alerts.conftest import T0, World
+from tests.alerts.conftest import T0, World, build_world
 from tests.alerts.test_episodes import snapshot
+from tests.databases import kept_for_the_module
 
 pytestmark = pytest.mark.django_db
 
@@ -121,13 +125,31 @@ def window_by_window(world: World, monkeypatch: pytest.MonkeyPatch) -> list[tupl
     return reference
 
 
+@pytest.fixture(scope="module")
+def shared_noisy(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[World, list]]:
+    """The noisy scenario stored, and the episodes its window-by-window evaluation leaves (then
+    deleted), built once for the module: 200 evaluations that every test compares against."""
+    with kept_for_the_module(django_db_blocker):
+        world = build_world()
+        noisy_scenario(world)
+        world.store()
+        with pytest.MonkeyPatch.context() as patch:
+            reference = window_by_window(world, patch)
+        yield world, reference
+
+
+@pytest.fixture
+def noisy(shared_noisy: tuple[World, list], db: None) -> tuple[World, list]:
+    """The stored noisy scenario and its window-by-window episodes; no episode stored yet. What
+    a test writes is rolled back after it."""
+    return copy.deepcopy(shared_noisy)
+
+
 @pytest.mark.parametrize("windows_per_chunk", [1, 7, 45, 1000])
 def test_a_backfill_in_chunks_leaves_the_episodes_of_window_by_window_evaluation(
-    world: World, monkeypatch: pytest.MonkeyPatch, windows_per_chunk: int
+    noisy: tuple[World, list], monkeypatch: pytest.MonkeyPatch, windows_per_chunk: int
 ):
-    noisy_scenario(world)
-    world.store()
-    reference = window_by_window(world, monkeypatch)
+    world, reference = noisy
     assert {row[1].split("/")[-1] for row in reference if row[0] == "idle_workload"} >= {
         "always-idle",
         "switching",
@@ -146,11 +168,9 @@ def test_a_backfill_in_chunks_leaves_the_episodes_of_window_by_window_evaluation
 
 
 def test_a_workload_that_changes_within_a_chunk_runs_through_each_stretch(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    noisy: tuple[World, list], monkeypatch: pytest.MonkeyPatch
 ):
-    noisy_scenario(world)
-    world.store()
-    reference = window_by_window(world, monkeypatch)
+    world, reference = noisy
     made = record_runs(monkeypatch)
     world.evaluate(0, MINUTES)  # one chunk of 200 windows
     assert snapshot(world) == reference
@@ -170,11 +190,9 @@ def test_a_workload_that_changes_within_a_chunk_runs_through_each_stretch(
 
 
 def test_runs_continue_episodes_of_an_earlier_evaluation(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    noisy: tuple[World, list], monkeypatch: pytest.MonkeyPatch
 ):
-    noisy_scenario(world)
-    world.store()
-    reference = window_by_window(world, monkeypatch)
+    world, reference = noisy
     # Live up to minute 80, then a catch-up of the rest in one call.
     world.evaluate_live(0, 80)
     runs = count_runs(monkeypatch)
@@ -183,8 +201,10 @@ def test_runs_continue_episodes_of_an_earlier_evaluation(
     assert snapshot(world) == reference
 
 
-def test_a_re_evaluation_over_runs_changes_nothing(world: World, monkeypatch: pytest.MonkeyPatch):
-    noisy_scenario(world)
+def test_a_re_evaluation_over_runs_changes_nothing(
+    noisy: tuple[World, list], monkeypatch: pytest.MonkeyPatch
+):
+    world, _ = noisy
     world.evaluate(0, MINUTES)
     first = snapshot(world)
     per_window = GpuUsage.objects.filter(window_end=T0 + timedelta(minutes=100)).count()
@@ -194,36 +214,10 @@ def test_a_re_evaluation_over_runs_changes_nothing(world: World, monkeypatch: py
     assert snapshot(world) == first
 
 
-def test_a_queue_s_idle_gpus_are_summed_in_one_order_however_the_windows_were_read(
-    world: World, monkeypatch: pytest.MonkeyPatch
-):
-    # Three MIG-sized slices idle in a borrowing queue; the last one is busy one minute in four,
-    # so a backfill reads it window by window and the other two as runs. 0.1 + 0.2 + 0.4 and
-    # 0.4 + 0.1 + 0.2 are two different floats.
-    for name, share, busy_every in (("slice-a", 0.1, 0), ("slice-b", 0.2, 0), ("slice-c", 0.4, 4)):
-        gang = world.gang(world.workload(name, 1))
-        world.run(
-            gang,
-            range(MINUTES),
-            lambda m, g, every=busy_every: 0.5 if every and m % every == 0 else 0.001,
-        )
-        for row in world.rows[-MINUTES:]:
-            row.gpus = share
-    world.sample(world.cq, range(MINUTES), borrowed=0.25, total=0.25)
-    world.sample(world.lender, range(MINUTES), lent=0.25, nominal=4)
-    world.store()
-    reference = window_by_window(world, monkeypatch)
-    [borrowing] = [row for row in reference if row[0] == "borrowing_while_idle"]
-    assert borrowing[13]["idle"] == 0.1 + 0.2 + 0.4  # minute 199: all three idle
-    world.evaluate(0, MINUTES)
-    assert snapshot(world) == reference
-
-
 def test_a_failing_grouping_of_a_later_chunk_fails_the_evaluation_and_writes_nothing(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    noisy: tuple[World, list], monkeypatch: pytest.MonkeyPatch
 ):
-    noisy_scenario(world)
-    world.store()
+    world, _ = noisy
     per_window = GpuUsage.objects.filter(window_end=T0 + timedelta(minutes=100)).count()
     monkeypatch.setattr(alerts.reading, "ROWS_PER_READ", per_window * 20)
     original = alerts.reading._identities
@@ -249,11 +243,9 @@ def test_a_failing_grouping_of_a_later_chunk_fails_the_evaluation_and_writes_not
 
 
 def test_an_evaluation_failing_mid_range_leaves_nothing_behind(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    noisy: tuple[World, list], monkeypatch: pytest.MonkeyPatch
 ):
-    noisy_scenario(world)
-    world.store()
-    reference = window_by_window(world, monkeypatch)
+    world, reference = noisy
     per_window = GpuUsage.objects.filter(window_end=T0 + timedelta(minutes=100)).count()
     monkeypatch.setattr(alerts.reading, "ROWS_PER_READ", per_window * 20)
     original = RuleSet.split
