@@ -43,7 +43,8 @@ from typing import Any, overload
 import numpy as np
 from django.core.exceptions import EmptyResultSet
 from django.db import connections
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet, Window
+from django.db.models.functions import DenseRank
 
 from core.epoch import EpochSeconds
 from core.timewindows import floor_time
@@ -190,11 +191,6 @@ def _read(queryset: QuerySet[Any, Any]) -> list[tuple[Any, ...]]:
         return cursor.fetchall()
 
 
-def _floats(column: Sequence[float | None]) -> np.ndarray:
-    """A column of floats or nulls as an array (numpy reads null as NaN)."""
-    return np.array(column, dtype=float)
-
-
 def levels(
     start: datetime,
     end: datetime,
@@ -221,22 +217,21 @@ def levels(
         return []
     # No ORDER BY: the model's ordering would join and sort every record for nothing.
     base = records(start, end, cluster=cluster, teams=team_ids).order_by().annotate(**_EPOCHS)
-    columns = _GROUP_COLUMNS[group_by]
-    rows = _read(base.values_list("cluster_id", *columns, *_EPOCHS))
-    names = _Names(group_by)
-    keys: dict[tuple[Any, ...], int] = {}
-    width = 1 + len(columns)
-    group_of = np.fromiter(
-        (keys.setdefault(row[:width], len(keys)) for row in rows), dtype=np.int64, count=len(rows)
-    )
+    columns = ("cluster_id", *_GROUP_COLUMNS[group_by])
+    # The database numbers the groups (1, 2, ... in the order of their columns) and lists them in
+    # that same order, so the records arrive as numbers only: one array in one call.
+    order = [F(column).asc() for column in columns]
+    groups = _read(base.values_list(*columns).distinct().order_by(*columns))
+    keys = {group: index for index, group in enumerate(groups)}
+    numbered = base.annotate(g_rank=Window(expression=DenseRank(), order_by=order))
+    values = np.array(_read(numbered.values_list("g_rank", *_EPOCHS)), dtype=float)
     tally = _Tally(len(keys), spans)
-    if rows:
-        times = list(zip(*rows, strict=True))[width:]
-        tally.add(group_of, dict(zip(_TIMES, map(_floats, times), strict=True)))
+    if len(values):
+        group_of = values[:, 0].astype(np.int64) - 1
+        tally.add(group_of, {name: values[:, 1 + i] for i, name in enumerate(_TIMES)})
         evicted = base.filter(evicted_at__gt=start, evicted_at__lte=end)
-        tally.add_evictions(
-            _read(evicted.values_list("cluster_id", *columns, *_EVICTION)), keys, width
-        )
+        tally.add_evictions(_read(evicted.values_list(*columns, *_EVICTION)), keys, len(columns))
+    names = _Names(group_by)
     labelled = sorted((names.label(key), index) for key, index in keys.items())
     shown = None if team_ids is None else visible_queue_names(team_ids)
     from_records = Levels(labelled, spans, tally, shown)
