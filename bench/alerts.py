@@ -31,13 +31,14 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.parse
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from rollup import setup_django  # noqa: E402  (bench/rollup.py: database, settings, migrate)
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gpuledger_bench_alerts"
 T0 = datetime(2026, 2, 2, 0, 0, tzinfo=UTC)
@@ -56,32 +57,6 @@ SAMPLE_COLUMNS = [
     "reserved", "borrowed", "lent", "nominal", "pending_demand", "pending_workloads",
     "admitted_workloads", "source",
 ]  # fmt: skip
-
-
-def setup_django(database_url: str) -> None:
-    ensure_database(database_url)
-    os.environ["DATABASE_URL"] = database_url
-    os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret-" + "x" * 32)
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings_test"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-
-
-def ensure_database(database_url: str) -> None:
-    import psycopg
-
-    parts = urllib.parse.urlsplit(database_url)
-    name = parts.path.lstrip("/")
-    admin = urllib.parse.urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as connection:
-        found = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
-        if found.fetchone() is None:
-            connection.execute(f'CREATE DATABASE "{name}"')
 
 
 def load(name: str, gpus: int, windows: int, reload: bool, churn: bool = False) -> int:

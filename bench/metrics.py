@@ -19,43 +19,18 @@ import os
 import statistics
 import sys
 import time
-import urllib.parse
 from datetime import datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from rollup import setup_django  # noqa: E402  (bench/rollup.py: database, settings, migrate)
+
 QUEUES = 1_000
 TEAMS = 200
 HISTORY_DAYS = 14
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gpuledger_bench_metrics"
-
-
-def setup_django(database_url: str) -> None:
-    ensure_database(database_url)
-    os.environ["DATABASE_URL"] = database_url
-    os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret-" + "x" * 32)
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings_test"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-
-
-def ensure_database(database_url: str) -> None:
-    import psycopg
-
-    parts = urllib.parse.urlsplit(database_url)
-    name = parts.path.lstrip("/")
-    admin = urllib.parse.urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as connection:
-        found = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
-        if found.fetchone() is None:
-            connection.execute(f'CREATE DATABASE "{name}"')
 
 
 def load_cluster(index: int, gpus: int, now: datetime) -> None:
