@@ -23,6 +23,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db.models import Q
 from kubernetes import client as k8s
 
 from accounts.models import OidcIdentity
@@ -113,3 +114,17 @@ def rbac_namespaces(user: Any, cluster: Cluster) -> frozenset[str]:
 def rbac_allows(user: Any, cluster: Cluster, namespace: str) -> bool:
     """Whether RBAC visibility lets ``user`` see a namespaced object of ``cluster``."""
     return namespace in rbac_namespaces(user, cluster)
+
+
+def rbac_workloads(user: Any) -> Q | None:
+    """The workloads RBAC visibility adds for ``user`` on every cluster (the lists' and search's
+    share of the union with the team policy); None when it adds none."""
+    if not settings.GPULEDGER_RBAC_VISIBILITY or not getattr(user, "is_authenticated", False):
+        return None
+    added: Q | None = None
+    for cluster in Cluster.objects.all():
+        namespaces = rbac_namespaces(user, cluster)
+        if namespaces:
+            part = Q(cluster=cluster, namespace__in=sorted(namespaces))
+            added = part if added is None else added | part
+    return added

@@ -33,11 +33,13 @@ def state_q(state: str) -> Q:
     return state_filter(state)
 
 
-def visible_workloads(team_ids: set[int] | None) -> QuerySet[Workload]:
-    """Workloads whose detail the user sees (``dashboard.access.allowed_team_ids``)."""
+def visible_workloads(team_ids: set[int] | None, rbac: Q | None = None) -> QuerySet[Workload]:
+    """Workloads whose detail the user sees (``dashboard.access.allowed_team_ids``), and those
+    optional RBAC visibility adds (``accounts.rbac.rbac_workloads``)."""
     workloads = Workload.objects.all()
     if team_ids is not None:
-        workloads = workloads.filter(cluster_queue__team_id__in=team_ids)
+        visible = Q(cluster_queue__team_id__in=team_ids)
+        workloads = workloads.filter(visible if rbac is None else visible | rbac)
     return workloads
 
 
@@ -49,10 +51,11 @@ def matching_workloads(
     queue: str = "",
     owner_kind: str = "",
     team: str = "",
+    rbac: Q | None = None,
 ) -> QuerySet[Workload]:
     """The visible workloads matching the list's filters; ``search`` matches name, namespace,
     queue (ClusterQueue or LocalQueue), state and owner kind."""
-    workloads = visible_workloads(team_ids).filter(state_q(state))
+    workloads = visible_workloads(team_ids, rbac).filter(state_q(state))
     if search:
         workloads = workloads.filter(
             Q(name__icontains=search)
@@ -89,9 +92,9 @@ def in_range(workloads: QuerySet[Workload], span: HourSpan, start: datetime) -> 
     return workloads.filter(~ended_before | Q(pk__in=held))
 
 
-def owner_kinds(team_ids: set[int] | None) -> list[str]:
+def owner_kinds(team_ids: set[int] | None, rbac: Q | None = None) -> list[str]:
     return list(
-        visible_workloads(team_ids)
+        visible_workloads(team_ids, rbac)
         .exclude(owner_kind="")
         .order_by("owner_kind")
         .values_list("owner_kind", flat=True)

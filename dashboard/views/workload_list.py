@@ -15,6 +15,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts.rbac import rbac_workloads
 from core.ranges import TimeRange, form_hidden
 from dashboard.access import allowed_team_ids
 from dashboard.decorators import choice_param, dashboard_page, int_param
@@ -54,6 +55,7 @@ def _row(workload: Workload, charge: Charge | None, now: datetime) -> dict[str, 
 @dashboard_page
 def workload_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     allowed = allowed_team_ids(request)
+    rbac = None if allowed is None else rbac_workloads(request.user)
     now = timezone.now()
     search = _text(request, "q")
     state = choice_param(request, "state", queries.STATE_FILTERS, "all")
@@ -62,7 +64,13 @@ def workload_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     owner_kind = _text(request, "owner_kind")
     team = _text(request, "team")
     matched = queries.matching_workloads(
-        allowed, search=search, state=state, queue=queue, owner_kind=owner_kind, team=team
+        allowed,
+        search=search,
+        state=state,
+        queue=queue,
+        owner_kind=owner_kind,
+        team=team,
+        rbac=rbac,
     )
     span = time_range.covered_hours()
     matched = queries.in_range(matched, span, time_range.start)
@@ -120,7 +128,7 @@ def workload_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         ],
         "queue": queue,
         "owner_kind": owner_kind,
-        "owner_kinds": queries.owner_kinds(allowed),
+        "owner_kinds": queries.owner_kinds(allowed, rbac),
         "team": team,
         "currency": settings.GPULEDGER_CURRENCY,
         "time_range": time_range,
@@ -141,8 +149,9 @@ def search(request: HttpRequest) -> HttpResponse:
     term = _text(request, "q")
     groups: list[dict[str, Any]] = []
     if term:
+        rbac = None if allowed is None else rbac_workloads(request.user)
         workloads = (
-            queries.visible_workloads(allowed)
+            queries.visible_workloads(allowed, rbac)
             .filter(Q(name__icontains=term) | Q(namespace__icontains=term))
             .select_related("cluster_queue__team")
             .order_by("-observed_at", "-pk")[:SEARCH_LIMIT]

@@ -131,6 +131,12 @@ def test_rbac_adds_a_namespaces_workloads_to_what_the_team_policy_shows(world, s
     assert client.get(f"/workloads/{workloads['ns-gamma'].pk}/").status_code == 404
     # Team-level pages stay with the team policy.
     assert client.get("/teams/beta/").status_code == 404
+    # The workload list and the search list the same workloads the detail pages open.
+    listed = client.get("/workloads/?range=30d").content.decode()
+    found = client.get("/search/?q=ns-").content.decode()
+    for page in (listed, found):
+        assert workloads["ns-beta"].name in page
+        assert workloads["ns-gamma"].name not in page
 
     settings.GPULEDGER_RBAC_VISIBILITY = False
     assert client.get(f"/workloads/{workloads['ns-beta'].pk}/").status_code == 404
