@@ -10,7 +10,7 @@ Position (1 = admitted next):
 
 Estimated start: the workload starts with the ``n``-th admission of its ClusterQueue from now,
 ``n`` = its position. The rate ``r`` is the queue's admissions over the last 24 hours (admission
-records whose ``admitted_at`` falls in them, counted by ``servicelevels.figures.levels``) divided
+records whose ``admitted_at`` falls in them, ``servicelevels.figures.admissions_by_queue``) divided
 by 24 h. If admissions go on arriving at that rate as a Poisson process, the time to the ``n``-th
 one follows an Erlang (gamma) distribution of shape ``n`` and rate ``r``: the estimate is its
 mean ``n / r`` and the range its 10th to 90th percentile. With no admission in the last 24 hours
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from servicelevels.figures import levels
+from servicelevels.figures import admissions_by_queue
 
 RATE_WINDOW = timedelta(hours=24)
 LOW_QUANTILE = 0.10
@@ -188,10 +188,7 @@ def queue_positions(cluster_queue_id: int) -> dict[int, tuple[int, str]]:
 def admissions_per_queue(cluster: str, now: datetime) -> dict[str, int]:
     """ClusterQueue name → its admissions in the rate window ending ``now`` (every team's: the
     rate is the queue's own, a figure of the queue, not of anyone's workloads)."""
-    return {
-        row.group: row.admissions
-        for row in levels(now - RATE_WINDOW, now, group_by="cluster_queue", cluster=cluster)
-    }
+    return admissions_by_queue(now - RATE_WINDOW, now, cluster=cluster)
 
 
 def estimates_for(workloads: Iterable[object], now: datetime) -> dict[int, Estimate]:

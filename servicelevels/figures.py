@@ -43,7 +43,7 @@ from typing import Any, overload
 import numpy as np
 from django.core.exceptions import EmptyResultSet
 from django.db import connections
-from django.db.models import F, Q, QuerySet, Window
+from django.db.models import Count, F, Q, QuerySet, Window
 from django.db.models.functions import DenseRank
 
 from core.epoch import EpochSeconds
@@ -549,6 +549,21 @@ def _metrics_figures(
             level.preemptions_made[reason] = level.preemptions_made.get(reason, 0) + int(n)
     level.preemptions = level.evictions.get(EvictionReason.PREEMPTED, 0)
     return level
+
+
+def admissions_by_queue(start: datetime, end: datetime, *, cluster: str) -> dict[str, int]:
+    """ClusterQueue name -> its admissions in ``(start, end]``: the ``admissions`` figure of
+    ``levels(group_by="cluster_queue")`` over the whole range, in one query (every team's, for a
+    queue's own pace; a range that ends before the cluster's first record has none)."""
+    counts = (
+        AdmissionRecord.objects.filter(
+            cluster__name=cluster, admitted_at__gt=start, admitted_at__lte=end
+        )
+        .order_by()
+        .values_list("cluster_queue_name")
+        .annotate(admissions=Count("pk"))
+    )
+    return {name: admissions for name, admissions in counts}
 
 
 def visible_queue_names(team_ids: Iterable[int]) -> set[tuple[str, str]]:

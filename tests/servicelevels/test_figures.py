@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from servicelevels.figures import levels, periods
+from servicelevels.figures import admissions_by_queue, levels, periods
 from servicelevels.models import AdmissionRecord
 from servicelevels.stats import nearest_rank
 
@@ -161,3 +161,19 @@ def test_periods_clip_to_the_range_and_refuse_unknown_steps():
     assert len(spans) == 3  # 22:30-24:00, the next day, 00:00-00:30
     with pytest.raises(ValueError):
         periods(T0, T0 + timedelta(hours=1), "week")
+
+
+def test_admissions_by_queue_is_the_levels_admissions_figure(cluster):
+    for n in range(6):
+        record(
+            cluster,
+            f"a{n}",
+            queue="batch" if n % 3 else "serving",
+            queued_at=T0 + minutes(10 * n),
+            admitted_at=T0 + minutes(10 * n + 5),
+        )
+    record(cluster, "edge", queue="batch", queued_at=T0, admitted_at=T0)  # at the start: out
+    record(cluster, "waiting", queue="batch", queued_at=T0)
+    end = T0 + timedelta(hours=1)
+    by_levels = {row.group: row.admissions for row in levels(T0, end)}
+    assert admissions_by_queue(T0, end, cluster="test") == by_levels == {"batch": 4, "serving": 2}
