@@ -36,6 +36,7 @@ PAGES = [
     ("teams", "/teams/?range=7d"),
     ("cohorts", "/cohorts/?range=7d"),
     ("queues", "/queues/?range=7d"),
+    ("queue-levels", "/queue-levels/?range=7d"),
     ("workloads", "/workloads/?range=7d&sort=cost"),
     ("chargeback", "/chargeback/?range=7d"),
     ("alerts", "/alerts/?range=7d"),
