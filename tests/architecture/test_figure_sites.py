@@ -47,6 +47,7 @@ ALLOWED = {
     "ledger/rollup/verify.py": "the rollup check: the registry's sums recomputed from usage",
     "ledger/rollup/prune.py": "retention: counts of what it deletes",
     "quotas/now.py": "queue figures now: newest samples, admitted, pending and nominal now",
+    "servicelevels/figures.py": "queue service levels: admissions per queue (the levels figure)",
     # Reads that are not figures of the pages' cards and tables.
     "fleet/api/views.py": "COUNT(*) of a correlated list for the API's pagination",
     "notifications/admin.py": "admin list: routes per receiver",
