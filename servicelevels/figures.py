@@ -220,11 +220,8 @@ def levels(
     columns = ("cluster_id", *_GROUP_COLUMNS[group_by])
     # The database numbers the groups (1, 2, ... in the order of their columns) and lists them in
     # that same order, so the records arrive as numbers only: one array in one call.
-    order = [F(column).asc() for column in columns]
-    groups = _read(base.values_list(*columns).distinct().order_by(*columns))
+    groups, values = _numbered(base, columns)
     keys = {group: index for index, group in enumerate(groups)}
-    numbered = base.annotate(g_rank=Window(expression=DenseRank(), order_by=order))
-    values = np.array(_read(numbered.values_list("g_rank", *_EPOCHS)), dtype=float)
     tally = _Tally(len(keys), spans)
     if len(values):
         group_of = values[:, 0].astype(np.int64) - 1
@@ -246,6 +243,25 @@ def levels(
     merged.extend(from_metrics)
     merged.sort(key=lambda row: (row.cluster, row.group, row.period_start))
     return merged
+
+
+def _numbered(
+    base: QuerySet[AdmissionRecord, Any], columns: tuple[str, ...], attempts: int = 3
+) -> tuple[list[tuple[Any, ...]], np.ndarray]:
+    """The groups in order, and per record its group's number (from 1) and its times.
+
+    Two statements: a record of a new group written between them (the sync runs beside the
+    pages) would shift the numbers after it. Records are only ever added, so a shift shows as
+    a number beyond the groups read, and both are read again.
+    """
+    order = [F(column).asc() for column in columns]
+    numbered = base.annotate(g_rank=Window(expression=DenseRank(), order_by=order))
+    for _ in range(attempts):
+        groups = _read(base.values_list(*columns).distinct().order_by(*columns))
+        values = np.array(_read(numbered.values_list("g_rank", *_EPOCHS)), dtype=float)
+        if not len(values) or values[:, 0].max() <= len(groups):
+            return groups, values
+    raise RuntimeError("admission records kept changing while the queue levels were read")
 
 
 class _Names:

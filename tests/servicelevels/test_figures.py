@@ -177,3 +177,23 @@ def test_admissions_by_queue_is_the_levels_admissions_figure(cluster):
     end = T0 + timedelta(hours=1)
     by_levels = {row.group: row.admissions for row in levels(T0, end)}
     assert admissions_by_queue(T0, end, cluster="test") == by_levels == {"batch": 4, "serving": 2}
+
+
+def test_a_group_written_between_the_two_reads_is_read_again_not_misnamed(cluster, monkeypatch):
+    from servicelevels import figures
+
+    record(cluster, "b1", queue="batch", queued_at=T0, admitted_at=T0 + minutes(10))
+    record(cluster, "s1", queue="serving", queued_at=T0, admitted_at=T0 + minutes(20))
+    real_read, calls = figures._read, []
+
+    def read_then_write(queryset):
+        rows = real_read(queryset)
+        calls.append(1)
+        if len(calls) == 1:
+            # The sync writes a record of a new group, sorting first, between the two reads.
+            record(cluster, "a1", queue="alpha", queued_at=T0, admitted_at=T0 + minutes(30))
+        return rows
+
+    monkeypatch.setattr(figures, "_read", read_then_write)
+    rows = {row.group: row.wait_seconds_max for row in levels(T0, T0 + timedelta(hours=1))}
+    assert rows == {"alpha": 1800.0, "batch": 600.0, "serving": 1200.0}
