@@ -52,6 +52,7 @@ from quotas.models import ClusterQueue, LocalQueue
 from servicelevels.choices import EvictionReason
 from servicelevels.metrics import HOUR, bucket_quantile
 from servicelevels.models import AdmissionRecord, QueueMetricsHour
+from servicelevels.stats import ranks
 
 GROUP_BY = ("cluster_queue", "local_queue", "cohort", "team", "priority_class")
 STEPS = ("none", "hour", "day")
@@ -444,10 +445,9 @@ class _Sorted:
             return stats
         some = count > 0
         for name, q in PERCENTILES.items():
-            # Nearest rank: the value at rank ceil(q * n), 1-based (servicelevels.stats); cells
-            # without values point anywhere valid and are masked.
-            rank = np.maximum(np.ceil(q * count).astype(np.int64), 1)
-            at = np.minimum(lower + rank - 1, len(values) - 1)
+            # Nearest rank (servicelevels.stats); cells without values point anywhere valid and
+            # are masked.
+            at = np.minimum(lower + ranks(count, q) - 1, len(values) - 1)
             stats[name] = np.where(some, values[at], np.nan)
         stats["max"] = np.where(some, values[np.maximum(bounds[1:] - 1, 0)], np.nan)
         owners = np.repeat(np.arange(self.cells), count)

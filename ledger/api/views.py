@@ -6,7 +6,6 @@ rows of the teams they lead (every team's with ``GPULEDGER_TEAM_VISIBILITY=publi
 
 from __future__ import annotations
 
-import csv
 import logging
 from typing import Any
 
@@ -25,6 +24,7 @@ from core.api import (
     ParameterError,
     QueryFormatNegotiation,
     parameter_error_response_schema,
+    stream_csv,
 )
 from ledger import chargeback, opencost
 from ledger.api import serializers
@@ -38,24 +38,13 @@ PARAMETER_ERROR = OpenApiResponse(
 )
 
 
-class _Echo:
-    """A file-like object whose write returns the line, for streaming csv.writer output."""
-
-    def write(self, value: str) -> str:
-        return value
-
-
 def csv_response(report: chargeback.Report) -> StreamingHttpResponse:
-    writer = csv.writer(_Echo(), lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
-    lines = (writer.writerow(record) for record in chargeback.csv_records(report))
-    response = StreamingHttpResponse(lines, content_type="text/csv; charset=utf-8")
     stamp = "%Y%m%dT%H%MZ"
     filename = (
         f"chargeback_{report.group_by}_{report.start:{stamp}}_{report.end:{stamp}}"
         f"{'' if report.step == 'none' else '_' + report.step}.csv"
     )
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return response
+    return stream_csv(filename, chargeback.csv_records(report))
 
 
 def report_body(report: chargeback.Report) -> dict[str, Any]:

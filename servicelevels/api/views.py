@@ -8,7 +8,6 @@ filters to nothing, exactly as one that does not exist.
 
 from __future__ import annotations
 
-import csv
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import F, QuerySet
-from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.generics import ListAPIView
@@ -32,6 +30,7 @@ from core.api import (
     ParameterError,
     QueryFormatNegotiation,
     parameter_error_response_schema,
+    stream_csv,
 )
 from fleet.models import Cluster
 from ledger.chargeback import ChargebackError, parse_instant, utc_text
@@ -101,22 +100,6 @@ def parse_query(params: Any) -> Query:
     if cluster is not None and not Cluster.objects.filter(name=cluster).exists():
         raise ParameterError("cluster", f"unknown cluster {cluster!r}")
     return Query(start=start, end=end, cluster=cluster, output=output)
-
-
-class _Echo:
-    """A file-like object whose write returns the line, for streaming csv.writer output."""
-
-    def write(self, value: str) -> str:
-        return value
-
-
-def stream_csv(filename: str, lines: Iterable[list[Any]]) -> StreamingHttpResponse:
-    writer = csv.writer(_Echo(), lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
-    response = StreamingHttpResponse(
-        (writer.writerow(line) for line in lines), content_type="text/csv; charset=utf-8"
-    )
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return response
 
 
 def _stamp(query: Query) -> str:
