@@ -164,8 +164,10 @@ def records(
     *,
     cluster: str | None = None,
     teams: Iterable[int] | None = None,
+    cluster_queue: str | None = None,
 ) -> QuerySet[AdmissionRecord]:
-    """Every record that can count in ``(start, end]``: admitted, evicted or pending in it."""
+    """Every record that can count in ``(start, end]``: admitted, evicted or pending in it (of
+    one ClusterQueue, by name, when ``cluster_queue`` is given)."""
     qs = AdmissionRecord.objects.filter(queued_at__lte=end).filter(
         Q(admitted_at__gt=start)
         | Q(evicted_at__gt=start)
@@ -177,6 +179,8 @@ def records(
         qs = qs.filter(cluster__name=cluster)
     if teams is not None:
         qs = qs.filter(team_id__in=list(teams))
+    if cluster_queue:
+        qs = qs.filter(cluster_queue_name=cluster_queue)
     return qs
 
 
@@ -200,8 +204,10 @@ def levels(
     step: str = "none",
     cluster: str | None = None,
     teams: Iterable[int] | None = None,
+    cluster_queue: str | None = None,
 ) -> Sequence[LevelRow]:
-    """The figures per group and period, ordered by cluster, group, then period.
+    """The figures per group and period, ordered by cluster, group, then period (only of the
+    records of one ClusterQueue, by name, when ``cluster_queue`` is given).
 
     One read of the records, then arrays: each admission and eviction lands in the period that
     holds it (periods are ``(a, b]``, found by a sorted search of their ends); waits are sorted
@@ -217,7 +223,11 @@ def levels(
     if not spans:
         return []
     # No ORDER BY: the model's ordering would join and sort every record for nothing.
-    base = records(start, end, cluster=cluster, teams=team_ids).order_by().annotate(**_EPOCHS)
+    base = (
+        records(start, end, cluster=cluster, teams=team_ids, cluster_queue=cluster_queue)
+        .order_by()
+        .annotate(**_EPOCHS)
+    )
     columns = ("cluster_id", *_GROUP_COLUMNS[group_by])
     # The database numbers the groups (1, 2, ... in the order of their columns) and lists them in
     # that same order, so the records arrive as numbers only: one array in one call.
@@ -233,7 +243,7 @@ def levels(
     labelled = sorted((names.label(key), index) for key, index in keys.items())
     shown = None if team_ids is None else visible_queue_names(team_ids)
     from_records = Levels(labelled, spans, tally, shown)
-    from_metrics = _metrics_rows(spans, group_by, cluster, team_ids)
+    from_metrics = _metrics_rows(spans, group_by, cluster, team_ids, cluster_queue)
     if not from_metrics:
         return from_records
     # Hours before the install: the metrics' rows replace the records' (empty) ones.
@@ -469,6 +479,7 @@ def _metrics_rows(
     group_by: str,
     cluster: str | None,
     teams: Iterable[int] | None,
+    cluster_queue: str | None = None,
 ) -> list[LevelRow]:
     """Rows from Kueue's metrics for the periods before each cluster's first record."""
     if group_by == "priority_class":
@@ -507,6 +518,8 @@ def _metrics_rows(
     grouped: dict[tuple[str, str], list[QueueMetricsHour]] = defaultdict(list)
     for row in rows:
         cq_name = row.name if scope == "cluster_queue" else lq_queue.get((row.cluster_id, row.name))
+        if cluster_queue and cq_name != cluster_queue:
+            continue
         queue = queues.get((row.cluster_id, cq_name or ""), {})
         if allowed is not None and queue.get("team_id") not in allowed:
             continue

@@ -96,7 +96,9 @@ def judge_days(slo: QueueSLO, start: datetime, end: datetime, now: datetime) -> 
     until = min(days[-1] + DAY, now)
     rows = {
         row.period_start: row
-        for row in levels(first, until, step="day", cluster=queue.cluster.name)
+        for row in levels(
+            first, until, step="day", cluster=queue.cluster.name, cluster_queue=queue.name
+        )
         if row.group == queue.name
     }
     return [judge(slo, rows.get(day), day, now) for day in days]

@@ -197,3 +197,12 @@ def test_a_group_written_between_the_two_reads_is_read_again_not_misnamed(cluste
     monkeypatch.setattr(figures, "_read", read_then_write)
     rows = {row.group: row.wait_seconds_max for row in levels(T0, T0 + timedelta(hours=1))}
     assert rows == {"alpha": 1800.0, "batch": 600.0, "serving": 1200.0}
+
+
+def test_levels_of_one_cluster_queue_are_its_rows_of_all_queues(cluster):
+    record(cluster, "b1", queue="batch", queued_at=T0, admitted_at=T0 + minutes(10))
+    record(cluster, "s1", queue="serving", queued_at=T0, admitted_at=T0 + minutes(20))
+    end = T0 + timedelta(hours=2)
+    every = [row.as_dict() for row in levels(T0, end, step="hour") if row.group == "batch"]
+    one = [row.as_dict() for row in levels(T0, end, step="hour", cluster_queue="batch")]
+    assert one == every and len(one) == 2
