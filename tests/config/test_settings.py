@@ -21,15 +21,22 @@ PROBE = (
 )
 
 
-def load_settings(**env: str) -> subprocess.CompletedProcess[str]:
+def load_settings(probe: str = PROBE, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {
         key: value
         for key, value in os.environ.items()
         if key
-        not in {"DEBUG", "SECRET_KEY", "SECRET_KEY_FILE", "CACHE_URL", "DJANGO_SETTINGS_MODULE"}
+        not in {
+            "DEBUG",
+            "SECRET_KEY",
+            "SECRET_KEY_FILE",
+            "CACHE_URL",
+            "DJANGO_SETTINGS_MODULE",
+            "GPULEDGER_PG_JIT",
+        }
     }
     return subprocess.run(
-        [sys.executable, "-c", PROBE],
+        [sys.executable, "-c", probe],
         cwd=ROOT,
         env={**clean, **env},
         capture_output=True,
@@ -62,6 +69,39 @@ def test_production_defaults_are_secure_and_share_the_cache_through_redis():
         "django.core.cache.backends.redis.RedisCache",
         "True",
     ]
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, {"default": "-c jit=off", "replica": "-c jit=off"}),
+        ({"GPULEDGER_PG_JIT": "true"}, {"default": "", "replica": ""}),
+    ],
+)
+def test_postgresql_connections_turn_jit_off_unless_asked(env, expected):
+    result = load_settings(
+        "import config.settings as s; "
+        "print(*(f\"{a}={d.get('OPTIONS', {}).get('options', '')}\" for a, d in "
+        "s.DATABASES.items()), sep='|')",
+        SECRET_KEY=REAL_KEY,
+        DATABASE_URL="postgres://ledger@127.0.0.1:5432/ledger",
+        DATABASE_REPLICA_URL="postgres://ledger@127.0.0.1:5433/ledger",
+        **env,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert dict(part.split("=", 1) for part in result.stdout.strip().split("|")) == expected
+
+
+def test_sqlite_connections_get_no_postgresql_options():
+    result = load_settings(
+        "import config.settings as s; print(s.DATABASES['default']['OPTIONS'].get('options'))",
+        SECRET_KEY=REAL_KEY,
+        DATABASE_URL="sqlite:///ledger.sqlite3",
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "None"
 
 
 def test_a_development_server_without_a_key_gets_a_random_one():

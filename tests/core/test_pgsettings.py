@@ -30,6 +30,11 @@ def test_settings_last_until_the_transaction_ends_and_take_one_statement():
     assert current() == before
 
 
+@pytest.mark.django_db
+def test_the_product_s_connections_run_without_jit():
+    assert current()[0] == "off"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_outside_a_transaction_it_opens_one_for_the_block():
     before = current()
