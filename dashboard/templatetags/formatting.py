@@ -46,7 +46,7 @@ def percent(ratio: float | None) -> str:
 
 @register.filter
 def duration(seconds: float | None) -> str:
-    """``1 d 4 h``, ``3 h 12 min``, ``45 s``."""
+    """``1 d 4 h``, ``3 h 12 min``, ``45 s``; a whole unit without its zero remainder (``2 h``)."""
     if seconds is None:
         return DASH
     seconds = max(0.0, float(seconds))
@@ -57,8 +57,9 @@ def duration(seconds: float | None) -> str:
         return f"{minutes:.0f} min"
     hours = int(minutes // 60)
     if hours < 24:
-        return f"{hours} h {int(minutes % 60)} min"
-    return f"{hours // 24} d {hours % 24} h"
+        rest = int(minutes % 60)
+        return f"{hours} h {rest} min" if rest else f"{hours} h"
+    return f"{hours // 24} d {hours % 24} h" if hours % 24 else f"{hours // 24} d"
 
 
 @register.filter

@@ -74,6 +74,10 @@ def test_percent_writes_a_ratio_as_a_percentage_without_the_sign(ratio, expected
         (60 * 89, "89 min"),
         (3 * 3600 + 12 * 60, "3 h 12 min"),
         (28 * 3600, "1 d 4 h"),
+        (5 * 3600, "5 h"),
+        (5 * 3600 + 59, "5 h"),
+        (48 * 3600, "2 d"),
+        (48 * 3600 + 1800, "2 d"),
     ],
 )
 def test_duration_picks_the_unit_that_reads_best(seconds, expected):
