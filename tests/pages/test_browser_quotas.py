@@ -29,10 +29,14 @@ def world(cluster, lead_user, beta_lead):
 
 
 def wait_for_charts(page, count: int) -> None:
-    """Wait until ``count`` charts have been drawn (or failed) by static/js/charts.js."""
+    """Wait until the page has at least ``count`` charts and static/js/charts.js has drawn (or
+    failed) every one of them: a page with more charts than ``count`` is not caught half-drawn."""
     page.wait_for_function(
-        "n => document.querySelectorAll('[data-chart-url][data-chart-state=ready],"
-        " [data-chart-url][data-chart-state=error]').length >= n",
+        """n => {
+            const charts = Array.from(document.querySelectorAll('[data-chart-url]'));
+            return charts.length >= n && charts.every(
+                el => ['ready', 'error'].includes(el.getAttribute('data-chart-state')));
+        }""",
         arg=count,
         timeout=CHART_TIMEOUT_MS,
     )
