@@ -251,6 +251,12 @@ def levels(
     return merged
 
 
+# A slice of more groups than this reads every record and keeps those of its own groups: the
+# IN lists of the restriction stay short (SQLite bounds a statement's parameters), and such a
+# slice holds most groups anyway.
+RESTRICT_UP_TO = 2000
+
+
 class _GroupReader:
     """The figures of some of the listed groups, from the records of those groups only.
 
@@ -273,8 +279,11 @@ class _GroupReader:
 
     def tally(self, keys: list[tuple[Any, ...]], every: bool) -> _Tally:
         """The cells of ``keys`` (numbered in their order); ``every``: they are all the groups,
-        so the read needs no restriction."""
-        base = self.base if every else self.base.filter(_of_groups(self.columns, keys))
+        so the read needs no restriction. Records of other groups are left out by key."""
+        if not every and len(keys) <= RESTRICT_UP_TO:
+            base = self.base.filter(_of_groups(self.columns, keys))
+        else:
+            base = self.base
         number = {key: index for index, key in enumerate(keys)}
         width = len(self.columns)
         tally = _Tally(len(keys), self.spans)

@@ -89,6 +89,16 @@ def test_every_page_is_the_same_rows_of_the_whole_answer(fleet, group_by, step, 
             assert _rows(page) == whole[offset : offset + limit], (limit, offset)
 
 
+def test_a_page_of_more_groups_than_a_restriction_takes_reads_all_and_keeps_its_own(
+    fleet, monkeypatch
+):
+    whole = _rows(levels(T0, END, group_by="local_queue", step="day"))
+    monkeypatch.setattr(figures, "RESTRICT_UP_TO", 2)
+    for offset in range(0, len(whole), 5):  # three groups a page: every record is read
+        page = levels(T0, END, group_by="local_queue", step="day")[offset : offset + 5]
+        assert _rows(page) == whole[offset : offset + 5]
+
+
 def test_pages_of_a_team_lead_hide_the_other_teams_queues_as_the_whole_answer_does(fleet):
     seen = [team.pk for team in fleet["teams"][:2]]
     whole = _rows(levels(T0, END, step="day", teams=seen))
