@@ -165,6 +165,12 @@ def urls(small: bool) -> list[tuple[str, str]]:
     ]
     out += [
         ("30d by day, page 16", f"{levels}?{window}&group_by=cluster_queue&step=day&offset=15000"),
+        (
+            "30d by day, local_queue p30",
+            f"{levels}?{window}&group_by=local_queue&step=day&offset=29000",
+        ),
+        ("30d by day, cohort p2", f"{levels}?{window}&group_by=cohort&step=day&offset=1000"),
+        ("30d by day, team p3", f"{levels}?{window}&group_by=team&step=day&offset=2000"),
         ("30d whole, cluster_queue", f"{levels}?{window}&group_by=cluster_queue"),
         ("30d by day, csv", f"{levels}?{window}&group_by=cluster_queue&step=day&format=csv"),
         ("1d by hour, cluster_queue", f"{levels}?{day}&group_by=cluster_queue&step=hour"),

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, overload
@@ -43,8 +43,7 @@ from typing import Any, overload
 import numpy as np
 from django.core.exceptions import EmptyResultSet
 from django.db import connections
-from django.db.models import Count, F, Q, QuerySet, Window
-from django.db.models.functions import DenseRank
+from django.db.models import Count, Q, QuerySet
 
 from core.epoch import EpochSeconds
 from core.timewindows import floor_time
@@ -209,12 +208,16 @@ def levels(
     """The figures per group and period, ordered by cluster, group, then period (only of the
     records of one ClusterQueue, by name, when ``cluster_queue`` is given).
 
-    One read of the records, then arrays: each admission and eviction lands in the period that
-    holds it (periods are ``(a, b]``, found by a sorted search of their ends); waits are sorted
-    per (group, period) once, and each percentile is an index into its run of sorted waits; a
-    record counts as pending at every period end between its queueing and its admission,
-    eviction or finish. The rows are built when read (``Levels`` is a sequence), so a page of
-    them costs only its own rows; periods answered from Kueue's metrics make it a plain list.
+    The groups are listed first (one small query): the rows are every group times every period,
+    so their number and order are known before any record is read. The rows are built when read
+    (``Levels`` is a sequence): a slice of them (a page of the API) reads and computes the records
+    of only its own groups, everything else reads all the groups at once; a group's figures are
+    the same either way, since each group's cells depend on its own records only. From the
+    records, arrays: each admission and eviction lands in the period that holds it (periods are
+    ``(a, b]``, found by a sorted search of their ends); waits are sorted per (group, period)
+    once, and each percentile is an index into its run of sorted waits; a record counts as
+    pending at every period end between its queueing and its admission, eviction or finish.
+    Periods answered from Kueue's metrics make the answer a plain list.
     """
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}")
@@ -229,20 +232,12 @@ def levels(
         .annotate(**_EPOCHS)
     )
     columns = ("cluster_id", *_GROUP_COLUMNS[group_by])
-    # The database numbers the groups (1, 2, ... in the order of their columns) and lists them in
-    # that same order, so the records arrive as numbers only: one array in one call.
-    groups, values = _numbered(base, columns)
-    keys = {group: index for index, group in enumerate(groups)}
-    tally = _Tally(len(keys), spans)
-    if len(values):
-        group_of = values[:, 0].astype(np.int64) - 1
-        tally.add(group_of, {name: values[:, 1 + i] for i, name in enumerate(_TIMES)})
-        evicted = base.filter(evicted_at__gt=start, evicted_at__lte=end)
-        tally.add_evictions(_read(evicted.values_list(*columns, *_EVICTION)), keys, len(columns))
+    keys = _read(base.values_list(*columns).distinct().order_by(*columns))
     names = _Names(group_by)
-    labelled = sorted((names.label(key), index) for key, index in keys.items())
+    labelled = sorted((names.label(key), index) for index, key in enumerate(keys))
     shown = None if team_ids is None else visible_queue_names(team_ids)
-    from_records = Levels(labelled, spans, tally, shown)
+    reader = _GroupReader(base, columns, spans, start, end)
+    from_records = Levels([(label, keys[index]) for label, index in labelled], spans, reader, shown)
     from_metrics = _metrics_rows(spans, group_by, cluster, team_ids, cluster_queue)
     if not from_metrics:
         return from_records
@@ -256,23 +251,66 @@ def levels(
     return merged
 
 
-def _numbered(
-    base: QuerySet[AdmissionRecord, Any], columns: tuple[str, ...], attempts: int = 3
-) -> tuple[list[tuple[Any, ...]], np.ndarray]:
-    """The groups in order, and per record its group's number (from 1) and its times.
+# A slice of more groups than this reads every record and keeps those of its own groups: the
+# IN lists of the restriction stay short (SQLite bounds a statement's parameters), and such a
+# slice holds most groups anyway.
+RESTRICT_UP_TO = 2000
 
-    Two statements: a record of a new group written between them (the sync runs beside the
-    pages) would shift the numbers after it. Records are only ever added, so a shift shows as
-    a number beyond the groups read, and both are read again.
+
+class _GroupReader:
+    """The figures of some of the listed groups, from the records of those groups only.
+
+    A record is placed by its own group columns, never by a position: a record of a group that
+    was written after the groups were listed (the sync runs beside the pages) belongs to no
+    listed group and is left out, as if it had been written just after this read; it can never
+    count under another group's name.
     """
-    order = [F(column).asc() for column in columns]
-    numbered = base.annotate(g_rank=Window(expression=DenseRank(), order_by=order))
-    for _ in range(attempts):
-        groups = _read(base.values_list(*columns).distinct().order_by(*columns))
-        values = np.array(_read(numbered.values_list("g_rank", *_EPOCHS)), dtype=float)
-        if not len(values) or values[:, 0].max() <= len(groups):
-            return groups, values
-    raise RuntimeError("admission records kept changing while the queue levels were read")
+
+    def __init__(
+        self,
+        base: QuerySet[AdmissionRecord, Any],
+        columns: tuple[str, ...],
+        spans: list[tuple[datetime, datetime]],
+        start: datetime,
+        end: datetime,
+    ) -> None:
+        self.base, self.columns, self.spans = base, columns, spans
+        self.start, self.end = start, end
+
+    def tally(self, keys: list[tuple[Any, ...]], every: bool) -> _Tally:
+        """The cells of ``keys`` (numbered in their order); ``every``: they are all the groups,
+        so the read needs no restriction. Records of other groups are left out by key."""
+        if not every and len(keys) <= RESTRICT_UP_TO:
+            base = self.base.filter(_of_groups(self.columns, keys))
+        else:
+            base = self.base
+        number = {key: index for index, key in enumerate(keys)}
+        width = len(self.columns)
+        tally = _Tally(len(keys), self.spans)
+        rows = _read(base.values_list(*self.columns, *_EPOCHS))
+        if not rows:
+            return tally
+        group_of = np.array([number.get(row[:width], -1) for row in rows], dtype=np.int64)
+        values = np.array([row[width:] for row in rows], dtype=float)
+        known = group_of >= 0
+        group_of, values = group_of[known], values[known]
+        tally.add(group_of, {name: values[:, i] for i, name in enumerate(_TIMES)})
+        evicted = base.filter(evicted_at__gt=self.start, evicted_at__lte=self.end)
+        tally.add_evictions(_read(evicted.values_list(*self.columns, *_EVICTION)), number, width)
+        return tally
+
+
+def _of_groups(columns: tuple[str, ...], keys: list[tuple[Any, ...]]) -> Q:
+    """Records of at least these groups: each column among the keys' values (a few more groups
+    may match the combination; the reader drops their records by key)."""
+    condition = Q()
+    for position, column in enumerate(columns):
+        values = {key[position] for key in keys}
+        part = Q(**{f"{column}__in": sorted(value for value in values if value is not None)})
+        if None in values:
+            part |= Q(**{f"{column}__isnull": True})
+        condition &= part
+    return condition
 
 
 class _Names:
@@ -297,16 +335,20 @@ class _Names:
 
 
 class Levels(Sequence[LevelRow]):
-    """The rows of ``levels``: (cluster, group) pairs in order, each with every period."""
+    """The rows of ``levels``: (cluster, group) pairs in order, each with every period.
+
+    A slice reads the records of its own groups only; indexing one row or iterating reads every
+    group once (kept for further reads)."""
 
     def __init__(
         self,
-        groups: list[tuple[tuple[str, str], int]],
+        groups: list[tuple[tuple[str, str], tuple[Any, ...]]],
         spans: list[tuple[datetime, datetime]],
-        tally: _Tally,
+        reader: _GroupReader,
         shown: set[tuple[str, str]] | None,
     ) -> None:
-        self.groups, self.spans, self.tally, self.shown = groups, spans, tally, shown
+        self.groups, self.spans, self.reader, self.shown = groups, spans, reader, shown
+        self._every: _Tally | None = None
 
     def __len__(self) -> int:
         return len(self.groups) * len(self.spans)
@@ -319,18 +361,44 @@ class Levels(Sequence[LevelRow]):
 
     def __getitem__(self, index: int | slice) -> LevelRow | list[LevelRow]:
         if isinstance(index, slice):
-            return [self._row(position) for position in range(*index.indices(len(self)))]
+            positions = range(*index.indices(len(self)))
+            if not positions:
+                return []
+            if self._every is not None:
+                return [self._row(position, self._every, 0) for position in positions]
+            low = min(positions[0], positions[-1]) // len(self.spans)
+            high = max(positions[0], positions[-1]) // len(self.spans) + 1
+            if high - low == len(self.groups):
+                return [self._row(position, self._all(), 0) for position in positions]
+            keys = [key for _, key in self.groups[low:high]]
+            tally = self.reader.tally(keys, every=False)
+            return [self._row(position, tally, low) for position in positions]
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(index)
-        return self._row(index)
+        return self._row(index, self._all(), 0)
 
-    def _row(self, position: int) -> LevelRow:
+    def __iter__(self) -> Iterator[LevelRow]:
+        if not len(self):
+            return
+        tally = self._all()
+        for position in range(len(self)):
+            yield self._row(position, tally, 0)
+
+    def _all(self) -> _Tally:
+        if self._every is None:
+            self._every = self.reader.tally([key for _, key in self.groups], every=True)
+        return self._every
+
+    def _row(self, position: int, tally: _Tally, first_group: int) -> LevelRow:
+        """Row ``position`` from ``tally``, whose cells start at group ``first_group``."""
         group_position, period = divmod(position, len(self.spans))
-        (cluster, group), group_index = self.groups[group_position]
+        (cluster, group), _ = self.groups[group_position]
         period_start, period_end = self.spans[period]
-        level = self.tally.row(group_index, period, group, cluster, period_start, period_end)
+        level = tally.row(
+            group_position - first_group, period, group, cluster, period_start, period_end
+        )
         if self.shown is not None and level.preemptions_by_queue:
             level.preemptions_by_queue = _hide_queues(
                 level.preemptions_by_queue, cluster, self.shown
@@ -418,7 +486,9 @@ class _Tally:
         if delays["count"][cell]:
             level.running_delay_seconds_p50 = _value(delays["p50"], cell)
             level.running_delay_seconds_p95 = _value(delays["p95"], cell)
-        for evicted in self.evicted.get(cell, ()):
+        # In one order whatever order the database returned them in, so the dicts' order and
+        # the GPU-hours' float sum are the same for a page and for the whole answer.
+        for evicted in sorted(self.evicted.get(cell, ()), key=_eviction_order):
             _count_eviction(level, evicted)
         return level
 
@@ -612,6 +682,13 @@ def _hide_queues(
         key = name if (cluster, name) in shown else HIDDEN_QUEUE
         out[key] = out.get(key, 0) + count
     return out
+
+
+def _eviction_order(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A total order of eviction rows (``_EVICTION``; a run that never started sorts first)."""
+    gpus, reason, preemption_reason, preempting_queue, running, evicted = row
+    started = -math.inf if running is None else running
+    return (evicted, started, reason, preemption_reason, preempting_queue, gpus or 0.0)
 
 
 def _count_eviction(level: LevelRow, row: tuple[Any, ...]) -> None:

@@ -112,6 +112,14 @@ class AdmissionRecord(models.Model):
             ),
             models.Index(fields=["team", "admitted_at"], name="servicelevels_team_admitted"),
             models.Index(fields=["evicted_at"], name="servicelevels_evicted_at"),
+            # A page of the queue levels by ClusterQueue or LocalQueue reads the records of its
+            # own groups only (servicelevels.figures._GroupReader: the group columns IN the
+            # page's values); also the admissions API's and the objectives' one-queue reads.
+            models.Index(fields=["cluster", "cluster_queue_name"], name="servicelevels_queue_name"),
+            models.Index(
+                fields=["cluster", "namespace", "local_queue_name"],
+                name="servicelevels_local_queue_name",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -179,7 +179,9 @@ def test_admissions_by_queue_is_the_levels_admissions_figure(cluster):
     assert admissions_by_queue(T0, end, cluster="test") == by_levels == {"batch": 4, "serving": 2}
 
 
-def test_a_group_written_between_the_two_reads_is_read_again_not_misnamed(cluster, monkeypatch):
+def test_a_group_written_after_the_groups_were_listed_is_left_out_never_misnamed(
+    cluster, monkeypatch
+):
     from servicelevels import figures
 
     record(cluster, "b1", queue="batch", queued_at=T0, admitted_at=T0 + minutes(10))
@@ -190,13 +192,20 @@ def test_a_group_written_between_the_two_reads_is_read_again_not_misnamed(cluste
         rows = real_read(queryset)
         calls.append(1)
         if len(calls) == 1:
-            # The sync writes a record of a new group, sorting first, between the two reads.
+            # The sync writes, between the group list and the records' read, a record of a new
+            # group sorting first and one more of an existing group.
             record(cluster, "a1", queue="alpha", queued_at=T0, admitted_at=T0 + minutes(30))
+            record(cluster, "b2", queue="batch", queued_at=T0, admitted_at=T0 + minutes(40))
         return rows
 
     monkeypatch.setattr(figures, "_read", read_then_write)
     rows = {row.group: row.wait_seconds_max for row in levels(T0, T0 + timedelta(hours=1))}
-    assert rows == {"alpha": 1800.0, "batch": 600.0, "serving": 1200.0}
+    # Each listed group has the figures of its own records, as read: the new group's record
+    # counts nowhere until the next answer lists its group.
+    assert rows == {"batch": 2400.0, "serving": 1200.0}
+    monkeypatch.setattr(figures, "_read", real_read)
+    again = {row.group: row.admissions for row in levels(T0, T0 + timedelta(hours=1))}
+    assert again == {"alpha": 1, "batch": 2, "serving": 1}
 
 
 def test_levels_of_one_cluster_queue_are_its_rows_of_all_queues(cluster):
