@@ -84,6 +84,7 @@ def load_remote_write(work: Path, gpus: int, minutes: int, queues: int) -> tuple
         "rss_kib": status_kib(pid, "VmRSS"),
         "peak_rss_kib": status_kib(pid, "VmHWM"),
         "load_average": os.getloadavg(),
+        "own_peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         **sent,
     }
     done.write_text("ok\n")
@@ -101,7 +102,8 @@ def report_remote_write(figures: dict) -> None:
         f"{figures['samples']:,} samples ({figures['series']:,} series) generated and ingested in "
         f"{figures['wall']:.1f} s wall ({figures['stream_wall']:.1f} s streaming, "
         f"{figures['count_wall']:.1f} s count queries); CPU: this process "
-        f"{figures['cpu']:.1f} s, Prometheus "
+        f"{figures['cpu']:.1f} s (peak RSS {figures['own_peak_rss_kib'] / 1024:.0f} MiB), "
+        "Prometheus "
         f"{'n/a' if prometheus_cpu is None else f'{prometheus_cpu:.1f} s'}",
         flush=True,
     )

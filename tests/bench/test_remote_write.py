@@ -8,6 +8,8 @@ queries from both, and the count queries find every sample.
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -127,3 +129,24 @@ def test_timestamps_without_six_byte_varints_are_refused():
     number = sum(int(byte & 0x7F) << (7 * i) for i, byte in enumerate(encoded[0]))
     assert number == 1_767_614_411_000
     assert list(encoded[0][:5] & 0x80) == [0x80] * 5 and encoded[0][5] < 0x80
+
+
+def test_the_bench_loads_by_remote_write_and_reports_the_cost(tmp_path):
+    require_binary("prometheus")
+    root = Path(__file__).resolve().parents[2]
+    command = [sys.executable, "bench/collect.py", "--load-only", "--load", "remote-write"]
+    command += ["--backfill-gpus", "16", "--deep-hours", "1", "--queues", "2"]
+    result = subprocess.run(
+        [*command, "--work", str(tmp_path)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr[-2000:]
+    # 16 GPUs x 6 fields + 2 pods x 9 kube series + 2 queues x 15 Kueue series, 120 scrapes.
+    assert "16 GPUs x 60 min by remote write: 17,280 samples (144 series)" in result.stdout
+    assert re.search(r"TSDB \d+ MiB on disk .* Prometheus RSS \d+ MiB", result.stdout)
+    assert (tmp_path / "tsdb-rw-16-2-60m.loaded").exists()
