@@ -55,7 +55,8 @@ def load_remote_write(work: Path, gpus: int, minutes: int, queues: int) -> tuple
     done = work / f"{tsdb.name}.loaded"
     if done.exists():
         print(f"  {gpus:,} GPUs: reusing {tsdb} (loaded by remote write)", flush=True)
-        return PrometheusServer(tsdb, remote_write_receiver=True).start(), {}
+        # Its write-ahead log is replayed first: minutes for a day at 50,000 GPUs.
+        return PrometheusServer(tsdb, remote_write_receiver=True).start(ready_timeout=1800), {}
     shutil.rmtree(tsdb, ignore_errors=True)
     server = PrometheusServer(tsdb, remote_write_receiver=True).start()
     pid = server._process.pid  # type: ignore[union-attr]

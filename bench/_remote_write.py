@@ -6,8 +6,8 @@ same series and values as snappy-compressed protobuf ``WriteRequest``s (Promethe
 in time order: block by block of ``BLOCK_STAMPS`` scrapes, every request of a block answered
 before the first of the next one goes, so each series' samples arrive in order and no two
 requests in flight are more than one block apart (far inside the head's one-hour appendable
-window: no out-of-order window is needed). The next block is generated and encoded while the
-current one is in flight, ``IN_FLIGHT`` requests at a time.
+window: no out-of-order window is needed). Within a block, requests are generated and encoded
+while earlier ones are in flight: ``IN_FLIGHT`` sent at a time, as many more queued.
 
 Samples are encoded with numpy, not one Python object per sample: a ``Sample`` (a double and a
 millisecond timestamp, whose varint is always 6 bytes between 1971 and 2109) is 18 fixed bytes

@@ -4,10 +4,13 @@
         [--backfill-gpus 5000]
         [--queues 1000] [--database NAME] [--no-backfill] [--work DIR] [--rounds 3]
         [--compare-with CHECKOUT [--alternations N]]
-        [--deep [--deep-hours 24]]
+        [--deep [--deep-hours 24]] [--load promtool|remote-write] [--load-only]
 
-1. Generates an OpenMetrics backfill (DCGM exporter series with exported_* pod labels, 6 fields,
-   30 s scrape interval, plus kube-state-metrics for the pods) and imports it with promtool.
+1. Generates the fleet (bench/_fleet.py: DCGM exporter series with exported_* pod labels, 6
+   fields, 30 s scrape interval, plus kube-state-metrics for the pods) as an OpenMetrics backfill
+   and imports it with promtool; or, with ``--load remote-write``, streams the very same series
+   and values into a Prometheus started with its remote-write receiver (bench/_remote_write.py)
+   and waits until count queries find every sample.
 2. Starts Prometheus on it (loopback, temp dir) and a fresh PostgreSQL database.
 3. In a fresh child process (so peak RSS is the collection's alone): times the same queries as a
    collection window fetched raw, undecoded (the floor: Prometheus alone), then one window end to
@@ -23,6 +26,17 @@
 
 ``--deep`` measures the deep backfill instead (bench/_collect_deep.py): ``--deep-hours`` hours of
 a ``--backfill-gpus`` fleet straight into hourly rollups.
+
+``--load remote-write`` is for fleets whose text would not fit: a day at 50,000 GPUs is ~1 G
+samples, ~290 GB of OpenMetrics and hours of promtool, but streams as ~6 GB of compressed
+protobuf. Its TSDB is kept in ``--work`` (``tsdb-rw-<gpus>-<queues>-<minutes>m``, marked loaded
+when complete) and reused by a later run. ``--load-only`` loads ``--backfill-gpus`` GPUs x
+``--deep-hours`` hours (with ``--queues``) the ``--load`` way, prints the cost (wall, CPU of this
+process and of Prometheus or promtool, TSDB size, Prometheus RSS) and stops. The deep-backfill
+day at 50,000 GPUs:
+
+    .venv/bin/python bench/collect.py --deep --load remote-write --backfill-gpus 50000 \
+        --deep-hours 24 --database gl_deep_bench --work /tmp/gl-deep-50k
 
 Every figure is wall time plus the CPU time of this process, of its PostgreSQL backend and of
 Prometheus (all on this machine): on a shared machine the wall time mostly measures the queue for

@@ -216,7 +216,7 @@ class PrometheusServer:
             ]
         return "\n".join(lines) + "\n"
 
-    def start(self) -> PrometheusServer:
+    def start(self, ready_timeout: float = READY_TIMEOUT_SECONDS) -> PrometheusServer:
         self._process = launch(
             [
                 self.binary,
@@ -229,7 +229,7 @@ class PrometheusServer:
             ],
             self.log_file,
         )
-        self.wait_ready()
+        self.wait_ready(ready_timeout)
         return self
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_SECONDS) -> None:

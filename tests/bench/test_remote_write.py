@@ -150,3 +150,14 @@ def test_the_bench_loads_by_remote_write_and_reports_the_cost(tmp_path):
     assert "16 GPUs x 60 min by remote write: 17,280 samples (144 series)" in result.stdout
     assert re.search(r"TSDB \d+ MiB on disk .* Prometheus RSS \d+ MiB", result.stdout)
     assert (tmp_path / "tsdb-rw-16-2-60m.loaded").exists()
+    # A later run on the same work directory reuses the loaded TSDB.
+    again = subprocess.run(
+        [*command, "--work", str(tmp_path)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "16 GPUs: reusing" in again.stdout
