@@ -4,10 +4,13 @@
         [--backfill-gpus 5000]
         [--queues 1000] [--database NAME] [--no-backfill] [--work DIR] [--rounds 3]
         [--compare-with CHECKOUT [--alternations N]]
-        [--deep [--deep-hours 24]]
+        [--deep [--deep-hours 24]] [--load promtool|remote-write] [--load-only]
 
-1. Generates an OpenMetrics backfill (DCGM exporter series with exported_* pod labels, 6 fields,
-   30 s scrape interval, plus kube-state-metrics for the pods) and imports it with promtool.
+1. Generates the fleet (bench/_fleet.py: DCGM exporter series with exported_* pod labels, 6
+   fields, 30 s scrape interval, plus kube-state-metrics for the pods) as an OpenMetrics backfill
+   and imports it with promtool; or, with ``--load remote-write``, streams the very same series
+   and values into a Prometheus started with its remote-write receiver (bench/_remote_write.py)
+   and waits until count queries find every sample.
 2. Starts Prometheus on it (loopback, temp dir) and a fresh PostgreSQL database.
 3. In a fresh child process (so peak RSS is the collection's alone): times the same queries as a
    collection window fetched raw, undecoded (the floor: Prometheus alone), then one window end to
@@ -24,6 +27,17 @@
 ``--deep`` measures the deep backfill instead (bench/_collect_deep.py): ``--deep-hours`` hours of
 a ``--backfill-gpus`` fleet straight into hourly rollups.
 
+``--load remote-write`` is for fleets whose text would not fit: a day at 50,000 GPUs is ~1 G
+samples, ~290 GB of OpenMetrics and hours of promtool, but streams as ~6 GB of compressed
+protobuf. Its TSDB is kept in ``--work`` (``tsdb-rw-<gpus>-<queues>-<minutes>m``, marked loaded
+when complete) and reused by a later run. ``--load-only`` loads ``--backfill-gpus`` GPUs x
+``--deep-hours`` hours (with ``--queues``) the ``--load`` way, prints the cost (wall, CPU of this
+process and of Prometheus or promtool, TSDB size, Prometheus RSS) and stops. The deep-backfill
+day at 50,000 GPUs:
+
+    .venv/bin/python bench/collect.py --deep --load remote-write --backfill-gpus 50000 \
+        --deep-hours 24 --database gl_deep_bench --work /tmp/gl-deep-50k
+
 Every figure is wall time plus the CPU time of this process, of its PostgreSQL backend and of
 Prometheus (all on this machine): on a shared machine the wall time mostly measures the queue for
 a core, the CPU times what the code costs. The collection deadline is lifted (3,600 s).
@@ -37,7 +51,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import resource
 import subprocess
 import sys
@@ -55,144 +68,26 @@ BASE_DIR = Path(os.environ.get("GL_BENCH_CODE") or Path(__file__).resolve().pare
 sys.path.insert(0, str(BASE_DIR))
 
 PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
-SCRAPE_SECONDS = 30
 # A fixed, hour-aligned past moment: the data ends here; queries name their time explicitly.
 END = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
-FIELDS = (
-    "DCGM_FI_PROF_SM_ACTIVE",
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-    "DCGM_FI_PROF_DRAM_ACTIVE",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_DEV_FB_USED",
-)
 
 
 def write_fleet(path: Path, gpus: int, minutes: int, seed: int = 7, queues: int = 0) -> int:
-    """Nodes of 8 GPUs; 8 of every 10 nodes run one 8-GPU pod; ``queues`` ClusterQueues of
-    Kueue metrics (2 flavors each, in 50 cohorts); returns samples written."""
-    from tests.prometheus_server import OpenMetricsWriter
+    """The fleet of bench/_fleet.py as OpenMetrics text for promtool; returns samples written."""
+    from _fleet import Fleet, write_openmetrics
 
-    rng = random.Random(seed)
-    start = END.timestamp() - minutes * 60
-    times = [start + 11 + SCRAPE_SECONDS * i for i in range(minutes * 60 // SCRAPE_SECONDS)]
-    stamps = [f" {t:.3f}\n" for t in times]
-    nodes = gpus // 8
-    with OpenMetricsWriter(path) as out:
-        for field in FIELDS:
-            out.family(field)
-            for node in range(nodes):
-                held = node % 10 < 8
-                host = f"gpu-node-{node:05d}"
-                address = f"10.{node // 250}.{node % 250}.9:9400"
-                exporter = (
-                    f'container="nvidia-dcgm-exporter",instance="{address}",'
-                    f'job="nvidia-dcgm-exporter",namespace="gpu-operator",pod="dcgm-{node:05d}"'
-                )
-                workload = (
-                    f',exported_container="main",exported_namespace="team-{node % 50:02d}",'
-                    f'exported_pod="job-{node:05d}-0"'
-                    if held
-                    else ""
-                )
-                chunks = []
-                for gpu in range(8):
-                    prefix = (
-                        f'{field}{{gpu="{gpu}",UUID="GPU-{node:05d}-{gpu}",modelName="NVIDIA H100 '
-                        f'80GB HBM3",Hostname="{host}",{exporter}{workload}}} '
-                    )
-                    base = rng.random() if held else 0.0
-                    scale = 100.0 if field.endswith("UTIL") else 80000.0 if "FB" in field else 1.0
-                    for stamp in stamps:
-                        value = min(1.0, max(0.0, base + rng.uniform(-0.1, 0.1))) * scale
-                        chunks.append(f"{prefix}{value:.4f}{stamp}")
-                out.lines("".join(chunks), len(chunks))
-        pods = [node for node in range(nodes) if node % 10 < 8]
-        target = ',instance="10.255.0.9:8080",job="kube-state-metrics"'
-
-        def pod_labels(node: int) -> str:
-            return f'namespace="team-{node % 50:02d}",pod="job-{node:05d}-0",uid="u{node:05d}"'
-
-        families = {
-            "kube_pod_info": lambda n: [(f',node="gpu-node-{n:05d}"', 1)],
-            "kube_pod_status_phase": lambda n: [
-                (f',phase="{p}"', 1 if p == "Running" else 0)
-                for p in ("Pending", "Running", "Succeeded", "Failed", "Unknown")
-            ],
-            "kube_pod_container_resource_requests": lambda n: [
-                (f',container="main",node="gpu-node-{n:05d}",resource="nvidia_com_gpu"', 8),
-                (f',container="main",node="gpu-node-{n:05d}",resource="cpu"', 32),
-            ],
-            "kube_pod_labels": lambda n: [
-                (
-                    f',label_kueue_x_k8s_io_cluster_queue_name="cq-{n % 50:02d}",'
-                    f'label_kueue_x_k8s_io_local_queue_name="lq-{n % 50:02d}"',
-                    1,
-                )
-            ],
-        }
-        for family, series in families.items():
-            out.family(family)
-            chunks = []
-            for node in pods:
-                for extra, value in series(node):
-                    prefix = f"{family}{{{pod_labels(node)}{extra}{target}}} {value}"
-                    chunks.extend(f"{prefix}{stamp}" for stamp in stamps)
-            out.lines("".join(chunks), len(chunks))
-        write_kueue(out, queues, stamps)
-        return out.samples
+    return write_openmetrics(Fleet(gpus, minutes, END, seed=seed, queues=queues), path)
 
 
-KUEUE_TARGET = ',instance="10.255.0.10:8443",job="kueue-controller-manager",replica_role="leader"'
+def prepare_prometheus(
+    work: Path, gpus: int, minutes: int, queues: int = 0, load: str = "promtool"
+):
+    """A Prometheus serving ``minutes`` of the fleet up to END, loaded by promtool (an
+    OpenMetrics file imported into blocks) or by remote write (streamed into a running one)."""
+    if load == "remote-write":
+        from _remote_load import load_remote_write
 
-
-def write_kueue(out: object, queues: int, stamps: list[str]) -> None:
-    """Kueue's ClusterQueue gauges (``metrics.enableClusterQueueResources``) for ``queues``
-    queues, two GPU flavors each, as Kueue v0.19 labels them."""
-    per_flavor = {
-        "kueue_cluster_queue_nominal_quota": lambda q: 16,
-        "kueue_cluster_queue_borrowing_limit": lambda q: "+Inf",
-        "kueue_cluster_queue_lending_limit": lambda q: 8,
-        "kueue_cluster_queue_resource_usage": lambda q: 8 + q % 16,
-        "kueue_cluster_queue_resource_reservation": lambda q: 8 + q % 16,
-    }
-    for family, value in per_flavor.items():
-        out.family(family)  # type: ignore[attr-defined]
-        chunks = []
-        for q in range(queues):
-            for flavor in ("h100", "a100"):
-                prefix = (
-                    f'{family}{{cohort="cohort-{q % 50:02d}",cluster_queue="cq-{q:04d}",'
-                    f'flavor="{flavor}",resource="nvidia.com/gpu"{KUEUE_TARGET}}} {value(q)}'
-                )
-                chunks.extend(f"{prefix}{stamp}" for stamp in stamps)
-        out.lines("".join(chunks), len(chunks))  # type: ignore[attr-defined]
-    per_queue = {
-        "kueue_cluster_queue_resource_pending": (',resource="nvidia.com/gpu"', 4),
-        "kueue_admitted_active_workloads": ("", 3),
-        "kueue_cluster_queue_info": (',parent_cohort="cohort-X",root_cohort="cohort-X"', 1),
-    }
-    for family, (extra, value) in per_queue.items():
-        out.family(family)  # type: ignore[attr-defined]
-        chunks = []
-        for q in range(queues):
-            labels = f'cluster_queue="cq-{q:04d}"{extra.replace("X", f"{q % 50:02d}")}'
-            prefix = f"{family}{{{labels}{KUEUE_TARGET}}} {value}"
-            chunks.extend(f"{prefix}{stamp}" for stamp in stamps)
-        out.lines("".join(chunks), len(chunks))  # type: ignore[attr-defined]
-    out.family("kueue_pending_workloads")  # type: ignore[attr-defined]
-    chunks = []
-    for q in range(queues):
-        for status in ("active", "inadmissible"):
-            prefix = (
-                f'kueue_pending_workloads{{cluster_queue="cq-{q:04d}",status="{status}"'
-                f"{KUEUE_TARGET}}} 1"
-            )
-            chunks.extend(f"{prefix}{stamp}" for stamp in stamps)
-    out.lines("".join(chunks), len(chunks))  # type: ignore[attr-defined]
-
-
-def prepare_prometheus(work: Path, gpus: int, minutes: int, queues: int = 0):
+        return load_remote_write(work, gpus, minutes, queues)[0]
     from tests.prometheus_server import PrometheusServer, create_blocks
 
     tsdb = work / f"tsdb-{gpus}-{queues}"
@@ -603,6 +498,19 @@ def main() -> None:
     )
     parser.add_argument("--deep", action="store_true", help="Measure the deep backfill only.")
     parser.add_argument("--deep-hours", type=int, default=24, help="Hours to deep-backfill.")
+    parser.add_argument(
+        "--load",
+        choices=("promtool", "remote-write"),
+        default="promtool",
+        help="How Prometheus gets the fleet: an OpenMetrics file imported by promtool, or "
+        "streamed into a running Prometheus by remote write (a day at 50,000 GPUs).",
+    )
+    parser.add_argument(
+        "--load-only",
+        action="store_true",
+        help="Load --backfill-gpus GPUs x --deep-hours hours (and --queues) the --load way, "
+        "print what it cost, and stop.",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.small:
@@ -629,10 +537,15 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="gl-bench-collect-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"bench/collect.py (work dir {work})")
+    if args.load_only:
+        from _remote_load import load_only
+
+        load_only(work, args.backfill_gpus, args.deep_hours * 60, args.queues, args.load)
+        return
     if args.deep:
         deep(args, work)
         return
-    server = prepare_prometheus(work, args.gpus, args.minutes, args.queues)
+    server = prepare_prometheus(work, args.gpus, args.minutes, args.queues, args.load)
     process = getattr(server, "_process", None)
     pid = str(process.pid if process is not None else 0)
 
@@ -680,7 +593,7 @@ def main() -> None:
     if args.no_backfill:
         return
 
-    server = prepare_prometheus(work, args.backfill_gpus, args.backfill_minutes + 5)
+    server = prepare_prometheus(work, args.backfill_gpus, args.backfill_minutes + 5, load=args.load)
     try:
         backfill = child(
             "backfill",
@@ -703,7 +616,7 @@ def deep(args: argparse.Namespace, work: Path) -> None:
     """``--deep``: the deep backfill of ``--deep-hours`` hours of a ``--backfill-gpus`` fleet."""
     from _collect_deep import report
 
-    server = prepare_prometheus(work, args.backfill_gpus, args.deep_hours * 60 + 5)
+    server = prepare_prometheus(work, args.backfill_gpus, args.deep_hours * 60 + 5, load=args.load)
     process = getattr(server, "_process", None)
     pid = str(process.pid if process is not None else 0)
     try:

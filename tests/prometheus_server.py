@@ -9,6 +9,7 @@
   starts, so keep the imported directory pristine and start servers on copies (``copy_tsdb``).
 - ``PrometheusServer`` runs the binary on a free loopback port with long retention (retention
   counts from the newest block, and backfilled data is old); callers query with an explicit time.
+  ``remote_write_receiver=True`` also accepts samples on ``/api/v1/write``.
 - ``MetricsExporter`` serves a text exposition (e.g. ``tests/fixtures/dcgm/exporter-metrics.txt``)
   on loopback for Prometheus to scrape.
 - ``StuckPrometheus`` answers the query API with empty results on loopback, and can be told to
@@ -183,8 +184,10 @@ class PrometheusServer:
         scrape_targets: Iterable[tuple[str, str, bool]] = (),
         scrape_interval: str = "1s",
         port: int | None = None,
+        remote_write_receiver: bool = False,
     ) -> None:
         self.binary = require_binary("prometheus")
+        self.remote_write_receiver = remote_write_receiver
         self.tsdb_dir = tsdb_dir
         self.port = port or free_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
@@ -213,7 +216,7 @@ class PrometheusServer:
             ]
         return "\n".join(lines) + "\n"
 
-    def start(self) -> PrometheusServer:
+    def start(self, ready_timeout: float = READY_TIMEOUT_SECONDS) -> PrometheusServer:
         self._process = launch(
             [
                 self.binary,
@@ -222,10 +225,11 @@ class PrometheusServer:
                 "--storage.tsdb.retention.time=100y",
                 f"--web.listen-address={LOOPBACK}:{self.port}",
                 "--log.level=warn",
+                *(["--web.enable-remote-write-receiver"] if self.remote_write_receiver else []),
             ],
             self.log_file,
         )
-        self.wait_ready()
+        self.wait_ready(ready_timeout)
         return self
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_SECONDS) -> None:
