@@ -38,6 +38,7 @@ from tests.kueue_fixtures import FIXTURES as FIXTURES
 from tests.kueue_fixtures import KUEUE_GROUP
 from tests.kueue_fixtures import fixture_items as fixture_items
 from tests.kueue_fixtures import load_fixtures as load_fixtures
+from tests.serving import serving_thread
 
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -208,7 +209,7 @@ class FakeKubeAPI:
         handler = type("Handler", (Handler,), {"api": self})
         self._httpd = Server(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = serving_thread(self._httpd)
         self._thread.start()
         return self
 

@@ -35,6 +35,8 @@ from urllib.parse import parse_qs
 import pytest
 import requests
 
+from tests.serving import serving_thread
+
 LOOPBACK = "127.0.0.1"
 READY_TIMEOUT_SECONDS = 30.0
 
@@ -293,7 +295,7 @@ class MetricsExporter:
 
         self._server = http.server.ThreadingHTTPServer((LOOPBACK, 0), Handler)
         self.address = f"{LOOPBACK}:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = serving_thread(self._server)
 
     def start(self) -> MetricsExporter:
         self._thread.start()
@@ -322,6 +324,7 @@ class StuckPrometheus:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # no wait for a delayed ACK: tests/kube_api_http.py
 
             def do_POST(self) -> None:  # noqa: N802 (http.server API)
                 length = int(self.headers.get("Content-Length") or 0)
@@ -363,7 +366,7 @@ class StuckPrometheus:
 
         self.server = Server((LOOPBACK, 0), Handler)
         self.url = f"http://{LOOPBACK}:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread = serving_thread(self.server)
         self._thread.start()
 
     def stick(self, text: str, *, hang: bool = False, drip_seconds: float = 0.0) -> None:

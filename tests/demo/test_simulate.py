@@ -45,8 +45,11 @@ def test_it_rejects_a_naive_end(db):
 
 @pytest.mark.django_db
 def test_every_scenario_element_is_ingested_through_the_real_path():
+    # Hourly windows: the two days still cross every scenario element (the preemption needs the
+    # second day), in half the windows of half-hour ones, twice here (the re-run with --reset).
+    # The same two days in half-hour windows are ingested by test_demo_service_levels.py.
     call_command(
-        "simulate", "--days", "2", "--step", "1800", "--seed", "3", "--end", END.isoformat()
+        "simulate", "--days", "2", "--step", "3600", "--seed", "3", "--end", END.isoformat()
     )
 
     # Inventory: 32 nodes, MIG instances, one time-sliced GPU, six teams and queues.
@@ -150,7 +153,7 @@ def test_every_scenario_element_is_ingested_through_the_real_path():
         "--days",
         "2",
         "--step",
-        "1800",
+        "3600",
         "--seed",
         "3",
         "--end",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import http.server
 import json
-import threading
 import time
 from datetime import UTC, datetime
 from urllib.parse import parse_qs
@@ -16,6 +15,7 @@ from fleet.choices import PrometheusAuth
 from fleet.models import Cluster
 from fleet.prometheus import PrometheusClient, PrometheusError
 from tests.prometheus_server import free_port
+from tests.serving import serving_thread
 
 AT = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 VECTOR = {
@@ -54,7 +54,7 @@ class FakePrometheus:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serving_thread(self.server).start()
 
     def answer(self, status: int, body: dict | str) -> None:
         self.status = status

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from ledger.models import GpuUsage, HourlyRollup, RollupHour
 from ledger.rollup.row_figures import Thresholds
 from ledger.rollup.sweep import due_hours
 from tests.fleet.conftest import T0, WINDOW_SECONDS
+from tests.serving import serving_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -213,7 +213,7 @@ class _Broken(http.server.BaseHTTPRequestHandler):
 def broken(alpha_prometheus) -> Iterator[type[_Broken]]:
     handler = type("Handler", (_Broken,), {"upstream": alpha_prometheus.url})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = serving_thread(server)
     thread.start()
     handler.url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
     yield handler

@@ -3,6 +3,7 @@ stays (ledger.store.legacy, migration ledger.0007, manage.py move_usage)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 
@@ -69,9 +70,8 @@ def _aware(value) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-@pytest.fixture
-def a_day_of_the_demo():
-    call_command("simulate", "--days", "1", "--end", END, stdout=StringIO(), stderr=StringIO())
+def _simulated(days: str) -> Iterator[None]:
+    call_command("simulate", "--days", days, "--end", END, stdout=StringIO(), stderr=StringIO())
     yield
     _migrate(_latest())
     # The flush after a transactional test empties the models' tables only: rows a test left in
@@ -79,6 +79,18 @@ def a_day_of_the_demo():
     if legacy.exists():
         with connection.cursor() as cursor:
             cursor.execute(f"DELETE FROM {legacy.LEGACY_TABLE}")
+
+
+@pytest.fixture
+def a_day_of_the_demo() -> Iterator[None]:
+    yield from _simulated("1")
+
+
+@pytest.fixture
+def six_hours_of_the_demo() -> Iterator[None]:
+    """A quarter of the day (24 windows, thousands of rows): enough rows for the migration to
+    leave some to move, at a quarter of the day's simulation and roll-up."""
+    yield from _simulated("0.25")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -126,11 +138,13 @@ def test_a_day_of_the_demo_moves_in_batches_with_every_figure_kept(a_day_of_the_
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_hour_with_rows_left_to_move_is_not_rolled_up_again(a_day_of_the_demo, monkeypatch):
-    rollups = _rollups()
+def test_an_hour_with_rows_left_to_move_is_not_rolled_up_again(six_hours_of_the_demo, monkeypatch):
+    rows, rollups = len(_wide_rows()), _rollups()
+    assert rows > 1000 and rollups
     _migrate(BEFORE)
     monkeypatch.setattr(legacy, "MIGRATION_ROW_LIMIT", 1000)
     _migrate(_latest())
+    assert legacy.remaining() == rows  # more than the limit: the migration moved none
     _roll_up_the_usage_hours()
 
     assert _rollups() == rollups

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from tests.alertmanager_server import AlertmanagerServer
 from tests.prometheus_server import LOOPBACK, free_port
+from tests.serving import serving_thread
 
 # Receivers here deliver to loopback listeners, which notifications refuse unless allowed.
 LOOPBACK_NETWORKS = ["127.0.0.0/8"]
@@ -181,6 +182,7 @@ class WebhookServer:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # no wait for a delayed ACK: tests/kube_api_http.py
 
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
@@ -209,7 +211,7 @@ class WebhookServer:
 
         self.server = Server((LOOPBACK, 0), Handler)
         self.url = f"http://{LOOPBACK}:{self.server.server_address[1]}/hook"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread = serving_thread(self.server)
         self._thread.start()
 
     def close(self) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import http.server
 import ssl
 import subprocess
-import threading
 from dataclasses import dataclass, field
 
 import pytest
@@ -24,6 +23,7 @@ from notifications.models import Delivery, Receiver
 from notifications.notify import queue_test
 from notifications.send import deliver
 from tests.prometheus_server import LOOPBACK
+from tests.serving import serving_thread
 
 pytestmark = pytest.mark.django_db
 
@@ -45,6 +45,7 @@ class Listener:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # no wait for a delayed ACK: tests/kube_api_http.py
 
             def do_POST(self) -> None:  # noqa: N802
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -62,7 +63,7 @@ class Listener:
         self.server = http.server.ThreadingHTTPServer((LOOPBACK, 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serving_thread(self.server).start()
 
     def close(self) -> None:
         self.server.shutdown()

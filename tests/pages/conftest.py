@@ -33,7 +33,6 @@ import http.server
 import json
 import os
 import shutil
-import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -50,6 +49,7 @@ from ledger.choices import RollupScope
 from ledger.models import GpuUsage, HourlyRollup
 from quotas.choices import WorkloadState
 from quotas.models import ClusterQueue, Team, Workload
+from tests.serving import serving_thread
 
 # The live server runs Django's sync ORM from Playwright's event-loop thread.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -636,7 +636,7 @@ def prometheus_stub():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), PrometheusStub)
     PrometheusStub.queries = []
     PrometheusStub.series = [{"gpu": "1", "UUID": "GPU-node-a1-1"}]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = serving_thread(server)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
