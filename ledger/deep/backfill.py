@@ -283,7 +283,7 @@ class DeepBackfill:
         queries = q.DeepQueries(style, self.window_seconds, thresholds())
         limits = queries.limits
         builder.add_kube_state(answers.get(q.REQUESTS, []), answers.get(f"{LABELS}pod_labels", []))
-        seen: dict[float, dict[tuple[str, str], float]] = {}
+        seen: dict[tuple[str, str], dict[float, float]] = {}
         shard_numbers = sorted({name.split(":")[1] for name in answers if name.startswith(HOURLY)})
         for number in shard_numbers:
             shard_answers = _shard(answers, f"{HOURLY}{number}:")
@@ -296,12 +296,11 @@ class DeepBackfill:
                 limits,
             )
             builder.grain.stats.merge(found.stats)
-            shard = found.answers
-            builder.add_series(shard)
-            for ts, by_pod in builder.add_windows(shard).items():
-                target = seen.setdefault(ts, {})
-                for ident, gpus in by_pod.items():
-                    target[ident] = target.get(ident, 0.0) + gpus
+            builder.add_series(found)
+            for ident, by_end in builder.add_windows(found).items():
+                target = seen.setdefault(ident, {})
+                for ts, gpus in by_end.items():
+                    target[ts] = target.get(ts, 0.0) + gpus
         owners = collect_pod_owners(
             answers.get(f"{LABELS}pod_owners", []),
             answers.get(f"{LABELS}job_owners", []),

@@ -10,6 +10,7 @@ of each series are decoded with numpy from their wire bytes, not one Python obje
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,13 +67,16 @@ def _messages() -> dict[str, Any]:
     message("ReadRequest", ("queries", 1, nested, many, "Query"))
     message("QueryResult", ("timeseries", 1, nested, many, "TimeSeries"))
     message("ReadResponse", ("results", 1, nested, many, "QueryResult"))
+    # The label records of each series, cut out of a ReadResponse (``read_response``).
+    message("LabelSet", ("labels", 1, nested, many, "Label"))
+    message("LabelSets", ("series", 1, nested, many, "LabelSet"))
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     return {
         name: message_factory.GetMessageClass(
             pool.FindMessageTypeByName(f"gpuledger_prompb.{name}")
         )
-        for name in ("ReadRequest", "ReadResponse")
+        for name in ("ReadRequest", "ReadResponse", "LabelSets")
     }
 
 
@@ -101,21 +105,24 @@ class Columns:
 
 
 def read_response(answer: bytes) -> Columns:
-    """The series and samples of a compressed ``ReadResponse`` (staleness markers dropped)."""
+    """The series and samples of a compressed ``ReadResponse`` (staleness markers dropped).
+
+    Read from the wire bytes with numpy: the series are walked record by record, all series
+    at once, so no Python object is made per sample; the label records are parsed by protobuf,
+    every series' at once."""
     try:
-        response = _MESSAGES["ReadResponse"].FromString(
-            bytes(cramjam.snappy.decompress_raw(answer))
-        )
-    except Exception as exc:  # noqa: BLE001 (cramjam and protobuf raise their own types)
+        raw = bytes(cramjam.snappy.decompress_raw(answer))
+    except Exception as exc:  # noqa: BLE001 (cramjam raises its own types)
         raise RemoteReadError(f"remote read answer cannot be decoded: {exc}") from exc
+    starts, ends = _series_spans(raw)
+    # Padded: a gather a few bytes past a (malformed) record's end stays inside the buffer.
+    data = np.frombuffer(raw + bytes(32), dtype=np.uint8)
+    series, tags, heads, bodies, stops = _records(data, starts, ends)
     found = Columns()
-    encoded: list[bytes] = []
-    for result in response.results:
-        for series in result.timeseries:
-            found.labels.append({label.name: label.value for label in series.labels})
-            found.lengths.append(len(series.samples))
-            encoded.extend(series.samples)
-    times, values = _decode(encoded)
+    found.labels = _labels(raw, len(starts), series, tags, heads, stops)
+    wanted = tags == 0x12
+    found.lengths = np.bincount(series[wanted], minlength=len(starts)).tolist()
+    times, values = _decode(data, bodies[wanted], stops[wanted])
     stale = values.view(np.uint64) == STALE_NAN
     if stale.any():
         keep = ~stale
@@ -126,36 +133,179 @@ def read_response(answer: bytes) -> Columns:
     return found
 
 
-def _decode(encoded: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """Timestamps (ms) and values of ``Sample`` messages given as their wire bytes: an optional
-    ``value`` (tag 0x09, 8 bytes) then an optional ``timestamp`` (tag 0x10, a varint); proto3
-    leaves a zero out."""
-    count = len(encoded)
+def _varint(raw: bytes, at: int, end: int) -> tuple[int, int]:
+    """The varint at ``raw[at]`` and the position after it."""
+    number, shift = 0, 0
+    while at < end and shift < 64:
+        byte = raw[at]
+        number |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return number, at
+        shift += 7
+    raise RemoteReadError("remote read answer: a varint runs past its message")
+
+
+def _fields(raw: bytes, at: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(field number, start, end) of the length-delimited fields of the message ``raw[at:end]``;
+    other fields are stepped over."""
+    while at < end:
+        tag, at = _varint(raw, at, end)
+        kind = tag & 7
+        if kind == 2:
+            size, at = _varint(raw, at, end)
+            if at + size > end:
+                raise RemoteReadError("remote read answer: a field runs past its message")
+            yield tag >> 3, at, at + size
+            at += size
+        elif kind == 0:
+            at = _varint(raw, at, end)[1]
+        elif kind in (1, 5):
+            at += 8 if kind == 1 else 4
+        else:
+            raise RemoteReadError(f"remote read answer: wire type {kind} is not read")
+    if at != end:
+        raise RemoteReadError("remote read answer: a field runs past its message")
+
+
+def _series_spans(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Where each ``TimeSeries`` of ``ReadResponse.results[].timeseries`` starts and ends."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for number, at, end in _fields(raw, 0, len(raw)):
+        if number != 1:
+            continue
+        for inner, first, last in _fields(raw, at, end):
+            if inner == 1:
+                starts.append(first)
+                ends.append(last)
+    return np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+
+
+def _vector_varint(
+    data: np.ndarray, at: np.ndarray, wanted: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The varints at positions ``at`` (all at once; only where ``wanted``, 0 elsewhere) and
+    their sizes in bytes."""
+    number = np.zeros(len(at), dtype=np.uint64)
+    size = np.zeros(len(at), dtype=np.int64)
+    going = np.ones(len(at), dtype=bool) if wanted is None else wanted.copy()
+    for byte in range(10):
+        if not going.any():
+            return number.view(np.int64), size
+        part = data[at + byte].astype(np.uint64)
+        number |= np.where(going, part & np.uint64(0x7F), 0) << np.uint64(7 * byte)
+        size += going
+        going &= part >= 0x80
+    raise RemoteReadError("remote read answer: a varint is longer than 10 bytes")
+
+
+def _records(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The length-delimited records of every series (``TimeSeries`` fields: labels, samples,
+    and any others), in order within each series: the series' number, the tag, where the record
+    starts, where its body starts and ends. All series are walked together, a record each per
+    step (a step per record of the longest series)."""
+    found: list[tuple[np.ndarray, ...]] = []
+    going = starts < ends
+    series = np.flatnonzero(going).astype(np.int64)
+    at, end = starts[going], ends[going]
+    while len(series):
+        tags = data[at].astype(np.int64)
+        if ((tags >= 0x80) | ((tags & 7) != 2)).any():
+            raise RemoteReadError("remote read answer: a series field is not a message")
+        size = data[at + 1].astype(np.int64)
+        if (size >= 0x80).any():  # a body of 128 bytes or more (a sample's is at most 20)
+            size, width = _vector_varint(data, at + 1)
+            bodies = at + 1 + width
+        else:
+            bodies = at + 2
+        stops = bodies + size
+        if (stops > end).any() or (size < 0).any():
+            raise RemoteReadError("remote read answer: a series field runs past its series")
+        found.append((series, tags, at, bodies, stops))
+        going = stops < end
+        series, at, end = series[going], stops[going], end[going]
+    if not found:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, empty, empty
+    numbers, tags, heads, bodies, stops = (
+        np.concatenate(part) for part in zip(*found, strict=True)
+    )
+    # Step after step, each step in series order: a stable sort by series keeps the steps' order.
+    order = np.argsort(numbers, kind="stable")
+    return numbers[order], tags[order], heads[order], bodies[order], stops[order]
+
+
+def _labels(
+    raw: bytes,
+    count: int,
+    series: np.ndarray,
+    tags: np.ndarray,
+    heads: np.ndarray,
+    stops: np.ndarray,
+) -> list[dict[str, str]]:
+    """Each series' labels: its label records (tag 1) cut out, as one ``LabelSets`` message."""
+    mine = tags == 0x0A
+    heads, stops, owners = heads[mine], stops[mine], series[mine]
+    # Runs of adjacent label records of one series (usually one run a series, its first bytes).
+    new_run = np.ones(len(heads), dtype=bool)
+    new_run[1:] = (owners[1:] != owners[:-1]) | (heads[1:] != stops[:-1])
+    firsts = np.flatnonzero(new_run)
+    lasts = np.append(firsts[1:], len(heads))[: len(firsts)] - 1
+    run_owner = owners[firsts].tolist()
+    run_start, run_stop = heads[firsts].tolist(), stops[lasts].tolist()
+    per_series = np.bincount(owners, weights=stops - heads, minlength=count).astype(np.int64)
+    parts: list[bytes] = []
+    run = 0
+    for number, size in enumerate(per_series.tolist()):
+        parts.append(b"\x0a" + _encode_varint(size))
+        while run < len(run_owner) and run_owner[run] == number:
+            parts.append(raw[run_start[run] : run_stop[run]])
+            run += 1
+    try:
+        sets = _MESSAGES["LabelSets"].FromString(b"".join(parts))
+    except Exception as exc:  # noqa: BLE001 (protobuf raises its own types)
+        raise RemoteReadError(f"remote read answer: labels cannot be decoded: {exc}") from exc
+    return [{label.name: label.value for label in one.labels} for one in sets.series]
+
+
+def _encode_varint(number: int) -> bytes:
+    found = bytearray()
+    while True:
+        byte, number = number & 0x7F, number >> 7
+        found.append(byte | (0x80 if number else 0))
+        if not number:
+            return bytes(found)
+
+
+def _decode(
+    data: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Timestamps (ms) and values of the ``Sample`` messages ``data[starts[i]:ends[i]]``: an
+    optional ``value`` (tag 0x09, 8 bytes) then an optional ``timestamp`` (tag 0x10, a varint);
+    proto3 leaves a zero out."""
+    count = len(starts)
     if not count:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
-    lengths = np.fromiter(map(len, encoded), np.int64, count)
-    data = np.frombuffer(b"".join(encoded) + bytes(16), dtype=np.uint8)
-    starts = np.zeros(count, dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    ends = starts + lengths
-    has_value = (lengths > 0) & (data[starts] == 0x09)
-    values = np.zeros(count)
-    where = starts[has_value]
-    if len(where):
-        raw = data[where[:, None] + np.arange(1, 9)].copy()
-        values[has_value] = raw.view("<f8").ravel()
+    has_value = (ends > starts) & (data[starts] == 0x09)
+    if (has_value & (ends - starts < 9)).any():
+        raise RemoteReadError("remote read answer: a sample's value is cut short")
+    rows = np.lib.stride_tricks.sliding_window_view(data, 11)
+    values = np.where(has_value, rows[starts + 1, :8].copy().view("<f8").ravel(), 0.0)
     at = starts + np.where(has_value, 9, 0)
     has_time = at < ends
     if (has_time & (data[at] != 0x10)).any():
         raise RemoteReadError("remote read answer: a sample is not (value, timestamp)")
-    size = ends - at - 1  # the varint's bytes
+    size = ends - at - 1  # the varint's bytes: the timestamp is the sample's last field
     if (has_time & ((size < 1) | (size > 10))).any():
         raise RemoteReadError("remote read answer: a sample's timestamp is not a varint")
+    block = rows[at + 1, :10]
     times = np.zeros(count, dtype=np.uint64)
-    for byte in range(10):
-        inside = has_time & (byte < size)
-        if not inside.any():
-            break
-        part = data[at[inside] + 1 + byte].astype(np.uint64) & np.uint64(0x7F)
-        times[inside] |= part << np.uint64(7 * byte)
+    for byte in range(int(size[has_time].max(initial=0))):
+        column = block[:, byte]
+        # Every byte but the varint's last has the continuation bit, the last has not.
+        if (has_time & (byte < size) & ((column >= 0x80) != (byte < size - 1))).any():
+            raise RemoteReadError("remote read answer: a sample's timestamp is not a varint")
+        part = (column & 0x7F).astype(np.uint64) << np.uint64(7 * byte)
+        times |= np.where(has_time & (byte < size), part, np.uint64(0))
     return times.view(np.int64), values
