@@ -22,11 +22,12 @@ import cramjam
 import pytest
 import time_machine
 from django.core.management import call_command
+from django.db import connection
 
 from fleet.models import Cluster
 from fleet.prometheus import PrometheusError
 from ledger.choices import RollupScope
-from ledger.deep import DeepBackfill, presence, remote, shards_for
+from ledger.deep import DeepBackfill, presence, remote, shards_for, workers
 from ledger.deep.grain import GrainBuilder
 from ledger.deep.queries import DeepQueries, shard_matchers
 from ledger.models import GpuUsage, HourlyRollup, RollupHour
@@ -120,6 +121,23 @@ def test_sharded_queries_give_the_same_rows(alpha_prometheus):
 
     assert result.shards == 16
     assert_same(rollups(cluster), windows)
+
+
+def test_hours_dealt_to_two_processes_give_the_rows_of_one(alpha_prometheus):
+    one, one_result = deep(alpha_prometheus.url, "one process", workers=1)
+    two, two_result = deep(alpha_prometheus.url, "two processes", workers=2)
+
+    # On PostgreSQL the two hours really go to two forked processes; SQLite keeps one.
+    assert workers.usable(2, 2) == (1 if connection.vendor == "sqlite" else 2)
+    assert one_result.hours == two_result.hours == [START, START + timedelta(hours=1)]
+    assert two_result.rows_written == one_result.rows_written > 0
+    assert rollups(two) == rollups(one)
+    marks = RollupHour.objects.filter(cluster=two).values_list("hour", "usage_pruned")
+    assert sorted(marks) == [(START, True), (START + timedelta(hours=1), True)]
+    # Run again: every hour is there, nothing is written twice.
+    again = DeepBackfill(two, window_seconds=WINDOW_SECONDS, workers=2).run(START, END)
+    assert (again.hours, again.hours_skipped) == ([], 2)
+    assert rollups(two) == rollups(one)
 
 
 def test_shards_cover_every_uuid_once():
