@@ -365,11 +365,13 @@ def bin_columns(
     offset = times_ms - round((first - step) * 1000) - 1
     window = offset // (step * 1000)
     inside = (offset >= 0) & (window < count)
+    wanted_sample = groups[item_of] >= 0
     if not inside.all():
-        outside = ~inside & (groups[item_of] >= 0)
+        outside = ~inside & wanted_sample
         stats.skip("matrix_point_outside_the_hour", int(outside.sum()))
-    inside &= groups[item_of] >= 0
-    item_of, window, values = item_of[inside], window[inside], values[inside]
+    inside &= wanted_sample
+    if not inside.all():
+        item_of, window, values = item_of[inside], window[inside], values[inside]
     shape = (len(series_labels), count)
     cells = item_of * count + window
     samples = np.bincount(cells, minlength=shape[0] * count).reshape(shape)
@@ -378,9 +380,13 @@ def bin_columns(
         return np.bincount(cells, weights=flags, minlength=shape[0] * count).reshape(shape) > 0
 
     finite = np.isfinite(values)
-    sums = np.bincount(cells, weights=np.where(finite, values, 0.0), minlength=shape[0] * count)
-    nan = flagged(np.isnan(values))
-    high, low = flagged(values == math.inf), flagged(values == -math.inf)
+    if finite.all():  # the usual case: no NaN or infinite sample
+        sums = np.bincount(cells, weights=values, minlength=shape[0] * count)
+        nan = high = low = np.zeros(shape, dtype=bool)
+    else:
+        sums = np.bincount(cells, weights=np.where(finite, values, 0.0), minlength=shape[0] * count)
+        nan = flagged(np.isnan(values))
+        high, low = flagged(values == math.inf), flagged(values == -math.inf)
     with np.errstate(invalid="ignore", divide="ignore"):
         averages = sums.reshape(shape) / samples
     # Per stored series and window: a finite average, +Inf (wins any max: no answer), or neither.

@@ -110,19 +110,15 @@ def read_response(answer: bytes) -> Columns:
     Read from the wire bytes with numpy: the series are walked record by record, all series
     at once, so no Python object is made per sample; the label records are parsed by protobuf,
     every series' at once."""
-    try:
-        raw = bytes(cramjam.snappy.decompress_raw(answer))
-    except Exception as exc:  # noqa: BLE001 (cramjam raises its own types)
-        raise RemoteReadError(f"remote read answer cannot be decoded: {exc}") from exc
+    raw = _decompress(answer)
     starts, ends = _series_spans(raw)
-    # Padded: a gather a few bytes past a (malformed) record's end stays inside the buffer.
-    data = np.frombuffer(raw + bytes(32), dtype=np.uint8)
-    series, tags, heads, bodies, stops = _records(data, starts, ends)
+    # Padded (``_decompress``): a gather a few bytes past a record's end stays in the buffer.
+    data = np.frombuffer(raw, dtype=np.uint8)
+    samples, labels = _records(data, starts, ends)
     found = Columns()
-    found.labels = _labels(raw, len(starts), series, tags, heads, stops)
-    wanted = tags == 0x12
-    found.lengths = np.bincount(series[wanted], minlength=len(starts)).tolist()
-    times, values = _decode(data, bodies[wanted], stops[wanted])
+    found.labels = _labels(raw, len(starts), *labels)
+    found.lengths = np.bincount(samples[0], minlength=len(starts)).tolist()
+    times, values = _decode(data, samples[1], samples[2])
     stale = values.view(np.uint64) == STALE_NAN
     if stale.any():
         keep = ~stale
@@ -133,7 +129,29 @@ def read_response(answer: bytes) -> Columns:
     return found
 
 
-def _varint(raw: bytes, at: int, end: int) -> tuple[int, int]:
+# Bytes past the end of the decompressed answer, so fixed-size gathers never leave the buffer.
+_PADDING = 32
+
+
+def _decompress(answer: bytes) -> bytearray:
+    """The snappy block ``answer`` decompressed into a buffer ``_PADDING`` bytes longer."""
+    try:
+        size = cramjam.snappy.decompress_raw_len(answer)
+        # A snappy block expands at most ~22 times: a larger stated length is not one.
+        if size > 32 * len(answer) + 64:
+            raise RemoteReadError("remote read answer: not a snappy block")
+        raw = bytearray(size + _PADDING)
+        written = cramjam.snappy.decompress_raw_into(answer, memoryview(raw)[:size])
+    except RemoteReadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (cramjam raises its own types)
+        raise RemoteReadError(f"remote read answer cannot be decoded: {exc}") from exc
+    if written != size:
+        raise RemoteReadError("remote read answer: shorter than its stated length")
+    return raw
+
+
+def _varint(raw: bytearray, at: int, end: int) -> tuple[int, int]:
     """The varint at ``raw[at]`` and the position after it."""
     number, shift = 0, 0
     while at < end and shift < 64:
@@ -146,7 +164,7 @@ def _varint(raw: bytes, at: int, end: int) -> tuple[int, int]:
     raise RemoteReadError("remote read answer: a varint runs past its message")
 
 
-def _fields(raw: bytes, at: int, end: int) -> Iterator[tuple[int, int, int]]:
+def _fields(raw: bytearray, at: int, end: int) -> Iterator[tuple[int, int, int]]:
     """(field number, start, end) of the length-delimited fields of the message ``raw[at:end]``;
     other fields are stepped over."""
     while at < end:
@@ -168,11 +186,11 @@ def _fields(raw: bytes, at: int, end: int) -> Iterator[tuple[int, int, int]]:
         raise RemoteReadError("remote read answer: a field runs past its message")
 
 
-def _series_spans(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
+def _series_spans(raw: bytearray) -> tuple[np.ndarray, np.ndarray]:
     """Where each ``TimeSeries`` of ``ReadResponse.results[].timeseries`` starts and ends."""
     starts: list[int] = []
     ends: list[int] = []
-    for number, at, end in _fields(raw, 0, len(raw)):
+    for number, at, end in _fields(raw, 0, len(raw) - _PADDING):
         if number != 1:
             continue
         for inner, first, last in _fields(raw, at, end):
@@ -200,17 +218,21 @@ def _vector_varint(
     raise RemoteReadError("remote read answer: a varint is longer than 10 bytes")
 
 
-def _records(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The length-delimited records of every series (``TimeSeries`` fields: labels, samples,
-    and any others), in order within each series: the series' number, the tag, where the record
-    starts, where its body starts and ends. All series are walked together, a record each per
-    step (a step per record of the longest series)."""
-    found: list[tuple[np.ndarray, ...]] = []
+def _records(
+    data: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The length-delimited records of every series (``TimeSeries`` fields), walked for all
+    series together, a record each per step (a step per record of the longest series):
+    ``(series, where each sample's body starts, where it ends)`` and ``(series, where each label
+    record starts, where it ends)``, series after series. Other fields (exemplars, histograms)
+    are stepped over."""
+    samples: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    labels: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     going = starts < ends
     series = np.flatnonzero(going).astype(np.int64)
     at, end = starts[going], ends[going]
     while len(series):
-        tags = data[at].astype(np.int64)
+        tags = data[at]
         if ((tags >= 0x80) | ((tags & 7) != 2)).any():
             raise RemoteReadError("remote read answer: a series field is not a message")
         size = data[at + 1].astype(np.int64)
@@ -222,31 +244,35 @@ def _records(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np
         stops = bodies + size
         if (stops > end).any() or (size < 0).any():
             raise RemoteReadError("remote read answer: a series field runs past its series")
-        found.append((series, tags, at, bodies, stops))
+        sample, label = tags == 0x12, tags == 0x0A
+        samples.append((series[sample], bodies[sample], stops[sample]))
+        if label.any():
+            labels.append((series[label], at[label], stops[label]))
         going = stops < end
         series, at, end = series[going], stops[going], end[going]
-    if not found:
+    return _in_series_order(samples), _in_series_order(labels)
+
+
+def _in_series_order(
+    steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Records found step after step (each step in series order), series after series: the
+    series of each record and its two position columns."""
+    if not steps:
         empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty, empty, empty
-    numbers, tags, heads, bodies, stops = (
-        np.concatenate(part) for part in zip(*found, strict=True)
-    )
-    # Step after step, each step in series order: a stable sort by series keeps the steps' order.
-    order = np.argsort(numbers, kind="stable")
-    return numbers[order], tags[order], heads[order], bodies[order], stops[order]
+        return empty, empty, empty
+    series = np.concatenate([step[0] for step in steps])
+    # A stable sort by series keeps each series' records in step order.
+    order = np.argsort(series, kind="stable")
+    first = np.concatenate([step[1] for step in steps])[order]
+    second = np.concatenate([step[2] for step in steps])[order]
+    return series[order], first, second
 
 
 def _labels(
-    raw: bytes,
-    count: int,
-    series: np.ndarray,
-    tags: np.ndarray,
-    heads: np.ndarray,
-    stops: np.ndarray,
+    raw: bytearray, count: int, owners: np.ndarray, heads: np.ndarray, stops: np.ndarray
 ) -> list[dict[str, str]]:
     """Each series' labels: its label records (tag 1) cut out, as one ``LabelSets`` message."""
-    mine = tags == 0x0A
-    heads, stops, owners = heads[mine], stops[mine], series[mine]
     # Runs of adjacent label records of one series (usually one run a series, its first bytes).
     new_run = np.ones(len(heads), dtype=bool)
     new_run[1:] = (owners[1:] != owners[:-1]) | (heads[1:] != stops[:-1])
@@ -255,7 +281,7 @@ def _labels(
     run_owner = owners[firsts].tolist()
     run_start, run_stop = heads[firsts].tolist(), stops[lasts].tolist()
     per_series = np.bincount(owners, weights=stops - heads, minlength=count).astype(np.int64)
-    parts: list[bytes] = []
+    parts: list[bytes | bytearray] = []
     run = 0
     for number, size in enumerate(per_series.tolist()):
         parts.append(b"\x0a" + _encode_varint(size))
@@ -291,7 +317,8 @@ def _decode(
     if (has_value & (ends - starts < 9)).any():
         raise RemoteReadError("remote read answer: a sample's value is cut short")
     rows = np.lib.stride_tricks.sliding_window_view(data, 11)
-    values = np.where(has_value, rows[starts + 1, :8].copy().view("<f8").ravel(), 0.0)
+    values = rows[starts + 1, :8].copy().view("<f8").ravel()
+    values[~has_value] = 0.0
     at = starts + np.where(has_value, 9, 0)
     has_time = at < ends
     if (has_time & (data[at] != 0x10)).any():
@@ -299,13 +326,22 @@ def _decode(
     size = ends - at - 1  # the varint's bytes: the timestamp is the sample's last field
     if (has_time & ((size < 1) | (size > 10))).any():
         raise RemoteReadError("remote read answer: a sample's timestamp is not a varint")
+    size[~has_time] = 0
     block = rows[at + 1, :10]
+    # Accumulated in place, a byte of every varint per step (no new array per step).
     times = np.zeros(count, dtype=np.uint64)
-    for byte in range(int(size[has_time].max(initial=0))):
+    part = np.empty(count, dtype=np.uint64)
+    inside = np.empty(count, dtype=bool)
+    flagged = np.empty(count, dtype=bool)
+    for byte in range(int(size.max(initial=0))):
         column = block[:, byte]
+        np.greater(size, byte, out=inside)
         # Every byte but the varint's last has the continuation bit, the last has not.
-        if (has_time & (byte < size) & ((column >= 0x80) != (byte < size - 1))).any():
+        np.greater_equal(column, 0x80, out=flagged)
+        if (inside & (flagged != (size - 1 > byte))).any():
             raise RemoteReadError("remote read answer: a sample's timestamp is not a varint")
-        part = (column & 0x7F).astype(np.uint64) << np.uint64(7 * byte)
-        times |= np.where(has_time & (byte < size), part, np.uint64(0))
+        np.bitwise_and(column, 0x7F, out=part, casting="unsafe")
+        part *= inside
+        np.left_shift(part, np.uint64(7 * byte), out=part)
+        times |= part
     return times.view(np.int64), values

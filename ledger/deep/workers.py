@@ -6,7 +6,8 @@ transaction, an hour another process or run already wrote skipped) and reports e
 wrote. A failure in one (a Prometheus error, an unusable answer) lets the others finish the hour
 they are writing, then stops them and is raised here: every hour written is whole, and running
 the backfill again resumes. Forked processes need committed data and a database other processes
-can write: inside a transaction, on SQLite or without ``fork``, the hours run in this process.
+can write: inside a transaction, on SQLite, without ``fork`` or in a daemonic process (a Celery
+prefork child), the hours run in this process.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ _POLL_SECONDS = 2.0
 def usable(workers: int, hours: int) -> int:
     """The worker processes a run of ``hours`` hours can use (1: this process)."""
     if workers <= 1 or hours <= 1 or not hasattr(os, "fork"):
+        return 1
+    if multiprocessing.current_process().daemon:  # a daemonic process may not have children
         return 1
     if connection.vendor == "sqlite" or connection.in_atomic_block:
         return 1

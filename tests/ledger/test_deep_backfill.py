@@ -22,7 +22,7 @@ import cramjam
 import pytest
 import time_machine
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 
 from fleet.models import Cluster
 from fleet.prometheus import PrometheusError
@@ -138,6 +138,21 @@ def test_hours_dealt_to_two_processes_give_the_rows_of_one(alpha_prometheus):
     again = DeepBackfill(two, window_seconds=WINDOW_SECONDS, workers=2).run(START, END)
     assert (again.hours, again.hours_skipped) == ([], 2)
     assert rollups(two) == rollups(one)
+
+
+def test_worker_processes_only_where_they_can_write_and_see_the_data(monkeypatch):
+    forks = 1 if connection.vendor == "sqlite" else 3
+    assert workers.usable(4, 3) == forks  # at most one process per hour
+    assert workers.usable(4, 1) == 1
+    assert workers.usable(1, 10) == 1
+    # A Celery prefork child is daemonic: it may not start processes.
+    daemonic = type("Daemonic", (), {"daemon": True})()
+    monkeypatch.setattr(workers.multiprocessing, "current_process", lambda: daemonic)
+    assert workers.usable(4, 3) == 1
+    monkeypatch.undo()
+    # Inside a transaction, forked processes would not see its data.
+    with transaction.atomic():
+        assert workers.usable(4, 3) == 1
 
 
 def test_shards_cover_every_uuid_once():

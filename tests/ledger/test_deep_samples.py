@@ -116,6 +116,9 @@ def test_a_malformed_remote_read_answer_is_an_error(body: bytes):
 def test_an_answer_that_is_not_a_remote_read_answer_is_an_error():
     with pytest.raises(remote.RemoteReadError):
         remote.read_response(b'{"status": "success"}')
+    # A snappy header stating a gigabyte for a few bytes: refused before anything is allocated.
+    with pytest.raises(remote.RemoteReadError):
+        remote.read_response(varint(10**9) + b"\x00\x01")
 
 
 def test_samples_binned_into_windows_as_prometheus_answers_them():
