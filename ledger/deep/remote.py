@@ -111,14 +111,20 @@ def read_response(answer: bytes) -> Columns:
     at once, so no Python object is made per sample; the label records are parsed by protobuf,
     every series' at once."""
     raw = _decompress(answer)
-    starts, ends = _series_spans(raw)
+    spans = _series_spans(raw)
     # Padded (``_decompress``): a gather a few bytes past a record's end stays in the buffer.
     data = np.frombuffer(raw, dtype=np.uint8)
-    samples, labels = _records(data, starts, ends)
     found = Columns()
-    found.labels = _labels(raw, len(starts), *labels)
-    found.lengths = np.bincount(samples[0], minlength=len(starts)).tolist()
-    times, values = _decode(data, samples[1], samples[2])
+    parts: list[tuple[np.ndarray, np.ndarray]] = []
+    # A few thousand series at a time: the arrays stay small (in cache, their memory reused).
+    for first in range(0, len(spans[0]), _SERIES_PER_STEP):
+        starts, ends = (side[first : first + _SERIES_PER_STEP] for side in spans)
+        samples, labels = _records(data, starts, ends)
+        found.labels.extend(_labels(raw, len(starts), *labels))
+        found.lengths.extend(np.bincount(samples[0], minlength=len(starts)).tolist())
+        parts.append(_decode(data, samples[1], samples[2]))
+    times = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, np.int64)
+    values = np.concatenate([part[1] for part in parts]) if parts else np.zeros(0)
     stale = values.view(np.uint64) == STALE_NAN
     if stale.any():
         keep = ~stale
@@ -129,6 +135,8 @@ def read_response(answer: bytes) -> Columns:
     return found
 
 
+# Series decoded together (``read_response``).
+_SERIES_PER_STEP = 2048
 # Bytes past the end of the decompressed answer, so fixed-size gathers never leave the buffer.
 _PADDING = 32
 

@@ -72,7 +72,11 @@ def label(name: str, value: str) -> bytes:
     return field(1, field(1, name.encode()) + field(2, value.encode()))
 
 
-def test_series_read_from_the_wire_in_any_field_order_long_labels_and_other_fields():
+@pytest.mark.parametrize("series_per_step", [1, 2, 2048])
+def test_series_read_from_the_wire_in_any_field_order_long_labels_and_other_fields(
+    series_per_step: int, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(remote, "_SERIES_PER_STEP", series_per_step)
     long_value = "x" * 300  # a label record longer than 127 bytes: a two-byte length
     first = (
         field(2, sample(1.5, 7_230_000))
