@@ -31,6 +31,7 @@ def measure_deep(url: str, database_url: str, hours: int, prometheus_pid: int | 
         name="deep", prometheus_url=url, prometheus_timeout_seconds=600
     )
     start = END - timedelta(hours=hours)
+    # GPULEDGER_DEEP_BACKFILL_WORKERS in the environment sets the processes (default: CPUs).
     backfill = DeepBackfill(cluster, window_seconds=60)
     cost, result = CostMeter(prometheus_pid).measure(lambda: backfill.run(start, END))
     return {
@@ -39,6 +40,7 @@ def measure_deep(url: str, database_url: str, hours: int, prometheus_pid: int | 
         "rows": HourlyRollup.objects.filter(cluster=cluster).count(),
         "cost": cost.as_dict(),
         "concurrency": settings.GPULEDGER_DEEP_BACKFILL_CONCURRENCY,
+        "workers": backfill.workers,
         "peak_rss_mib": peak_rss_mib(),
     }
 
@@ -55,8 +57,9 @@ def report(measured: dict[str, Any], gpus: int) -> None:
         f"  deep backfill {gpus:,} GPUs x {measured['hours']} h: {sec(cost['wall'])} wall; CPU: "
         f"process {sec(cost['cpu'])}, PostgreSQL {sec(cost['backend_cpu'])}, Prometheus "
         f"{sec(cost['prometheus_cpu'])}; {measured['rows']:,} rollup rows, {measured['shards']} "
-        f"shard(s), {measured['concurrency']} queries in flight, peak RSS "
-        f"{measured['peak_rss_mib']:.0f} MiB"
+        f"shard(s), {measured['concurrency']} queries in flight, {measured['workers']} worker "
+        f"process(es) (PostgreSQL CPU: the first process' backend only), peak RSS "
+        f"{measured['peak_rss_mib']:.0f} MiB (the largest process)"
     )
     per_hour = cost["wall"] / hours
     print(

@@ -139,7 +139,16 @@ def setup_django(database_url: str) -> None:
 
 
 def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """The peak RSS of this process or of the largest of its ended child processes."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+
+
+def own_cpu() -> float:
+    """CPU seconds of this process (all threads) and of its ended child processes (a deep
+    backfill's worker processes)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def process_cpu(pid: int) -> float | None:
@@ -185,14 +194,14 @@ class CostMeter:
         prometheus = self.prometheus_pid
         before = (
             time.perf_counter(),
-            time.process_time(),
+            own_cpu(),
             process_cpu(backend),
             process_cpu(prometheus) if prometheus else None,
         )
         answer = work()
         after = (
             time.perf_counter(),
-            time.process_time(),
+            own_cpu(),
             process_cpu(backend),
             process_cpu(prometheus) if prometheus else None,
         )

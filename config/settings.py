@@ -503,8 +503,12 @@ GPULEDGER_LEASE_HEARTBEAT = env_bool("GPULEDGER_LEASE_HEARTBEAT", True)
 GPULEDGER_USAGE_RETENTION_DAYS = env_int("GPULEDGER_USAGE_RETENTION_DAYS", 14, minimum=1)
 GPULEDGER_ROLLUP_RETENTION_DAYS = env_int("GPULEDGER_ROLLUP_RETENTION_DAYS", 400, minimum=1)
 # Deep backfill (hours older than the usage retention, straight into hourly rollups): Prometheus
-# queries in flight at once, and GPU series per query (more are split by GPU UUID into shards).
+# queries in flight at once (per process), GPU series per query (more are split by GPU UUID into
+# shards), and processes the hours are dealt to (ledger/deep/workers.py; default: one per CPU).
 GPULEDGER_DEEP_BACKFILL_CONCURRENCY = env_int("GPULEDGER_DEEP_BACKFILL_CONCURRENCY", 4, minimum=1)
+GPULEDGER_DEEP_BACKFILL_WORKERS = env_int(
+    "GPULEDGER_DEEP_BACKFILL_WORKERS", os.cpu_count() or 1, minimum=1
+)
 GPULEDGER_DEEP_BACKFILL_SERIES_PER_QUERY = env_int(
     "GPULEDGER_DEEP_BACKFILL_SERIES_PER_QUERY", 10_000, minimum=1
 )

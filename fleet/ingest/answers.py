@@ -10,6 +10,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from fleet.ingest.rows import IngestStats
 
@@ -85,6 +86,16 @@ def split_matrix(
     (counted in ``stats`` when given); their values are validated by :func:`build_window`.
     """
     by_ts: dict[float, list[dict]] = defaultdict(list)
+    for metric, ts, value in matrix_points(items, stats):
+        by_ts[ts].append({"metric": metric, "value": [ts, value]})
+    return {ts: by_ts[ts] for ts in sorted(by_ts)}
+
+
+def matrix_points(
+    items: list[dict], stats: IngestStats | None = None
+) -> Iterator[tuple[dict, float, Any]]:
+    """(labels, timestamp, raw value) of every point of matrix items, item after item; malformed
+    items and points are skipped (counted in ``stats`` when given), values are not looked at."""
     for item in items:
         if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
             _skip(stats, "malformed_matrix_item")
@@ -107,8 +118,7 @@ def split_matrix(
             except ValueError:
                 _skip(stats, "malformed_matrix_point")
                 continue
-            by_ts[ts_float].append({"metric": metric, "value": [ts_float, point[1]]})
-    return {ts: by_ts[ts] for ts in sorted(by_ts)}
+            yield metric, ts_float, point[1]
 
 
 def _skip(stats: IngestStats | None, reason: str) -> None:

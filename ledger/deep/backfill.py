@@ -48,7 +48,7 @@ from fleet.inventory import ensure_nodes
 from fleet.models import Cluster, Gpu
 from fleet.prometheus import PrometheusClient, PrometheusError
 from ledger.collector import KUEUE, kueue_answers
-from ledger.deep import presence, remote
+from ledger.deep import presence, remote, workers
 from ledger.deep import queries as q
 from ledger.deep.grain import Grain, GrainBuilder
 from ledger.deep.rows import hour_owners, scope_rows
@@ -108,6 +108,7 @@ class DeepBackfill:
         window_seconds: int | None = None,
         concurrency: int | None = None,
         series_per_query: int | None = None,
+        workers: int | None = None,
     ) -> None:
         self.cluster = cluster
         self.client = client or PrometheusClient.for_cluster(cluster)
@@ -118,6 +119,7 @@ class DeepBackfill:
         self.series_per_query = (
             series_per_query or settings.GPULEDGER_DEEP_BACKFILL_SERIES_PER_QUERY
         )
+        self.workers = workers or settings.GPULEDGER_DEEP_BACKFILL_WORKERS
         self.style = str(cluster.pod_label_style or PodLabelStyle.AUTO)
         self._sample_context: tuple[dict[str, list[str]], dict[tuple[str, str], Decimal]] | None
         self._sample_context = None
@@ -151,19 +153,45 @@ class DeepBackfill:
         if not todo:
             return result
         style = self._resolve_style(todo[-1])
-        queries = q.DeepQueries(style, self.window_seconds, thresholds())
         result.shards = shards_for(self._series_estimate(todo[-1]), self.series_per_query)
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            for hour, answers in self._prefetched(pool, queries, todo, result.shards):
-                stats = self._write_hour(hour, answers(), style)
-                result.hours.append(hour)
-                result.skipped_items += stats.skipped + stats.nonfinite_skipped
-                if progress is not None:
-                    progress(1)
+
+        def written(hour: datetime, skipped: int) -> None:
+            result.hours.append(hour)
+            result.skipped_items += skipped
+            if progress is not None:
+                progress(1)
+
+        run_hours = functools.partial(self._run_hours, style=style, shards=result.shards)
+        processes = workers.usable(self.workers, len(todo))
+        if processes > 1:
+            workers.run_forked(self, todo, processes, run_hours, written)
+            result.hours.sort()
+        else:
+            run_hours(todo, written)
         result.rows_written = HourlyRollup.objects.filter(
             cluster=self.cluster, hour__in=result.hours
         ).count()
         return result
+
+    def _run_hours(
+        self,
+        hours: list[datetime],
+        written: Callable[[datetime, int], None],
+        stopped: Callable[[], bool] = lambda: False,
+        *,
+        style: str,
+        shards: int,
+    ) -> None:
+        """Fetch and write ``hours`` in order, the next hour's answers asked while one is
+        written; ``written(hour, skipped items)`` after each; ``stopped()`` ends the run before
+        the next hour."""
+        queries = q.DeepQueries(style, self.window_seconds, thresholds())
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            for hour, answers in self._prefetched(pool, queries, hours, shards):
+                if stopped():
+                    break
+                stats = self._write_hour(hour, answers(), style)
+                written(hour, stats.skipped + stats.nonfinite_skipped)
 
     # --- fetching ---------------------------------------------------------------------------
 
@@ -283,7 +311,7 @@ class DeepBackfill:
         queries = q.DeepQueries(style, self.window_seconds, thresholds())
         limits = queries.limits
         builder.add_kube_state(answers.get(q.REQUESTS, []), answers.get(f"{LABELS}pod_labels", []))
-        seen: dict[float, dict[tuple[str, str], float]] = {}
+        seen: dict[tuple[str, str], dict[float, float]] = {}
         shard_numbers = sorted({name.split(":")[1] for name in answers if name.startswith(HOURLY)})
         for number in shard_numbers:
             shard_answers = _shard(answers, f"{HOURLY}{number}:")
@@ -296,12 +324,11 @@ class DeepBackfill:
                 limits,
             )
             builder.grain.stats.merge(found.stats)
-            shard = found.answers
-            builder.add_series(shard)
-            for ts, by_pod in builder.add_windows(shard).items():
-                target = seen.setdefault(ts, {})
-                for ident, gpus in by_pod.items():
-                    target[ident] = target.get(ident, 0.0) + gpus
+            builder.add_series(found)
+            for ident, by_end in builder.add_windows(found).items():
+                target = seen.setdefault(ident, {})
+                for ts, gpus in by_end.items():
+                    target[ts] = target.get(ts, 0.0) + gpus
         owners = collect_pod_owners(
             answers.get(f"{LABELS}pod_owners", []),
             answers.get(f"{LABELS}job_owners", []),

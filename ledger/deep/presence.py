@@ -17,8 +17,9 @@ the rules of ``fleet.ingest.build_window`` (docs/architecture.md "Deep backfill"
 - the UUIDs of the GPUs with several pod series in some window (time-sliced): only their
   series' metric figures are weighted by the share.
 
-The answers have the shapes Prometheus gives the equivalent queries (vectors of per-hour values,
-matrices of per-window values), so ``ledger.deep.grain`` reads them unchanged.
+They are computed on arrays (series x windows), every series' labels looked at once, and
+handed over as ``Presence``: per pod series its figures summed over the hour, per label set its
+per-window values.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import math
 import sys
 from array import array
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,22 +41,51 @@ Labels = tuple[tuple[str, str], ...]
 
 
 @dataclass
-class Presence:
-    """The answers of one shard and hour in the shapes ``ledger.deep.grain`` reads."""
+class PerWindow:
+    """Per-window sums of one shard and hour: per label set (``labels``) a row of ``rows``, its
+    value in each window of the hour (0: nothing in that window)."""
 
-    answers: dict[str, list[dict]] = field(default_factory=dict)
+    labels: list[Labels] = field(default_factory=list)
+    rows: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+
+
+@dataclass
+class Presence:
+    """What one shard's hour adds up to, in the shapes ``ledger.deep.grain`` reads: per pod
+    series (``series``: its non-empty labels) each of ``SERIES_FIGURES`` summed over the hour's
+    windows (``figures``, a column per figure; NaN: no window added to it), per GPU identity the
+    windows with any of its series (``capacity``), and per window ``POD_SHARES``, ``POD_SEEN``
+    and ``HOSTS`` (``windows``; window ``i`` ends at ``first + i * step``)."""
+
+    series: list[Labels] = field(default_factory=list)
+    figures: np.ndarray = field(default_factory=lambda: np.zeros((0, len(q.SERIES_FIGURES))))
+    capacity: dict[Labels, float] = field(default_factory=dict)
+    windows: dict[str, PerWindow] = field(default_factory=dict)
+    first: float = 0.0
+    step: int = 60
     stats: IngestStats = field(default_factory=IngestStats)
+
+    def figure(self, name: str) -> dict[Labels, float]:
+        """One figure per pod series that has it."""
+        column = self.figures[:, q.SERIES_FIGURES.index(name)].tolist()
+        return {
+            labels: value
+            for labels, value in zip(self.series, column, strict=True)
+            if value == value  # noqa: PLR0124 (NaN: no such figure)
+        }
+
+    def points(self, name: str) -> dict[Labels, list[tuple[float, float]]]:
+        """One per-window answer: per label set its (window end, value) where it has one."""
+        found = self.windows.get(name, PerWindow())
+        return {
+            labels: [(self.first + i * self.step, float(row[i])) for i in np.flatnonzero(row)]
+            for labels, row in zip(found.labels, found.rows, strict=True)
+        }
 
 
 def _pick(metric: dict, names: tuple[str, ...]) -> Labels:
     """The non-empty labels of ``names`` (Prometheus drops empty labels from a grouping)."""
     return tuple((name, str(metric[name])) for name in names if metric.get(name))
-
-
-def _vector(values: dict[Labels, float], at: float) -> list[dict]:
-    return [
-        {"metric": dict(labels), "value": [at, repr(value)]} for labels, value in values.items()
-    ]
 
 
 @dataclass
@@ -116,13 +145,35 @@ def derive(
     ``answers``: the compacted range answers of ``DeepQueries.presence`` (``PRESENCE``) and of
     ``DeepQueries.metric_windows`` (by metric key), their series keyed by their values of
     ``labels``; ``first``, ``step``: the hour's first window end and the window; ``limits``: the
-    idle and "busy but not working" thresholds."""
+    idle and "busy but not working" thresholds. Every series is looked at once; the windows are
+    columns of arrays (series x windows)."""
     namespace, pod, _container = pod_labels
-    found = Presence()
+    found = Presence(first=first, step=step)
     empty = Windows()
     for answer in answers.values():
         found.stats.merge(answer.stats)
-    end = first + (3600 // step - 1) * step
+    count = 3600 // step
+    rows = answers.get(q.PRESENCE, empty).series
+    keys = list(rows)
+    present = _table(rows, keys, count)
+    present = present == present  # noqa: PLR0124 (NaN: no point in the window)
+    described = [
+        {name: value for name, value in zip(labels, key, strict=True) if value} for key in keys
+    ]
+    pods = np.fromiter((bool(metric.get(pod)) for metric in described), bool, len(keys))
+    live = present & pods[:, None]
+    # The pod series of each GPU in each window, and each pod series' share of its GPU.
+    gpu_groups, gpu_codes = _grouped(
+        [tuple(m.get(name) for name in q.GPU_LABELS) for m in described]
+    )
+    counts = _sum_rows(gpu_codes, len(gpu_groups), live)[gpu_codes]
+    shares = np.divide(1.0, counts, out=np.zeros(live.shape), where=live)
+    found.capacity = _totals([_pick(m, c.DCGM_IDENTITY_LABELS) for m in described], present)
+    found.windows[q.HOSTS] = _per_window(
+        [_pick(m, (*q.HOST_LABELS, c.LABEL_MODEL_NAME)) for m in described], present, any_of=True
+    )
+    with_pod = np.flatnonzero(pods)
+    pod_described = [described[i] for i in with_pod]
     share_labels = (
         namespace,
         pod,
@@ -130,119 +181,105 @@ def derive(
         c.LABEL_MODEL_NAME,
         c.LABEL_GPU_INSTANCE_PROFILE,
     )
-    seen_labels = (namespace, pod, c.LABEL_GPU_INSTANCE_PROFILE)
-    host_labels = (*q.HOST_LABELS, c.LABEL_MODEL_NAME)
-    metrics = [answers.get(key, empty).series for key in q.METRIC_KEYS]
-    count = 3600 // step
-    series = []
-    for key, row in answers.get(q.PRESENCE, empty).series.items():
-        metric = {name: value for name, value in zip(labels, key, strict=True) if value}
-        series.append((key, metric, [i for i, value in enumerate(row) if value == value]))
-    # The pod series of each GPU in each window.
-    per_gpu: dict[tuple, array] = {}
-    for _key, metric, positions in series:
-        if metric.get(pod):
-            gpu = tuple(metric.get(name) for name in q.GPU_LABELS)
-            counts = per_gpu.get(gpu)
-            if counts is None:
-                counts = per_gpu[gpu] = array("i", [0]) * count
-            for position in positions:
-                counts[position] += 1
-    figures: dict[str, dict[Labels, float]] = {name: {} for name in q.SERIES_FIGURES}
-    capacity: dict[Labels, set[int]] = defaultdict(set)
-    shares_of: dict[Labels, array] = {}
-    seen_of: dict[Labels, array] = {}
-    hosts_of: dict[Labels, array] = {}
-    nothing = array("d", [math.nan]) * count
-    for key, metric, positions in series:
-        capacity[_pick(metric, c.DCGM_IDENTITY_LABELS)].update(positions)
-        host = _pick(metric, host_labels)
-        present = hosts_of.get(host)
-        if present is None:
-            present = hosts_of[host] = array("d", [0.0]) * count
-        for position in positions:
-            present[position] = 1.0
-        if not metric.get(pod):
-            continue
-        counts = per_gpu[tuple(metric.get(name) for name in q.GPU_LABELS)]
-        share_key, seen_key = _pick(metric, share_labels), _pick(metric, seen_labels)
-        shares = shares_of.get(share_key)
-        if shares is None:
-            shares = shares_of[share_key] = array("d", [0.0]) * count
-        seen = seen_of.get(seen_key)
-        if seen is None:
-            seen = seen_of[seen_key] = array("d", [0.0]) * count
-        sm_row, gr_row, tensor_row, util_row = (by_key.get(key, nothing) for by_key in metrics)
-        sums = _sums(limits, positions, counts, shares, seen, sm_row, gr_row, tensor_row, util_row)
-        labelled = tuple(sorted(metric.items()))
-        for name, value in sums.items():
-            figures[name][labelled] = figures[name].get(labelled, 0.0) + value
-    found.answers = {name: _vector(values, end) for name, values in figures.items()}
-    found.answers[q.CAPACITY] = _vector(
-        {key: float(len(positions)) for key, positions in capacity.items()}, end
+    found.windows[q.POD_SHARES] = _per_window(
+        [_pick(m, share_labels) for m in pod_described], shares[with_pod]
     )
-    found.answers[q.POD_SHARES] = _rows(shares_of, first, step)
-    found.answers[q.POD_SEEN] = _rows(seen_of, first, step)
-    found.answers[q.HOSTS] = _rows(hosts_of, first, step)
+    found.windows[q.POD_SEEN] = _per_window(
+        [_pick(m, (namespace, pod, c.LABEL_GPU_INSTANCE_PROFILE)) for m in pod_described],
+        live[with_pod],
+    )
+    metrics = [
+        _table(answers.get(key, empty).series, keys, count)[with_pod] for key in q.METRIC_KEYS
+    ]
+    sums = _sums(limits, live[with_pod], counts[with_pod], shares[with_pod], *metrics)
+    found.series = [tuple(sorted(m.items())) for m in pod_described]
+    found.figures = sums
     return found
 
 
-def _rows(rows: dict[Labels, array], first: float, step: int) -> list[dict]:
-    """Per-window sums as a matrix answer (a window without any contribution has no point)."""
-    return [
-        {
-            "metric": dict(labels),
-            "values": [[first + i * step, repr(value)] for i, value in enumerate(row) if value],
-        }
-        for labels, row in rows.items()
-    ]
+def _table(
+    series: dict[tuple[str, ...], array], keys: list[tuple[str, ...]], count: int
+) -> np.ndarray:
+    """The rows of ``keys`` in ``series`` as a (series x windows) table; NaN where none."""
+    table = np.full((len(keys), count), math.nan)
+    for number, key in enumerate(keys):
+        row = series.get(key)
+        if row is not None:
+            table[number] = np.frombuffer(row, dtype=np.float64)
+    return table
+
+
+def _grouped(keys: list[Any]) -> tuple[list[Any], np.ndarray]:
+    """The distinct ``keys`` (in order of appearance) and each key's position among them."""
+    index: dict[Any, int] = {}
+    codes = np.fromiter((index.setdefault(key, len(index)) for key in keys), np.int64, len(keys))
+    return list(index), codes
+
+
+def _sum_rows(codes: np.ndarray, groups: int, rows: np.ndarray) -> np.ndarray:
+    found = np.zeros((groups, rows.shape[1]))
+    np.add.at(found, codes, rows)
+    return found
+
+
+def _per_window(labels: list[Labels], rows: np.ndarray, *, any_of: bool = False) -> PerWindow:
+    """``rows`` summed per distinct label set (``any_of``: 1 where any row is non-zero)."""
+    groups, codes = _grouped(labels)
+    summed = _sum_rows(codes, len(groups), rows)
+    return PerWindow(groups, (summed != 0).astype(np.float64) if any_of else summed)
+
+
+def _totals(labels: list[Labels], present: np.ndarray) -> dict[Labels, float]:
+    """Per distinct label set: the windows with any of its rows present."""
+    groups, codes = _grouped(labels)
+    windows = (_sum_rows(codes, len(groups), present) > 0).sum(axis=1)
+    return dict(zip(groups, windows.astype(np.float64).tolist(), strict=True))
 
 
 def _sums(
     limits: Thresholds,
-    positions: list[int],
-    counts: array,
-    shares: array,
-    seen: array,
-    sm_row: array,
-    gr_row: array,
-    tensor_row: array,
-    util_row: array,
-) -> dict[str, float]:
-    """One pod series' figures summed over its windows (``positions``), as
-    ``fleet.ingest.build_window`` counts them per window; adds its share of its GPU and its
-    presence to its pod's per-window ``shares`` and ``seen``. A figure no window added to is
-    left out (as Prometheus' sum over no point is no answer)."""
-    idle, busy_util, busy_sm = limits.idle, limits.busy_gpu_util, limits.busy_sm_active
-    sums: dict[str, float] = {}
-    for position in positions:
-        n = counts[position]
-        share = 1 / n
-        shares[position] += share
-        seen[position] += 1
-        sums["allocated"] = sums.get("allocated", 0.0) + share
-        if n > 1:
-            sums["shared"] = sums.get("shared", 0.0) + share
-        sm, gr = sm_row[position], gr_row[position]
-        activity = sm if sm == sm else gr
-        if activity == activity:
-            sums["telemetry"] = sums.get("telemetry", 0.0) + share
-            sums["active"] = sums.get("active", 0.0) + share * activity
-            if activity < idle:
-                sums["idle"] = sums.get("idle", 0.0) + share
-            if sm != sm:
-                sums["fallback"] = sums.get("fallback", 0.0) + share
-        tensor = tensor_row[position]
-        if tensor == tensor:
-            sums["tensor"] = sums.get("tensor", 0.0) + share * tensor
-            sums["tensor_covered"] = sums.get("tensor_covered", 0.0) + share
-        util = util_row[position]
-        if util == util:
-            sums["util"] = sums.get("util", 0.0) + share * util / 100
-            sums["util_covered"] = sums.get("util_covered", 0.0) + share
-            if sm == sm and util >= busy_util and sm < busy_sm:
-                sums["busy"] = sums.get("busy", 0.0) + share
-    return sums
+    live: np.ndarray,
+    counts: np.ndarray,
+    shares: np.ndarray,
+    sm: np.ndarray,
+    gr: np.ndarray,
+    tensor: np.ndarray,
+    util: np.ndarray,
+) -> np.ndarray:
+    """Per pod series (rows) each of ``SERIES_FIGURES`` summed over the windows it is present
+    in (``live``), as ``fleet.ingest.build_window`` counts them per window: its share of its GPU
+    (``1 / counts``), times a metric's average where one counts. NaN where no window added to a
+    figure (as Prometheus' sum over no point is no answer)."""
+    with np.errstate(invalid="ignore"):
+        activity = np.where(sm == sm, sm, gr)  # noqa: PLR0124
+        active = live & (activity == activity)  # noqa: PLR0124
+        tensor_ok = live & (tensor == tensor)  # noqa: PLR0124
+        util_ok = live & (util == util)  # noqa: PLR0124
+        parts = {
+            "allocated": (live, shares),
+            "shared": (live & (counts > 1), shares),
+            "telemetry": (active, shares),
+            "active": (active, shares * activity),
+            "idle": (active & (activity < limits.idle), shares),
+            "fallback": (active & (sm != sm), shares),  # noqa: PLR0124
+            "tensor": (tensor_ok, shares * tensor),
+            "tensor_covered": (tensor_ok, shares),
+            "util": (util_ok, shares * util / 100),
+            "util_covered": (util_ok, shares),
+            "busy": (
+                util_ok
+                & (sm == sm)
+                & (util >= limits.busy_gpu_util)
+                & (sm < limits.busy_sm_active),  # noqa: PLR0124
+                shares,
+            ),
+        }
+        found = np.full((live.shape[0], len(q.SERIES_FIGURES)), math.nan)
+        for column, name in enumerate(q.SERIES_FIGURES):
+            mask, weights = parts[name]
+            totals = np.where(mask, weights, 0.0).sum(axis=1)
+            found[:, column] = np.where(mask.any(axis=1), totals, math.nan)
+    return found
 
 
 # The metrics of ``DeepQueries.samples`` by ``__name__``, and the per-window answer each gives
@@ -328,11 +365,13 @@ def bin_columns(
     offset = times_ms - round((first - step) * 1000) - 1
     window = offset // (step * 1000)
     inside = (offset >= 0) & (window < count)
+    wanted_sample = groups[item_of] >= 0
     if not inside.all():
-        outside = ~inside & (groups[item_of] >= 0)
+        outside = ~inside & wanted_sample
         stats.skip("matrix_point_outside_the_hour", int(outside.sum()))
-    inside &= groups[item_of] >= 0
-    item_of, window, values = item_of[inside], window[inside], values[inside]
+    inside &= wanted_sample
+    if not inside.all():
+        item_of, window, values = item_of[inside], window[inside], values[inside]
     shape = (len(series_labels), count)
     cells = item_of * count + window
     samples = np.bincount(cells, minlength=shape[0] * count).reshape(shape)
@@ -341,9 +380,13 @@ def bin_columns(
         return np.bincount(cells, weights=flags, minlength=shape[0] * count).reshape(shape) > 0
 
     finite = np.isfinite(values)
-    sums = np.bincount(cells, weights=np.where(finite, values, 0.0), minlength=shape[0] * count)
-    nan = flagged(np.isnan(values))
-    high, low = flagged(values == math.inf), flagged(values == -math.inf)
+    if finite.all():  # the usual case: no NaN or infinite sample
+        sums = np.bincount(cells, weights=values, minlength=shape[0] * count)
+        nan = high = low = np.zeros(shape, dtype=bool)
+    else:
+        sums = np.bincount(cells, weights=np.where(finite, values, 0.0), minlength=shape[0] * count)
+        nan = flagged(np.isnan(values))
+        high, low = flagged(values == math.inf), flagged(values == -math.inf)
     with np.errstate(invalid="ignore", divide="ignore"):
         averages = sums.reshape(shape) / samples
     # Per stored series and window: a finite average, +Inf (wins any max: no answer), or neither.

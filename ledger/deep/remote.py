@@ -10,6 +10,7 @@ of each series are decoded with numpy from their wire bytes, not one Python obje
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,13 +67,16 @@ def _messages() -> dict[str, Any]:
     message("ReadRequest", ("queries", 1, nested, many, "Query"))
     message("QueryResult", ("timeseries", 1, nested, many, "TimeSeries"))
     message("ReadResponse", ("results", 1, nested, many, "QueryResult"))
+    # The label records of each series, cut out of a ReadResponse (``read_response``).
+    message("LabelSet", ("labels", 1, nested, many, "Label"))
+    message("LabelSets", ("series", 1, nested, many, "LabelSet"))
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     return {
         name: message_factory.GetMessageClass(
             pool.FindMessageTypeByName(f"gpuledger_prompb.{name}")
         )
-        for name in ("ReadRequest", "ReadResponse")
+        for name in ("ReadRequest", "ReadResponse", "LabelSets")
     }
 
 
@@ -101,21 +105,26 @@ class Columns:
 
 
 def read_response(answer: bytes) -> Columns:
-    """The series and samples of a compressed ``ReadResponse`` (staleness markers dropped)."""
-    try:
-        response = _MESSAGES["ReadResponse"].FromString(
-            bytes(cramjam.snappy.decompress_raw(answer))
-        )
-    except Exception as exc:  # noqa: BLE001 (cramjam and protobuf raise their own types)
-        raise RemoteReadError(f"remote read answer cannot be decoded: {exc}") from exc
+    """The series and samples of a compressed ``ReadResponse`` (staleness markers dropped).
+
+    Read from the wire bytes with numpy: the series are walked record by record, all series
+    at once, so no Python object is made per sample; the label records are parsed by protobuf,
+    every series' at once."""
+    raw = _decompress(answer)
+    spans = _series_spans(raw)
+    # Padded (``_decompress``): a gather a few bytes past a record's end stays in the buffer.
+    data = np.frombuffer(raw, dtype=np.uint8)
     found = Columns()
-    encoded: list[bytes] = []
-    for result in response.results:
-        for series in result.timeseries:
-            found.labels.append({label.name: label.value for label in series.labels})
-            found.lengths.append(len(series.samples))
-            encoded.extend(series.samples)
-    times, values = _decode(encoded)
+    parts: list[tuple[np.ndarray, np.ndarray]] = []
+    # A few thousand series at a time: the arrays stay small (in cache, their memory reused).
+    for first in range(0, len(spans[0]), _SERIES_PER_STEP):
+        starts, ends = (side[first : first + _SERIES_PER_STEP] for side in spans)
+        samples, labels = _records(data, starts, ends)
+        found.labels.extend(_labels(raw, len(starts), *labels))
+        found.lengths.extend(np.bincount(samples[0], minlength=len(starts)).tolist())
+        parts.append(_decode(data, samples[1], samples[2]))
+    times = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, np.int64)
+    values = np.concatenate([part[1] for part in parts]) if parts else np.zeros(0)
     stale = values.view(np.uint64) == STALE_NAN
     if stale.any():
         keep = ~stale
@@ -126,36 +135,221 @@ def read_response(answer: bytes) -> Columns:
     return found
 
 
-def _decode(encoded: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """Timestamps (ms) and values of ``Sample`` messages given as their wire bytes: an optional
-    ``value`` (tag 0x09, 8 bytes) then an optional ``timestamp`` (tag 0x10, a varint); proto3
-    leaves a zero out."""
-    count = len(encoded)
+# Series decoded together (``read_response``).
+_SERIES_PER_STEP = 2048
+# Bytes past the end of the decompressed answer, so fixed-size gathers never leave the buffer.
+_PADDING = 32
+
+
+def _decompress(answer: bytes) -> bytearray:
+    """The snappy block ``answer`` decompressed into a buffer ``_PADDING`` bytes longer."""
+    try:
+        size = cramjam.snappy.decompress_raw_len(answer)
+        # A snappy block expands at most ~22 times: a larger stated length is not one.
+        if size > 32 * len(answer) + 64:
+            raise RemoteReadError("remote read answer: not a snappy block")
+        raw = bytearray(size + _PADDING)
+        written = cramjam.snappy.decompress_raw_into(answer, memoryview(raw)[:size])
+    except RemoteReadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (cramjam raises its own types)
+        raise RemoteReadError(f"remote read answer cannot be decoded: {exc}") from exc
+    if written != size:
+        raise RemoteReadError("remote read answer: shorter than its stated length")
+    return raw
+
+
+def _varint(raw: bytearray, at: int, end: int) -> tuple[int, int]:
+    """The varint at ``raw[at]`` and the position after it."""
+    number, shift = 0, 0
+    while at < end and shift < 64:
+        byte = raw[at]
+        number |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return number, at
+        shift += 7
+    raise RemoteReadError("remote read answer: a varint runs past its message")
+
+
+def _fields(raw: bytearray, at: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(field number, start, end) of the length-delimited fields of the message ``raw[at:end]``;
+    other fields are stepped over."""
+    while at < end:
+        tag, at = _varint(raw, at, end)
+        kind = tag & 7
+        if kind == 2:
+            size, at = _varint(raw, at, end)
+            if at + size > end:
+                raise RemoteReadError("remote read answer: a field runs past its message")
+            yield tag >> 3, at, at + size
+            at += size
+        elif kind == 0:
+            at = _varint(raw, at, end)[1]
+        elif kind in (1, 5):
+            at += 8 if kind == 1 else 4
+        else:
+            raise RemoteReadError(f"remote read answer: wire type {kind} is not read")
+    if at != end:
+        raise RemoteReadError("remote read answer: a field runs past its message")
+
+
+def _series_spans(raw: bytearray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each ``TimeSeries`` of ``ReadResponse.results[].timeseries`` starts and ends."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for number, at, end in _fields(raw, 0, len(raw) - _PADDING):
+        if number != 1:
+            continue
+        for inner, first, last in _fields(raw, at, end):
+            if inner == 1:
+                starts.append(first)
+                ends.append(last)
+    return np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+
+
+def _vector_varint(
+    data: np.ndarray, at: np.ndarray, wanted: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The varints at positions ``at`` (all at once; only where ``wanted``, 0 elsewhere) and
+    their sizes in bytes."""
+    number = np.zeros(len(at), dtype=np.uint64)
+    size = np.zeros(len(at), dtype=np.int64)
+    going = np.ones(len(at), dtype=bool) if wanted is None else wanted.copy()
+    for byte in range(10):
+        if not going.any():
+            return number.view(np.int64), size
+        part = data[at + byte].astype(np.uint64)
+        number |= np.where(going, part & np.uint64(0x7F), 0) << np.uint64(7 * byte)
+        size += going
+        going &= part >= 0x80
+    raise RemoteReadError("remote read answer: a varint is longer than 10 bytes")
+
+
+def _records(
+    data: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The length-delimited records of every series (``TimeSeries`` fields), walked for all
+    series together, a record each per step (a step per record of the longest series):
+    ``(series, where each sample's body starts, where it ends)`` and ``(series, where each label
+    record starts, where it ends)``, series after series. Other fields (exemplars, histograms)
+    are stepped over."""
+    samples: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    labels: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    going = starts < ends
+    series = np.flatnonzero(going).astype(np.int64)
+    at, end = starts[going], ends[going]
+    while len(series):
+        tags = data[at]
+        if ((tags >= 0x80) | ((tags & 7) != 2)).any():
+            raise RemoteReadError("remote read answer: a series field is not a message")
+        size = data[at + 1].astype(np.int64)
+        if (size >= 0x80).any():  # a body of 128 bytes or more (a sample's is at most 20)
+            size, width = _vector_varint(data, at + 1)
+            bodies = at + 1 + width
+        else:
+            bodies = at + 2
+        stops = bodies + size
+        if (stops > end).any() or (size < 0).any():
+            raise RemoteReadError("remote read answer: a series field runs past its series")
+        sample, label = tags == 0x12, tags == 0x0A
+        samples.append((series[sample], bodies[sample], stops[sample]))
+        if label.any():
+            labels.append((series[label], at[label], stops[label]))
+        going = stops < end
+        series, at, end = series[going], stops[going], end[going]
+    return _in_series_order(samples), _in_series_order(labels)
+
+
+def _in_series_order(
+    steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Records found step after step (each step in series order), series after series: the
+    series of each record and its two position columns."""
+    if not steps:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    series = np.concatenate([step[0] for step in steps])
+    # A stable sort by series keeps each series' records in step order.
+    order = np.argsort(series, kind="stable")
+    first = np.concatenate([step[1] for step in steps])[order]
+    second = np.concatenate([step[2] for step in steps])[order]
+    return series[order], first, second
+
+
+def _labels(
+    raw: bytearray, count: int, owners: np.ndarray, heads: np.ndarray, stops: np.ndarray
+) -> list[dict[str, str]]:
+    """Each series' labels: its label records (tag 1) cut out, as one ``LabelSets`` message."""
+    # Runs of adjacent label records of one series (usually one run a series, its first bytes).
+    new_run = np.ones(len(heads), dtype=bool)
+    new_run[1:] = (owners[1:] != owners[:-1]) | (heads[1:] != stops[:-1])
+    firsts = np.flatnonzero(new_run)
+    lasts = np.append(firsts[1:], len(heads))[: len(firsts)] - 1
+    run_owner = owners[firsts].tolist()
+    run_start, run_stop = heads[firsts].tolist(), stops[lasts].tolist()
+    per_series = np.bincount(owners, weights=stops - heads, minlength=count).astype(np.int64)
+    parts: list[bytes | bytearray] = []
+    run = 0
+    for number, size in enumerate(per_series.tolist()):
+        parts.append(b"\x0a" + _encode_varint(size))
+        while run < len(run_owner) and run_owner[run] == number:
+            parts.append(raw[run_start[run] : run_stop[run]])
+            run += 1
+    try:
+        sets = _MESSAGES["LabelSets"].FromString(b"".join(parts))
+    except Exception as exc:  # noqa: BLE001 (protobuf raises its own types)
+        raise RemoteReadError(f"remote read answer: labels cannot be decoded: {exc}") from exc
+    return [{label.name: label.value for label in one.labels} for one in sets.series]
+
+
+def _encode_varint(number: int) -> bytes:
+    found = bytearray()
+    while True:
+        byte, number = number & 0x7F, number >> 7
+        found.append(byte | (0x80 if number else 0))
+        if not number:
+            return bytes(found)
+
+
+def _decode(
+    data: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Timestamps (ms) and values of the ``Sample`` messages ``data[starts[i]:ends[i]]``: an
+    optional ``value`` (tag 0x09, 8 bytes) then an optional ``timestamp`` (tag 0x10, a varint);
+    proto3 leaves a zero out."""
+    count = len(starts)
     if not count:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
-    lengths = np.fromiter(map(len, encoded), np.int64, count)
-    data = np.frombuffer(b"".join(encoded) + bytes(16), dtype=np.uint8)
-    starts = np.zeros(count, dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    ends = starts + lengths
-    has_value = (lengths > 0) & (data[starts] == 0x09)
-    values = np.zeros(count)
-    where = starts[has_value]
-    if len(where):
-        raw = data[where[:, None] + np.arange(1, 9)].copy()
-        values[has_value] = raw.view("<f8").ravel()
+    has_value = (ends > starts) & (data[starts] == 0x09)
+    if (has_value & (ends - starts < 9)).any():
+        raise RemoteReadError("remote read answer: a sample's value is cut short")
+    rows = np.lib.stride_tricks.sliding_window_view(data, 11)
+    values = rows[starts + 1, :8].copy().view("<f8").ravel()
+    values[~has_value] = 0.0
     at = starts + np.where(has_value, 9, 0)
     has_time = at < ends
     if (has_time & (data[at] != 0x10)).any():
         raise RemoteReadError("remote read answer: a sample is not (value, timestamp)")
-    size = ends - at - 1  # the varint's bytes
+    size = ends - at - 1  # the varint's bytes: the timestamp is the sample's last field
     if (has_time & ((size < 1) | (size > 10))).any():
         raise RemoteReadError("remote read answer: a sample's timestamp is not a varint")
+    size[~has_time] = 0
+    block = rows[at + 1, :10]
+    # Accumulated in place, a byte of every varint per step (no new array per step).
     times = np.zeros(count, dtype=np.uint64)
-    for byte in range(10):
-        inside = has_time & (byte < size)
-        if not inside.any():
-            break
-        part = data[at[inside] + 1 + byte].astype(np.uint64) & np.uint64(0x7F)
-        times[inside] |= part << np.uint64(7 * byte)
+    part = np.empty(count, dtype=np.uint64)
+    inside = np.empty(count, dtype=bool)
+    flagged = np.empty(count, dtype=bool)
+    for byte in range(int(size.max(initial=0))):
+        column = block[:, byte]
+        np.greater(size, byte, out=inside)
+        # Every byte but the varint's last has the continuation bit, the last has not.
+        np.greater_equal(column, 0x80, out=flagged)
+        if (inside & (flagged != (size - 1 > byte))).any():
+            raise RemoteReadError("remote read answer: a sample's timestamp is not a varint")
+        np.bitwise_and(column, 0x7F, out=part, casting="unsafe")
+        part *= inside
+        np.left_shift(part, np.uint64(7 * byte), out=part)
+        times |= part
     return times.view(np.int64), values

@@ -11,10 +11,12 @@ their node as per-window rows do.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import math
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
+
+import numpy as np
 
 from core.timewindows import Window
 from fleet.ingest import PodOwner, UsageRow, WindowBatch
@@ -134,26 +136,54 @@ def scope_rows(
 ) -> dict[str, list[dict[str, Any]]]:
     """Every scope's usage rows of the hour."""
     keys = _keys(cluster, _cohorts(cluster))
+    flavors: dict[tuple[str, str], str] = {}
 
     def flavor_of(node: str, host: str) -> str:
-        info = nodes.get(node) or nodes.get(host)
-        return info.flavor if info else ""
+        flavor = flavors.get((node, host))
+        if flavor is None:
+            info = nodes.get(node) or nodes.get(host)
+            flavor = flavors[(node, host)] = info.flavor if info else ""
+        return flavor
 
+    pieces = _merged(grain.pieces)
+    held, hosts = grain.held.columns(), grain.hosts.columns()
+    windows = max(len(grain.slots), 1)
     return {
-        scope: _one_scope(scope, key_of, grain, owners, flavor_of) for scope, key_of in keys.items()
+        scope: _one_scope(scope, key_of, pieces, (grain, held, hosts, windows), owners, flavor_of)
+        for scope, key_of in keys.items()
     }
+
+
+def _merged(pieces: list[Piece]) -> list[Piece]:
+    """The pieces, those of one (namespace, pod, node, host, model, allocated) added up: every
+    scope groups them alike."""
+    merged: dict[tuple[str, str, str, str, str, bool], Piece] = {}
+    for piece in pieces:
+        key = (
+            piece.namespace, piece.pod, piece.node_name, piece.host, piece.model, piece.allocated
+        )  # fmt: skip
+        found = merged.get(key)
+        if found is None:
+            merged[key] = found = Piece(*key)
+        for figure, value in piece.figures.items():
+            found.figures[figure] += value
+    return list(merged.values())
+
+
+Columns3 = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def _one_scope(
     scope: str,
     key_of: Callable[[str, str, Owner], Any],
-    grain: Grain,
+    pieces: list[Piece],
+    windowed: tuple[Grain, Columns3, Columns3, int],
     owners: Mapping[PodKey, Owner],
     flavor_of: Callable[[str, str], str],
 ) -> list[dict[str, Any]]:
+    grain, held, hosts, count = windowed
     rows: dict[tuple[Any, str, str], dict[str, Any]] = {}
-    peaks: dict[tuple[Any, str, str], dict[float, float]] = defaultdict(lambda: defaultdict(float))
-    windows: dict[tuple[Any, str, str], set[float]] = defaultdict(set)
+    allocated_only = scope in ALLOCATED_ONLY
 
     def identity(namespace: str, pod: str, node: str, host: str, model: str) -> tuple:
         flavor = flavor_of(node, host)
@@ -165,25 +195,51 @@ def _one_scope(
         )
         return (key, flavor, model), owner
 
-    for piece in grain.pieces:
-        if scope in ALLOCATED_ONLY and not piece.allocated:
+    for piece in pieces:
+        if allocated_only and not piece.allocated:
             continue
         ident, owner = identity(
             piece.namespace, piece.pod, piece.node_name, piece.host, piece.model
         )
         _add(rows, ident, piece, owner, scope)
-    for ts, held in grain.held.items():
-        for (namespace, pod, node, model), gpus in held.items():
-            ident, _owner = identity(namespace, pod, node, node, model)
-            peaks[ident][ts] += gpus
-            windows[ident].add(ts)
-    if scope not in ALLOCATED_ONLY:
-        for ts, hosts in grain.hosts.items():
-            for host, model in hosts:
-                windows[identity("", "", host, host, model)[0]].add(ts)
+    # Per window: the GPUs held by each group's pods (its peak), and the windows it has any
+    # holding in (or, outside the allocated-only scopes, a host with DCGM series).
+    numbers: dict[tuple, int] = {}
+    held_numbers = np.fromiter(
+        (
+            numbers.setdefault(identity(ns, pod, node, node, model)[0], len(numbers))
+            for ns, pod, node, model in grain.held.keys
+        ),
+        np.int64,
+        len(grain.held.keys),
+    )
+    host_numbers = np.fromiter(
+        (
+            numbers.setdefault(identity("", "", host, host, model)[0], len(numbers))
+            for host, model in grain.hosts.keys
+        ),
+        np.int64,
+        len(grain.hosts.keys),
+    )
+    size = len(numbers) * count
+    cells = held_numbers[held[0]] * count + held[1]
+    sums = np.bincount(cells, weights=held[2], minlength=size).reshape(-1, count)
+    holding = np.bincount(cells, minlength=size).reshape(-1, count) > 0
+    peaks = np.where(holding, sums, -math.inf).max(axis=1, initial=-math.inf)
+    windows = holding
+    if not allocated_only:
+        host_cells = host_numbers[hosts[0]] * count + hosts[1]
+        windows = windows | (np.bincount(host_cells, minlength=size).reshape(-1, count) > 0)
+    counted = windows.sum(axis=1)
     for ident, row in rows.items():
-        row["peak_allocated_gpus"] = max(peaks[ident].values(), default=0.0)
-        row["windows"] = len(windows[ident])
+        number = numbers.get(ident)
+        if number is None:
+            row["peak_allocated_gpus"] = 0.0
+            row["windows"] = 0
+        else:
+            peak = float(peaks[number])
+            row["peak_allocated_gpus"] = peak if peak > -math.inf else 0.0
+            row["windows"] = int(counted[number])
     return list(rows.values())
 
 

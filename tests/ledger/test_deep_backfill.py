@@ -21,11 +21,12 @@ import cramjam
 import pytest
 import time_machine
 from django.core.management import call_command
+from django.db import connection, transaction
 
 from fleet.models import Cluster
 from fleet.prometheus import PrometheusError
 from ledger.choices import RollupScope
-from ledger.deep import DeepBackfill, presence, remote, shards_for
+from ledger.deep import DeepBackfill, presence, remote, shards_for, workers
 from ledger.deep.grain import GrainBuilder
 from ledger.deep.queries import DeepQueries, shard_matchers
 from ledger.models import GpuUsage, HourlyRollup, RollupHour
@@ -122,6 +123,38 @@ def test_sharded_queries_give_the_same_rows(alpha_prometheus):
     assert_same(rollups(cluster), windows)
 
 
+def test_hours_dealt_to_two_processes_give_the_rows_of_one(alpha_prometheus):
+    one, one_result = deep(alpha_prometheus.url, "one process", workers=1)
+    two, two_result = deep(alpha_prometheus.url, "two processes", workers=2)
+
+    # On PostgreSQL the two hours really go to two forked processes; SQLite keeps one.
+    assert workers.usable(2, 2) == (1 if connection.vendor == "sqlite" else 2)
+    assert one_result.hours == two_result.hours == [START, START + timedelta(hours=1)]
+    assert two_result.rows_written == one_result.rows_written > 0
+    assert rollups(two) == rollups(one)
+    marks = RollupHour.objects.filter(cluster=two).values_list("hour", "usage_pruned")
+    assert sorted(marks) == [(START, True), (START + timedelta(hours=1), True)]
+    # Run again: every hour is there, nothing is written twice.
+    again = DeepBackfill(two, window_seconds=WINDOW_SECONDS, workers=2).run(START, END)
+    assert (again.hours, again.hours_skipped) == ([], 2)
+    assert rollups(two) == rollups(one)
+
+
+def test_worker_processes_only_where_they_can_write_and_see_the_data(monkeypatch):
+    forks = 1 if connection.vendor == "sqlite" else 3
+    assert workers.usable(4, 3) == forks  # at most one process per hour
+    assert workers.usable(4, 1) == 1
+    assert workers.usable(1, 10) == 1
+    # A Celery prefork child is daemonic: it may not start processes.
+    daemonic = type("Daemonic", (), {"daemon": True})()
+    monkeypatch.setattr(workers.multiprocessing, "current_process", lambda: daemonic)
+    assert workers.usable(4, 3) == 1
+    monkeypatch.undo()
+    # Inside a transaction, forked processes would not see its data.
+    with transaction.atomic():
+        assert workers.usable(4, 3) == 1
+
+
 def test_shards_cover_every_uuid_once():
     uuids = ["GPU-0a", "GPU-ff", "GPU-9", "GPU-zz", "MIG-x_", "GPU-E", "GPU-"]
     for shards in (1, 2, 4, 8, 16):
@@ -138,7 +171,9 @@ def test_shards_cover_every_uuid_once():
         for value in uuids:
             hits = 0
             for matcher in shard_matchers(shards):
-                label, op, pattern = re.match(r'(\w+)(=~|!~)"(.*)"', matcher).groups()
+                parts = re.match(r'(\w+)(=~|!~)"(.*)"', matcher)
+                assert parts is not None
+                label, op, pattern = parts.groups()
                 matched = re.fullmatch(pattern, value) is not None
                 hits += matched if op == "=~" else not matched
             assert hits == 1, (shards, value)
@@ -254,27 +289,46 @@ def test_a_failing_prometheus_leaves_no_hour_half_written_and_a_rerun_finishes(
 
 
 def test_malformed_items_are_skipped_and_counted_and_the_rest_kept():
-    builder = GrainBuilder("exported", 60)
+    queries = DeepQueries(
+        "exported", 60, Thresholds(idle=0.1, busy_gpu_util=50.0, busy_sm_active=0.2)
+    )
+    first = 3660.0
+    ends = [first + 60 * i for i in range(60)]
     gpu = {"UUID": "GPU-1", "Hostname": "n1", "modelName": "H100"}
     pod = {"exported_namespace": "team-a", "exported_pod": "p-0"}
     mig = {"UUID": "GPU-2", "Hostname": "n1", "GPU_I_ID": "1", "GPU_I_PROFILE": "3g.40gb"}
-    builder.add_series(
+    raw: dict[str, list[Any]] = {
+        "presence": [
+            {"metric": gpu | pod, "values": [[ts, "1"] for ts in ends[:30]]},  # 30 windows
+            {"metric": mig | pod, "values": [[ts, "1"] for ts in ends]},  # 60 windows of 3/7
+            {"metric": {"Hostname": "n1"} | pod, "values": [[ts, "1"] for ts in ends]},  # no UUID
+            # No namespace.
+            {"metric": gpu | {"UUID": "GPU-3", "exported_pod": "p-1"}, "values": [[first, "1"]]},
+            "not an item",
+            {"metric": gpu | {"UUID": "GPU-4"}, "values": "z"},
+        ],
+        "sm_active": [{"metric": gpu | pod, "values": [[first, "NaN"]]}],
+    }
+    found = presence.derive(
         {
-            "allocated": [
-                {"metric": gpu | pod, "value": [0, "30"]},  # 30 windows of one GPU
-                {"metric": mig | pod, "value": [0, "60"]},  # 60 windows of 3/7 of one
-                {"metric": {"Hostname": "n1"} | pod, "value": [0, "60"]},  # no UUID
-                {"metric": gpu | {"exported_pod": "p-1"}, "value": [0, "60"]},  # no namespace
-                "not an item",
-                {"metric": gpu | {"exported_namespace": "x", "exported_pod": "y"}, "value": "z"},
-            ],
-            "active": [{"metric": gpu | pod, "value": [0, "NaN"]}],
-        }
+            name: presence.compact(items, queries.by_labels, first, 60)
+            for name, items in raw.items()
+        },
+        queries.by_labels,
+        queries.pod_labels,
+        first,
+        60,
+        queries.limits,
     )
+    builder = GrainBuilder("exported", 60)
+    builder.grain.stats.merge(found.stats)
+    builder.add_series(found)
     stats = builder.grain.stats
-    assert stats.skip_reasons["missing_uuid"] == 1
+    # The series without UUID is skipped as a pod series and as a GPU (capacity).
+    assert stats.skip_reasons["missing_uuid"] == 2
     assert stats.skip_reasons["pod_without_namespace"] == 1
-    assert stats.skipped >= 4 and stats.nonfinite_skipped == 1
+    assert stats.skip_reasons["malformed_matrix_item"] == 2
+    assert stats.skipped >= 5 and stats.nonfinite_skipped == 1
     figures = sorted(
         piece.figures["allocated_gpu_hours"] for piece in builder.grain.pieces if piece.pod
     )
@@ -336,9 +390,7 @@ def test_per_window_answers_summed_by_hand_time_slicing_and_bad_points():
     )
 
     def by_pod(name: str) -> dict[str, float]:
-        return {
-            item["metric"]["exported_pod"]: float(item["value"][1]) for item in found.answers[name]
-        }
+        return {dict(labels)["exported_pod"]: value for labels, value in found.figure(name).items()}
 
     # a: 30 windows at 1/2 + 30 alone; b: 30 windows at 1/2.
     assert by_pod("allocated") == pytest.approx({"a": 45.0, "b": 15.0})
@@ -347,7 +399,7 @@ def test_per_window_answers_summed_by_hand_time_slicing_and_bad_points():
     assert by_pod("telemetry") == pytest.approx({"a": 44.0, "b": 15.0})
     assert by_pod("active") == pytest.approx({"a": 30 * 0.5 * 0.5 + 29 * 0.5, "b": 15 * 0.05})
     assert by_pod("idle") == pytest.approx({"b": 15.0})  # 0.05 < 0.1
-    assert [float(item["value"][1]) for item in found.answers["capacity"]] == [60.0]
+    assert list(found.capacity.values()) == [60.0]
     stats = found.stats
     assert stats.skip_reasons["matrix_point_outside_the_hour"] == 1
     assert stats.skip_reasons["malformed_matrix_point"] == 1
@@ -355,6 +407,8 @@ def test_per_window_answers_summed_by_hand_time_slicing_and_bad_points():
     assert stats.nonfinite_skipped == 1
     # Per window, pod a held half of GPU-1 while b was there, then all of it.
     shares = {
-        item["metric"]["exported_pod"]: item["values"] for item in found.answers["pod_shares"]
+        dict(labels)["exported_pod"]: points
+        for labels, points in found.points("pod_shares").items()
     }
-    assert [float(v) for _ts, v in shares["a"]] == [0.5] * 30 + [1.0] * 30
+    assert [v for _ts, v in shares["a"]] == [0.5] * 30 + [1.0] * 30
+    assert [ts for ts, _v in shares["b"]] == ends[:30]

@@ -64,9 +64,65 @@ def test_the_remote_read_answer_is_decoded_and_staleness_markers_dropped():
     assert math.isnan(found.values[2])
 
 
+def field(number: int, body: bytes) -> bytes:
+    return varint(number << 3 | 2) + varint(len(body)) + body
+
+
+def label(name: str, value: str) -> bytes:
+    return field(1, field(1, name.encode()) + field(2, value.encode()))
+
+
+@pytest.mark.parametrize("series_per_step", [1, 2, 2048])
+def test_series_read_from_the_wire_in_any_field_order_long_labels_and_other_fields(
+    series_per_step: int, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(remote, "_SERIES_PER_STEP", series_per_step)
+    long_value = "x" * 300  # a label record longer than 127 bytes: a two-byte length
+    first = (
+        field(2, sample(1.5, 7_230_000))
+        + label("__name__", "DCGM_FI_DEV_GPU_UTIL")
+        + field(3, b"\x0a\x00")  # an exemplar: not read
+        + field(2, sample(2.5, 7_240_000))
+        + label("pod", long_value)
+    )
+    empty = b""  # a series without labels or samples
+    third = label("__name__", "DCGM_FI_DEV_FB_USED") + field(2, sample(0.0, 0))
+    result = field(1, first) + field(1, empty) + field(1, third)
+    answer = bytes(cramjam.snappy.compress_raw(field(1, result)))
+
+    found = remote.read_response(answer)
+
+    assert found.labels == [
+        {"__name__": "DCGM_FI_DEV_GPU_UTIL", "pod": long_value},
+        {},
+        {"__name__": "DCGM_FI_DEV_FB_USED"},
+    ]
+    assert found.lengths == [2, 0, 1]
+    assert found.times_ms.tolist() == [7_230_000, 7_240_000, 0]
+    assert found.values.tolist() == [1.5, 2.5, 0.0]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        field(1, field(1, field(2, b"\x09\x00\x00"))),  # a value cut short
+        field(1, field(1, field(2, b"\x10\xff\xff"))),  # a timestamp cut short
+        field(1, field(1, b"\x12\x05\x09")),  # a sample running past its series
+        field(1, field(1, b"\x08\x01")),  # a series field that is not a message
+        field(1, b"\x0a\x09\x00"),  # a series running past its result
+    ],
+)
+def test_a_malformed_remote_read_answer_is_an_error(body: bytes):
+    with pytest.raises(remote.RemoteReadError):
+        remote.read_response(bytes(cramjam.snappy.compress_raw(body)))
+
+
 def test_an_answer_that_is_not_a_remote_read_answer_is_an_error():
     with pytest.raises(remote.RemoteReadError):
         remote.read_response(b'{"status": "success"}')
+    # A snappy header stating a gigabyte for a few bytes: refused before anything is allocated.
+    with pytest.raises(remote.RemoteReadError):
+        remote.read_response(varint(10**9) + b"\x00\x01")
 
 
 def test_samples_binned_into_windows_as_prometheus_answers_them():
