@@ -504,11 +504,11 @@ GPULEDGER_USAGE_RETENTION_DAYS = env_int("GPULEDGER_USAGE_RETENTION_DAYS", 14, m
 GPULEDGER_ROLLUP_RETENTION_DAYS = env_int("GPULEDGER_ROLLUP_RETENTION_DAYS", 400, minimum=1)
 # Deep backfill (hours older than the usage retention, straight into hourly rollups): Prometheus
 # queries in flight at once (per process), GPU series per query (more are split by GPU UUID into
-# shards), and processes the hours are dealt to (ledger/deep/workers.py; default: one per CPU).
+# shards), and processes the hours are dealt to (ledger/deep/workers.py). One process already keeps
+# two cores busy (its decoding threads and Prometheus): two on the 2-core bench machine were no
+# faster and cost 4-33 % more CPU (bench/RESULTS.md), so more are for machines with more cores.
 GPULEDGER_DEEP_BACKFILL_CONCURRENCY = env_int("GPULEDGER_DEEP_BACKFILL_CONCURRENCY", 4, minimum=1)
-GPULEDGER_DEEP_BACKFILL_WORKERS = env_int(
-    "GPULEDGER_DEEP_BACKFILL_WORKERS", os.cpu_count() or 1, minimum=1
-)
+GPULEDGER_DEEP_BACKFILL_WORKERS = env_int("GPULEDGER_DEEP_BACKFILL_WORKERS", 1, minimum=1)
 GPULEDGER_DEEP_BACKFILL_SERIES_PER_QUERY = env_int(
     "GPULEDGER_DEEP_BACKFILL_SERIES_PER_QUERY", 10_000, minimum=1
 )
