@@ -10,13 +10,11 @@ PROBE = "import config.settings as s; print(s.GPULEDGER_TEAM_VISIBILITY)"
 
 
 def run(**env: str):
-    return load_settings(SECRET_KEY=REAL_KEY, **env)
+    return load_settings(PROBE, SECRET_KEY=REAL_KEY, **env)
 
 
 def test_team_visibility_defaults_to_private(monkeypatch):
     monkeypatch.delenv("GPULEDGER_TEAM_VISIBILITY", raising=False)
-    monkeypatch.setattr("tests.config.test_settings.PROBE", PROBE)
-
     result = run()
 
     assert result.returncode == 0, result.stderr
@@ -24,18 +22,14 @@ def test_team_visibility_defaults_to_private(monkeypatch):
 
 
 @pytest.mark.parametrize("raw", ["public", " Public "])
-def test_team_visibility_can_be_public(monkeypatch, raw):
-    monkeypatch.setattr("tests.config.test_settings.PROBE", PROBE)
-
+def test_team_visibility_can_be_public(raw):
     result = run(GPULEDGER_TEAM_VISIBILITY=raw)
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "public"
 
 
-def test_an_unknown_team_visibility_is_refused(monkeypatch):
-    monkeypatch.setattr("tests.config.test_settings.PROBE", PROBE)
-
+def test_an_unknown_team_visibility_is_refused():
     result = run(GPULEDGER_TEAM_VISIBILITY="everyone")
 
     assert result.returncode != 0
