@@ -136,14 +136,18 @@ def test_the_bench_loads_by_remote_write_and_reports_the_cost(tmp_path):
     root = Path(__file__).resolve().parents[2]
     command = [sys.executable, "bench/collect.py", "--load-only", "--load", "remote-write"]
     command += ["--backfill-gpus", "16", "--deep-hours", "1", "--queues", "2"]
-    result = subprocess.run(
-        [*command, "--work", str(tmp_path)],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+
+    def load() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*command, "--work", str(tmp_path)],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    result = load()
 
     assert result.returncode == 0, result.stderr[-2000:]
     # 16 GPUs x 6 fields + 2 pods x 9 kube series + 2 queues x 15 Kueue series, 120 scrapes.
@@ -151,13 +155,6 @@ def test_the_bench_loads_by_remote_write_and_reports_the_cost(tmp_path):
     assert re.search(r"TSDB \d+ MiB on disk .* Prometheus RSS \d+ MiB", result.stdout)
     assert (tmp_path / "tsdb-rw-16-2-60m.loaded").exists()
     # A later run on the same work directory reuses the loaded TSDB.
-    again = subprocess.run(
-        [*command, "--work", str(tmp_path)],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    again = load()
     assert again.returncode == 0, again.stderr[-2000:]
     assert "16 GPUs: reusing" in again.stdout
