@@ -259,8 +259,8 @@ if DATABASE_REPLICA_URL:
 # PostgreSQL's JIT compiles a query's expressions once its estimated cost passes jit_above_cost.
 # The dashboard's aggregates over hourly rollups pass it while running in tens of milliseconds, and
 # the compilation then costs as much as the query (the busy page's 30-day grouping by workload:
-# 22 ms without, 41-49 ms with; bench/RESULTS.md "JIT"): connections turn it off unless
-# GPULEDGER_PG_JIT asks for it.
+# 22 ms without, 41-49 ms with; bench/RESULTS.md "PostgreSQL connections without JIT"): connections
+# turn it off unless GPULEDGER_PG_JIT asks for it.
 GPULEDGER_PG_JIT = env_bool("GPULEDGER_PG_JIT", False)
 for _database in DATABASES.values():
     if _database["ENGINE"] == "django.db.backends.postgresql" and not GPULEDGER_PG_JIT:
