@@ -75,7 +75,7 @@ def waits_figure(
         trace["mode"] = "lines+markers"
     layout = range_layout(time_range, title, WAIT_AXIS)
     _day_ticks(layout, queries.step_for(time_range))
-    legend_room(layout, len(data), per_row=4)
+    legend_room(layout, len(data), per_row=8)  # full width, as the other wide charts
     meta = {"step": queries.step_for(time_range), "groups": len(series)}
     if metrics:
         meta["source"] = queries.METRICS_NOTE
