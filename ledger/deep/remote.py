@@ -292,7 +292,7 @@ def _labels(
     parts: list[bytes | bytearray] = []
     run = 0
     for number, size in enumerate(per_series.tolist()):
-        parts.append(b"\x0a" + _encode_varint(size))
+        parts.append(b"\x0a" + encode_varint(size))
         while run < len(run_owner) and run_owner[run] == number:
             parts.append(raw[run_start[run] : run_stop[run]])
             run += 1
@@ -303,7 +303,8 @@ def _labels(
     return [{label.name: label.value for label in one.labels} for one in sets.series]
 
 
-def _encode_varint(number: int) -> bytes:
+def encode_varint(number: int) -> bytes:
+    """A non-negative integer as a protobuf varint (7 bits a byte, lowest first)."""
     found = bytearray()
     while True:
         byte, number = number & 0x7F, number >> 7

@@ -23,19 +23,10 @@ POD = GPU | {"exported_namespace": "t", "exported_pod": "a"}
 KEY = tuple(POD.get(name, "") for name in QUERIES.by_labels)
 
 
-def varint(number: int) -> bytes:
-    found = bytearray()
-    while True:
-        byte, number = number & 0x7F, number >> 7
-        found.append(byte | (0x80 if number else 0))
-        if not number:
-            return bytes(found)
-
-
 def sample(value: float, at_ms: int) -> bytes:
     """A prompb.Sample as Prometheus writes it: a zero value (or time) is left out."""
     head = b"\x09" + struct.pack("<d", value) if value != 0 else b""
-    return head + (b"\x10" + varint(at_ms) if at_ms else b"")
+    return head + (b"\x10" + remote.encode_varint(at_ms) if at_ms else b"")
 
 
 def test_the_remote_read_answer_is_decoded_and_staleness_markers_dropped():
@@ -65,7 +56,7 @@ def test_the_remote_read_answer_is_decoded_and_staleness_markers_dropped():
 
 
 def field(number: int, body: bytes) -> bytes:
-    return varint(number << 3 | 2) + varint(len(body)) + body
+    return remote.encode_varint(number << 3 | 2) + remote.encode_varint(len(body)) + body
 
 
 def label(name: str, value: str) -> bytes:
@@ -122,7 +113,7 @@ def test_an_answer_that_is_not_a_remote_read_answer_is_an_error():
         remote.read_response(b'{"status": "success"}')
     # A snappy header stating a gigabyte for a few bytes: refused before anything is allocated.
     with pytest.raises(remote.RemoteReadError):
-        remote.read_response(varint(10**9) + b"\x00\x01")
+        remote.read_response(remote.encode_varint(10**9) + b"\x00\x01")
 
 
 def test_samples_binned_into_windows_as_prometheus_answers_them():
