@@ -67,9 +67,6 @@ class DripWriter:
 class Handler(BaseHTTPRequestHandler):
     api: FakeKubeAPI
     protocol_version = "HTTP/1.1"
-    # Headers and body are two writes on a kept-alive connection: with Nagle's algorithm the body
-    # waited for the client's delayed ACK of the headers (up to 40 ms on Linux) on many answers.
-    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         return

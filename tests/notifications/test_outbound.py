@@ -45,7 +45,6 @@ class Listener:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # no wait for a delayed ACK: tests/kube_api_http.py
 
             def do_POST(self) -> None:  # noqa: N802
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
