@@ -130,6 +130,7 @@ INSTALLED_APPS = [
     "notifications",
     "remediation",
     "servicelevels",
+    "serving",
     "observability",
     "accounts",
     "dashboard",

@@ -1,7 +1,7 @@
 """The apps depend one way (docs/architecture.md "Layers").
 
-core ← fleet ← quotas ← ledger ← servicelevels ← alerts ← notifications ← remediation ←
-observability ← accounts ← dashboard ← demo: a module may import its own app and the apps to its
+core ← fleet ← quotas ← ledger ← servicelevels ← serving ← alerts ← notifications ← remediation
+← observability ← accounts ← dashboard ← demo: a module may import its own app and the apps to its
 left, never one to its right. Lazy imports inside functions count too.
 ``config`` wires everything and is outside the order.
 """
@@ -21,6 +21,7 @@ LAYERS = (
     "quotas",
     "ledger",
     "servicelevels",
+    "serving",
     "alerts",
     "notifications",
     "remediation",
