@@ -181,15 +181,17 @@ class PrometheusClient:
                 status=response.status_code,
             ) from exc
 
-    def remote_read(self, request: bytes) -> bytes:
-        """The remote read API (``/api/v1/read``, samples as snappy-compressed protobuf):
-        ``request`` is a compressed ``ReadRequest``, the answer the compressed ``ReadResponse``."""
+    def remote_read(self, request: bytes) -> tuple[bytes, str]:
+        """The remote read API (``/api/v1/read``): ``request`` is a compressed ``ReadRequest``;
+        the answer's body and its ``Content-Type`` (a compressed ``ReadResponse``, or frames of
+        streamed chunks when the request accepts them and the server streams)."""
         headers = {
             "Content-Encoding": "snappy",
             "Content-Type": "application/x-protobuf",
             "X-Prometheus-Remote-Read-Version": "0.1.0",
         }
-        return self._post("/api/v1/read", {}, body=request, headers=headers).content
+        response = self._post("/api/v1/read", {}, body=request, headers=headers)
+        return response.content, response.headers.get("Content-Type", "")
 
     def fetch_raw(self, path: str, params: dict[str, str]) -> bytes:
         """The undecoded body of a successful call (the benchmark times Prometheus alone)."""

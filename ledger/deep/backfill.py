@@ -255,11 +255,10 @@ class DeepBackfill:
         404 or 405) an instant query of a range selector."""
         if self._remote_read:
             end_ms = round(end.timestamp() * 1000)
-            request = remote.read_request(
-                end_ms - 3600 * 1000 + 1, end_ms, queries.sample_matchers(shard)
-            )
+            start_ms = end_ms - 3600 * 1000 + 1
+            request = remote.read_request(start_ms, end_ms, queries.sample_matchers(shard))
             try:
-                answer = self.client.remote_read(request)
+                answer, content_type = self.client.remote_read(request)
             except PrometheusError as exc:
                 if exc.status not in (404, 405):
                     raise
@@ -267,12 +266,12 @@ class DeepBackfill:
                 self._remote_read = False
             else:
                 try:
-                    columns = remote.read_response(answer)
+                    columns = remote.read_answer(answer, content_type, start_ms, end_ms)
                 except remote.RemoteReadError as exc:
                     raise PrometheusError(str(exc), permanent=True) from exc
                 return presence.bin_columns(
                     columns.labels,
-                    columns.lengths,
+                    columns.series,
                     columns.times_ms,
                     columns.values,
                     queries.by_labels,

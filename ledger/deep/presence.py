@@ -310,16 +310,16 @@ def bin_samples(
         points.extend(values)
         lengths.append(len(values))
     times, values, good = _columns(points, stats)
+    series = np.repeat(np.arange(len(lengths)), lengths)
     if not good.all():
-        positions = np.repeat(np.arange(len(lengths)), lengths)[good]
-        lengths = np.bincount(positions, minlength=len(lengths)).tolist()
+        series = series[good]
     times_ms = np.rint(times * 1000).astype(np.int64)
-    return bin_columns(kept, lengths, times_ms, values, labels, first, step, stats)
+    return bin_columns(kept, series, times_ms, values, labels, first, step, stats)
 
 
 def bin_columns(
     series_labels: list[dict[str, str]],
-    lengths: list[int],
+    sample_series: np.ndarray,
     times_ms: np.ndarray,
     values: np.ndarray,
     labels: tuple[str, ...],
@@ -328,9 +328,10 @@ def bin_columns(
     stats: IngestStats | None = None,
 ) -> dict[str, Windows]:
     """The stored samples of the six DCGM metrics over the hour (``series_labels``: each stored
-    series' labels, ``lengths`` its sample count; ``times_ms`` and ``values`` the samples, series
-    after series) binned into the hour's windows, as the range answers of
-    ``DeepQueries.presence`` and ``DeepQueries.metric_windows`` give them.
+    series' labels; ``sample_series``, ``times_ms`` and ``values``: each sample's series, an
+    index into ``series_labels``, its time and value, in any order) binned into the hour's
+    windows, as the range answers of ``DeepQueries.presence`` and ``DeepQueries.metric_windows``
+    give them.
 
     Window ``i`` ends at ``first + i * step`` and holds the samples after the previous end up to
     and including its own (``<function>_over_time(<metric>[<window> - 1ms])`` at its end). Per
@@ -360,7 +361,7 @@ def bin_columns(
         groups_list.append(group_of.setdefault(key, len(group_of)))
     groups = np.asarray(groups_list, dtype=np.int64)
     group_keys = list(group_of)
-    item_of = np.repeat(np.arange(len(series_labels), dtype=np.int64), lengths)
+    item_of = np.asarray(sample_series, dtype=np.int64)
     # Window of each sample: (first + (i - 1) * step, first + i * step], in milliseconds.
     offset = times_ms - round((first - step) * 1000) - 1
     window = offset // (step * 1000)

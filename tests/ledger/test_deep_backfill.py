@@ -24,7 +24,7 @@ from django.core.management import call_command
 from django.db import connection, transaction
 
 from fleet.models import Cluster
-from fleet.prometheus import PrometheusError
+from fleet.prometheus import PrometheusClient, PrometheusError
 from ledger.choices import RollupScope
 from ledger.deep import DeepBackfill, presence, remote, shards_for, workers
 from ledger.deep.grain import GrainBuilder
@@ -197,7 +197,9 @@ def test_a_second_run_skips_done_hours_and_collected_hours(alpha_prometheus):
 class _Broken(http.server.BaseHTTPRequestHandler):
     """A Prometheus that passes requests on, except the reads of the stored DCGM samples of the
     hour ending at ``fail_at`` (a Unix time), which fail or get nonsense; in mode
-    ``no_remote_read`` every remote read is answered 404 (a server without that API)."""
+    ``no_remote_read`` every remote read is answered 404 (a server without that API), in mode
+    ``samples_only`` each is passed on without the streamed chunks among the answers it accepts
+    (a server that does not stream answers with samples)."""
 
     mode = "error"
     upstream = ""
@@ -212,6 +214,10 @@ class _Broken(http.server.BaseHTTPRequestHandler):
             end = f"{request.queries[0].end_timestamp_ms / 1000:.3f}"
             failing = type(self).mode == "no_remote_read" or end == type(self).fail_at
             headers = {name: self.headers[name] for name in self.headers if name != "Host"}
+            if type(self).mode == "samples_only":
+                del request.accepted_response_types[:]
+                body = bytes(cramjam.snappy.compress_raw(request.SerializeToString()))
+                headers["Content-Length"] = str(len(body))
         else:
             form = urllib.parse.parse_qs(body.decode())
             # The hour's stored samples as JSON (an instant query of a range selector at its end).
@@ -224,7 +230,7 @@ class _Broken(http.server.BaseHTTPRequestHandler):
                 type(self).upstream + self.path, data=body, headers=headers
             )
             with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
-                self._send(200, answer.read())
+                self._send(200, answer.read(), answer.headers["Content-Type"])
         elif type(self).mode == "no_remote_read":
             self._send(404, b"404 page not found")
         elif type(self).mode == "error":
@@ -233,9 +239,9 @@ class _Broken(http.server.BaseHTTPRequestHandler):
             nonsense = {"status": "success", "data": {"resultType": "vector", "result": "x"}}
             self._send(200, json.dumps(nonsense).encode())
 
-    def _send(self, code: int, body: bytes) -> None:
+    def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -264,6 +270,42 @@ def test_without_the_remote_read_api_the_samples_come_as_json_and_give_the_same_
     cluster, _result = deep(broken.url, name="json", series_per_query=4)
 
     assert_same(rollups(cluster), windows)
+
+
+def test_a_server_that_does_not_stream_chunks_answers_samples_and_gives_the_same_rows(
+    broken, alpha_prometheus
+):
+    windows = window_rollups(alpha_prometheus.url)
+    broken.mode = "samples_only"
+    cluster, _result = deep(broken.url, name="samples", series_per_query=4)
+
+    assert_same(rollups(cluster), windows)
+
+
+def test_streamed_chunks_and_samples_read_the_same_stored_samples(alpha_prometheus):
+    client = PrometheusClient(alpha_prometheus.url)
+    end_ms = round(END.timestamp() * 1000)
+    start_ms = end_ms - 3600 * 1000 + 1
+    thresholds = Thresholds(idle=0.01, busy_gpu_util=50.0, busy_sm_active=0.2)
+    matchers = DeepQueries("exported", WINDOW_SECONDS, thresholds).sample_matchers("")
+    found = {}
+    for streamed in (True, False):
+        request = remote.read_request(start_ms, end_ms, matchers, streamed=streamed)
+        answer, content_type = client.remote_read(request)
+        assert content_type.startswith(remote.STREAMED) == streamed
+        columns = remote.read_answer(answer, content_type, start_ms, end_ms)
+        found[streamed] = sorted(
+            (tuple(sorted(columns.labels[series].items())), at, repr(value))
+            for series, at, value in zip(
+                columns.series.tolist(),
+                columns.times_ms.tolist(),
+                columns.values.tolist(),
+                strict=True,
+            )
+        )
+    assert len(found[True]) > 1000
+    assert found[True] == found[False]
+    assert all(start_ms <= at <= end_ms for _labels, at, _value in found[True])
 
 
 @pytest.mark.parametrize("mode", ["error", "garbage"])

@@ -142,13 +142,19 @@ def test_samples_binned_into_windows_as_prometheus_answers_them():
         "other": ({"__name__": "up"}, [(7_230 * ms, 1.0)]),  # not a DCGM metric
     }
     labels = [metric for metric, _points in series.values()]
-    points = [point for _metric, found in series.values() for point in found]
+    points = [
+        (position, at, value)
+        for position, (_metric, found) in enumerate(series.values())
+        for at, value in found
+    ]
+    # The samples in any order (streamed chunks come a step of every chunk at a time).
+    points = points[1::2] + points[::2]
 
     found = presence.bin_columns(
         labels,
-        [len(found) for _metric, found in series.values()],
-        np.array([at for at, _ in points], dtype=np.int64),
-        np.array([value for _, value in points]),
+        np.array([position for position, _, _ in points], dtype=np.int64),
+        np.array([at for _, at, _ in points], dtype=np.int64),
+        np.array([value for _, _, value in points]),
         QUERIES.by_labels,
         FIRST,
         60,
