@@ -51,11 +51,17 @@ WHOLE_NUMBERS = frozenset(
 
 
 class PlanError(ValueError):
-    """An input the planner cannot use: ``field`` names it (the API's field name)."""
+    """Inputs the planner cannot use: ``errors`` maps each one's name (the API's field name) to
+    the reason."""
 
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{field}: {reason}" for field, reason in errors.items()))
+        self.errors = errors
+
+
+class _Refused(ValueError):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
         self.reason = reason
 
 
@@ -110,12 +116,12 @@ class Plan:
 def _exact(field: str, value: Number) -> Fraction:
     """``value`` as an exact fraction (a float as its shortest decimal: 0.1 is 1/10)."""
     if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
-        raise PlanError(field, "must be a number")
+        raise _Refused("must be a number")
     if isinstance(value, int):
         return Fraction(value)
     decimal = Decimal(repr(value)) if isinstance(value, float) else value
     if not decimal.is_finite():
-        raise PlanError(field, "must be a finite number")
+        raise _Refused("must be a finite number")
     return Fraction(decimal)
 
 
@@ -123,13 +129,13 @@ def _checked(field: str, value: Number) -> Fraction:
     smallest, inclusive, largest = LIMITS[field]
     exact = _exact(field, value)
     if field in WHOLE_NUMBERS and exact.denominator != 1:
-        raise PlanError(field, "must be a whole number")
+        raise _Refused("must be a whole number")
     low = _exact(field, smallest)
     if exact < low or (exact == low and not inclusive):
         relation = "at least" if inclusive else "more than"
-        raise PlanError(field, f"must be {relation} {_show(low, 6)}")
+        raise _Refused(f"must be {relation} {_show(low, 6)}")
     if exact > largest:
-        raise PlanError(field, f"must be at most {_show(Fraction(largest))}")
+        raise _Refused(f"must be at most {_show(Fraction(largest))}")
     return exact
 
 
@@ -150,29 +156,38 @@ def _plural(count: int, word: str) -> str:
     return f"{count:,} {word}{'' if count == 1 else 's'}"
 
 
+def _read(given: PlanInput) -> dict[str, Fraction]:
+    """Every input given, exact and checked against ``LIMITS``; :class:`PlanError` naming each
+    one out of its bounds."""
+    values: dict[str, Fraction] = {}
+    errors: dict[str, str] = {}
+    for field in LIMITS:
+        raw = getattr(given, field)
+        if raw is None:  # the optional latency target and price
+            continue
+        try:
+            values[field] = _checked(field, raw)
+        except _Refused as refused:
+            errors[field] = refused.reason
+    if errors:
+        raise PlanError(errors)
+    return values
+
+
 def plan(given: PlanInput) -> Plan:
-    """The plan for ``given``; :class:`PlanError` naming the first input out of its bounds."""
-    rate = _checked("request_rate", given.request_rate)
-    tokens_in = _checked("input_tokens", given.input_tokens)
-    tokens_out = _checked("output_tokens", given.output_tokens)
-    throughput = _checked(
-        "replica_throughput_tokens_per_second", given.replica_throughput_tokens_per_second
-    )
-    slots = int(_checked("replica_max_concurrency", given.replica_max_concurrency))
-    kv_cache = int(_checked("kv_cache_tokens", given.kv_cache_tokens))
-    headroom = _checked("headroom", given.headroom)
-    spares = int(_checked("spare_replicas", given.spare_replicas))
-    tensor_parallel = int(_checked("tensor_parallel", given.tensor_parallel))
-    target = (
-        None
-        if given.latency_target_seconds is None
-        else _checked("latency_target_seconds", given.latency_target_seconds)
-    )
-    price = (
-        None
-        if given.price_per_gpu_hour is None
-        else _checked("price_per_gpu_hour", given.price_per_gpu_hour)
-    )
+    """The plan for ``given``; :class:`PlanError` naming every input out of its bounds."""
+    values = _read(given)
+    rate = values["request_rate"]
+    tokens_in = values["input_tokens"]
+    tokens_out = values["output_tokens"]
+    throughput = values["replica_throughput_tokens_per_second"]
+    slots = int(values["replica_max_concurrency"])
+    kv_cache = int(values["kv_cache_tokens"])
+    headroom = values["headroom"]
+    spares = int(values["spare_replicas"])
+    tensor_parallel = int(values["tensor_parallel"])
+    target = values.get("latency_target_seconds")
+    price = values.get("price_per_gpu_hour")
     steps: list[str] = []
 
     # 1. Throughput.

@@ -7,11 +7,12 @@ cards' prices. Nothing is stored.
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import ApiViewMixin, ParameterError, parameter_error_response_schema
+from core.api import ApiViewMixin, parameter_error_response_schema
 from serving.api.serializers import (
     CapacityPlanRequestSerializer,
     CapacityPlanSerializer,
@@ -57,5 +58,6 @@ class CapacityPlanView(ApiViewMixin, APIView):
         try:
             result, price = data.plan()
         except PlanError as exc:
-            raise ParameterError(exc.field, exc.reason) from None
+            errors = {field: [reason] for field, reason in exc.errors.items()}
+            raise ValidationError(errors) from None
         return Response(answer(result, price))

@@ -272,8 +272,18 @@ def test_inputs_out_of_bounds_are_refused_by_name(field, value, reason):
     with pytest.raises(PlanError) as error:
         plan(given(**{field: value}))
 
-    assert error.value.field == field
-    assert error.value.reason == reason
+    assert error.value.errors == {field: reason}
+
+
+def test_every_input_out_of_bounds_is_named_at_once():
+    with pytest.raises(PlanError) as error:
+        plan(given(request_rate=-1, headroom=-1, tensor_parallel=0))
+
+    assert error.value.errors == {
+        "request_rate": "must be at least 0",
+        "headroom": "must be at least 0",
+        "tensor_parallel": "must be at least 1",
+    }
 
 
 def test_the_largest_inputs_still_give_finite_figures():
