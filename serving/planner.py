@@ -103,6 +103,7 @@ class Plan:
     slot_utilization: float | None
     kv_tokens_needed: int
     kv_tokens_busiest_replica: int
+    kv_cache_tokens: int
     kv_fits: bool
     replicas_before_spares: int
     replicas: int
@@ -152,6 +153,10 @@ def _listed(names: tuple[str, ...]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
+def _replicas(value: Fraction) -> str:
+    return f"{_show(value)} replica{'' if value == 1 else 's'}"
+
+
 def _plural(count: int, word: str) -> str:
     return f"{count:,} {word}{'' if count == 1 else 's'}"
 
@@ -196,7 +201,7 @@ def plan(given: PlanInput) -> Plan:
     steps.append(
         f"By throughput: {_show(rate)} req/s × {_show(tokens_out)} output tokens = "
         f"{_show(demand)} tokens/s ÷ {_show(throughput)} tokens/s per replica = "
-        f"{_show(by_throughput)} replicas."
+        f"{_replicas(by_throughput)}."
     )
 
     # 2. Concurrency, by Little's law.
@@ -210,7 +215,7 @@ def plan(given: PlanInput) -> Plan:
         f"{slots:,} = {_show(per_request)} tokens/s, so a response takes {_show(tokens_out)} ÷ "
         f"{_show(per_request)} = {_show(response, 1)} s; in flight C = {_show(rate)} req/s × "
         f"{_show(response, 1)} s = {_show(in_flight, 1)} requests ÷ {slots:,} per replica = "
-        f"{_show(by_concurrency)} replicas."
+        f"{_replicas(by_concurrency)}."
     )
     if target is not None:
         line += (
@@ -233,7 +238,7 @@ def plan(given: PlanInput) -> Plan:
     steps.append(
         f"By KV cache: ⌈{_show(in_flight, 1)}⌉ = {whole_in_flight:,} requests × "
         f"({_show(tokens_in)} + {_show(tokens_out)}) tokens = {kv_needed:,} tokens ÷ "
-        f"{kv_cache:,} tokens per replica = {_show(by_kv)} replicas. On "
+        f"{kv_cache:,} tokens per replica = {_replicas(by_kv)}. On "
         f"{_plural(concurrency_replicas, 'replica')} (by concurrency) the busiest holds "
         f"{_plural(busiest, 'request')} = {kv_busiest:,} tokens: "
         + (
@@ -297,6 +302,7 @@ def plan(given: PlanInput) -> Plan:
         slot_utilization=None if utilization is None else float(utilization),
         kv_tokens_needed=kv_needed,
         kv_tokens_busiest_replica=kv_busiest,
+        kv_cache_tokens=kv_cache,
         kv_fits=kv_fits,
         replicas_before_spares=before_spares,
         replicas=replicas,
