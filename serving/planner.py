@@ -161,6 +161,15 @@ def _plural(count: int, word: str) -> str:
     return f"{count:,} {word}{'' if count == 1 else 's'}"
 
 
+def check(field: str, value: Number) -> None:
+    """:class:`PlanError` naming ``field`` when ``value`` is outside its ``LIMITS``: the API and
+    the page check each field with it as they read it, so every bad field is named at once."""
+    try:
+        _checked(field, value)
+    except _Refused as refused:
+        raise PlanError({field: refused.reason}) from None
+
+
 def _read(given: PlanInput) -> dict[str, Fraction]:
     """Every input given, exact and checked against ``LIMITS``; :class:`PlanError` naming each
     one out of its bounds."""

@@ -1,6 +1,6 @@
-"""The capacity plan's request and answer. The request serializer checks types and presence
-(the page reads its query string with it too); the bounds of each number are the planner's
-(``serving.planner.LIMITS``), so both say the same about the same input."""
+"""The capacity plan's request and answer. The request serializer checks types, presence and
+each number's bounds, the planner's own (``serving.planner.check`` over ``LIMITS``), so every bad
+field is named at once; the page reads its query string with it too."""
 
 from __future__ import annotations
 
@@ -9,33 +9,58 @@ from typing import Any
 from rest_framework import serializers
 
 from ledger.api.serializers import StrictSerializer
-from serving.planner import Plan, PlanInput, plan
+from serving.planner import Plan, PlanError, PlanInput, check, plan
 from serving.pricing import Price, flavor_exists, price_now
 
 
-def _number(help_text: str, **kwargs: Any) -> serializers.DecimalField:
+class Within:
+    """A field validator: the planner's bounds for ``field``."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def __call__(self, value: Any) -> None:
+        try:
+            check(self.field, value)
+        except PlanError as exc:
+            raise serializers.ValidationError(exc.errors[self.field]) from None
+
+
+def _number(field: str, help_text: str, **kwargs: Any) -> serializers.DecimalField:
     # Decimal, not float: "0.1" stays 0.1 for the planner's exact arithmetic, and NaN or
     # Infinity are refused as "A valid number is required."
     return serializers.DecimalField(
-        max_digits=None, decimal_places=None, help_text=help_text, **kwargs
+        max_digits=None,
+        decimal_places=None,
+        help_text=help_text,
+        validators=[Within(field)],
+        **kwargs,
     )
+
+
+def _whole(field: str, help_text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(help_text=help_text, validators=[Within(field)])
 
 
 class CapacityPlanRequestSerializer(StrictSerializer):
-    request_rate = _number("Requests per second (λ), 0 or more.")
-    input_tokens = _number("Mean input (prompt) tokens per request.")
-    output_tokens = _number("Mean output (generated) tokens per request, more than 0.")
+    request_rate = _number("request_rate", "Requests per second (λ), 0 or more.")
+    input_tokens = _number("input_tokens", "Mean input (prompt) tokens per request.")
+    output_tokens = _number(
+        "output_tokens", "Mean output (generated) tokens per request, more than 0."
+    )
     replica_throughput_tokens_per_second = _number(
-        "Output tokens per second one replica delivers at its max concurrency."
+        "replica_throughput_tokens_per_second",
+        "Output tokens per second one replica delivers at its max concurrency.",
     )
-    replica_max_concurrency = serializers.IntegerField(
-        help_text="Requests one replica serves at once (its slots), 1 or more."
+    replica_max_concurrency = _whole(
+        "replica_max_concurrency", "Requests one replica serves at once (its slots), 1 or more."
     )
-    kv_cache_tokens = serializers.IntegerField(help_text="KV-cache tokens one replica holds.")
-    headroom = _number("Spare fraction on top of the largest bound: 0.3 = 30 %.")
-    spare_replicas = serializers.IntegerField(help_text="Replicas added after rounding (N+k).")
-    tensor_parallel = serializers.IntegerField(help_text="GPUs per replica, 1 or more.")
+    kv_cache_tokens = _whole("kv_cache_tokens", "KV-cache tokens one replica holds.")
+    headroom = _number("headroom", "Spare fraction on top of the largest bound: 0.3 = 30 %.")
+    spare_replicas = _whole("spare_replicas", "Replicas added after rounding (N+k).")
+    tensor_parallel = _whole("tensor_parallel", "GPUs per replica, 1 or more.")
     latency_target_seconds = _number(
+        "latency_target_seconds",
         "End-to-end response-time target: the steps say whether Little's law's response time "
         "meets it.",
         required=False,

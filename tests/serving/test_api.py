@@ -121,6 +121,20 @@ def test_a_bad_value_is_a_400_naming_its_field(api, field, value):
     assert list(response.json()) == [field]
 
 
+def test_every_bad_field_is_named_at_once(api):
+    body = {**SEED, "request_rate": "fast", "headroom": -1, "tensor_parallel": 0, "flavor": "x"}
+
+    response = api.post(URL, body, format="json")
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "request_rate": ["A valid number is required."],
+        "headroom": ["must be at least 0"],
+        "tensor_parallel": ["must be at least 1"],
+        "flavor": ["No ResourceFlavor named 'x'."],
+    }
+
+
 @pytest.mark.parametrize("field", sorted(SEED))
 def test_a_missing_field_is_a_400_naming_it(api, field):
     body = {key: value for key, value in SEED.items() if key != field}
