@@ -9,6 +9,8 @@ from urllib.parse import urlencode
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ledger.choices import RateKind
 from ledger.models import RateCard
@@ -146,3 +148,16 @@ def test_the_page_needs_a_sign_in(db):
 
     assert response.status_code == 302
     assert response["Location"].startswith("/login/")
+
+
+@given(
+    name=st.sampled_from(sorted(SEED)),
+    value=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40),
+)
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_any_text_in_any_field_is_a_page_or_a_field_error_never_a_500(signed_in, name, value):
+    for path in (URL, CHART):
+        response = signed_in.get(path, {**SEED, name: value})
+        assert response.status_code in (200, 400), (path, name, value)
