@@ -17,6 +17,7 @@ api_v1 = [
     path("", include("ledger.api.urls")),
     path("", include("alerts.api.urls")),
     path("", include("servicelevels.api.urls")),
+    path("", include("serving.api.urls")),
 ]
 
 urlpatterns = [

@@ -52,7 +52,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def _live_server_without_nagle() -> None:
     """Django's live server (the browser tests' pages, a real Prometheus's scrapes) answers a
     kept-alive connection in two sends, headers then body: with Nagle's algorithm the body waited
-    for the client's delayed ACK, about 40 ms an answer (as tests/serving.py says)."""
+    for the client's delayed ACK, about 40 ms an answer (as tests/http_serving.py says)."""
     from django.test.testcases import QuietWSGIRequestHandler
 
     QuietWSGIRequestHandler.disable_nagle_algorithm = True

@@ -32,13 +32,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from tests.http_serving import serving_thread
+
 # The recorded fleet lives in its own module; its helpers stay importable from here, where the
 # benchmarks and older tests look for them.
 from tests.kueue_fixtures import FIXTURES as FIXTURES
 from tests.kueue_fixtures import KUEUE_GROUP
 from tests.kueue_fixtures import fixture_items as fixture_items
 from tests.kueue_fixtures import load_fixtures as load_fixtures
-from tests.serving import serving_thread
 
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"

@@ -35,7 +35,7 @@ from urllib.parse import parse_qs
 import pytest
 import requests
 
-from tests.serving import serving_thread
+from tests.http_serving import serving_thread
 
 LOOPBACK = "127.0.0.1"
 READY_TIMEOUT_SECONDS = 30.0

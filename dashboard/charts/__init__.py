@@ -18,6 +18,7 @@ from dashboard.charts.fleet_map import map_chart
 from dashboard.charts.gpus import gpu_activity_chart, gpu_memory_chart
 from dashboard.charts.nodes import node_chart
 from dashboard.charts.overview import capacity_chart, team_active_chart, team_idle_chart
+from dashboard.charts.planner import planner_chart
 from dashboard.charts.queue_levels import (
     cluster_queue_waits_chart,
     queue_levels_evictions_chart,
@@ -38,6 +39,7 @@ __all__ = [
     "cluster_queue_waits_chart",
     "cohort_borrowing_chart",
     "cohort_usage_chart",
+    "planner_chart",
     "gpu_activity_chart",
     "gpu_memory_chart",
     "map_chart",

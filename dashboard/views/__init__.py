@@ -23,6 +23,7 @@ from dashboard.views.gpus import gpu_detail
 from dashboard.views.my_teams import my_teams
 from dashboard.views.nodes import node_detail
 from dashboard.views.overview import overview
+from dashboard.views.planner import capacity_planner
 from dashboard.views.queue_levels import queue_levels
 from dashboard.views.quota_changes import (
     quota_change_apply,
@@ -42,6 +43,7 @@ __all__ = [
     "episode_exempt",
     "episode_silence",
     "busy",
+    "capacity_planner",
     "chargeback_page",
     "cluster_queue_detail",
     "cluster_queue_list",

@@ -16,6 +16,8 @@ its access is checked:
 - ``VENDOR``: a file of a package served by a view (ReDoc's bundle): anyone gets 200 and the
   same bytes whoever asks, so it cannot carry data (its megabyte of minified code would match
   the figure markers by chance).
+- ``CALCULATION``: an API calculation POSTed with ``body`` that reads no team's data (the
+  capacity planner): every signed-in user gets 200 and no team in it.
 
 Every other kind refuses anonymous users. A URL pattern with no entry fails
 ``test_every_url_pattern_has_an_access_policy``: a new URL needs its policy here first.
@@ -52,6 +54,7 @@ SCRAPE = "scrape"
 # A form or action on one team's object (quota change requests, alert acknowledgements): the
 # other team's lead is refused under either setting; anonymous users are refused.
 ACTION = "action"
+CALCULATION = "calculation"
 
 Urls = Callable[[World], list[str]]
 
@@ -71,6 +74,8 @@ class Policy:
     shows: tuple[str, ...] = field(default=())
     # ACTION: the HTTP method the action takes.
     method: str = "get"
+    # CALCULATION: the JSON body posted.
+    body: dict[str, object] | None = None
 
 
 def url(name: str, *args: object, **query: str) -> str:
@@ -345,6 +350,24 @@ POLICY: dict[str, Policy] = {
         lambda w: [url("dashboard:chargeback"), f"{url('dashboard:chargeback')}?{window(w)}"]
     ),
     "dashboard:quota-change-list": aggregate(lambda w: [url("dashboard:quota-change-list")]),
+    # --- The capacity planner: arithmetic and rate-card prices, no team data.
+    "dashboard:planner": aggregate(lambda w: [url("dashboard:planner")]),
+    "dashboard:planner-chart": aggregate(lambda w: [url("dashboard:planner-chart")]),
+    "api-capacity-plan": Policy(
+        CALCULATION,
+        own=lambda w: [url("api-capacity-plan")],
+        body={
+            "request_rate": 0.5,
+            "input_tokens": 1500,
+            "output_tokens": 400,
+            "replica_throughput_tokens_per_second": 138,
+            "replica_max_concurrency": 4,
+            "kv_cache_tokens": 57000,
+            "headroom": 0.3,
+            "spare_replicas": 1,
+            "tensor_parallel": 1,
+        },
+    ),
     "dashboard:quota-change-new": action(
         lambda w: [url("dashboard:quota-change-new", w.cluster.name, "cq-aspen")]
     ),
@@ -513,6 +536,20 @@ def test_the_metrics_scrape_answers_loopback_admins_and_no_one_else(key, world, 
         assert client_of("staff").get(path, **far).status_code == 200, path
         # The Prometheus beside it on the same host: no configuration.
         assert Client().get(path).status_code == 200, path
+
+
+@pytest.mark.parametrize("key", [key for key in KEYS if POLICY[key].kind == CALCULATION])
+def test_calculations_answer_every_signed_in_user_and_show_no_team(key, world, client_of):
+    policy = POLICY[key]
+    for path in policy.own(world):
+        assert Client().post(path, policy.body, content_type="application/json").status_code in (
+            401,
+            403,
+        ), path
+        for user in ("lead_a", "lead_b", "staff", "finance"):
+            response = client_of(user).post(path, policy.body, content_type="application/json")
+            assert response.status_code == 200, f"{user} {path}: {response.status_code}"
+            assert_hidden(body(response).lower(), [*birch_markers(), "aspen"], path)
 
 
 @pytest.mark.parametrize("key", [key for key in KEYS if POLICY[key].kind == VENDOR])

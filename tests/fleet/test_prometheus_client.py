@@ -14,8 +14,8 @@ import pytest
 from fleet.choices import PrometheusAuth
 from fleet.models import Cluster
 from fleet.prometheus import PrometheusClient, PrometheusError
+from tests.http_serving import serving_thread
 from tests.prometheus_server import free_port
-from tests.serving import serving_thread
 
 AT = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 VECTOR = {

@@ -33,7 +33,7 @@ from ledger.models import GpuUsage, HourlyRollup, RollupHour
 from ledger.rollup.row_figures import Thresholds
 from ledger.rollup.sweep import due_hours
 from tests.fleet.conftest import T0, WINDOW_SECONDS
-from tests.serving import serving_thread
+from tests.http_serving import serving_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -25,8 +25,8 @@ import pytest
 from django.utils import timezone
 
 from tests.alertmanager_server import AlertmanagerServer
+from tests.http_serving import serving_thread
 from tests.prometheus_server import LOOPBACK, free_port
-from tests.serving import serving_thread
 
 # Receivers here deliver to loopback listeners, which notifications refuse unless allowed.
 LOOPBACK_NETWORKS = ["127.0.0.0/8"]

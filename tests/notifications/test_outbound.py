@@ -22,8 +22,8 @@ from notifications import outbound
 from notifications.models import Delivery, Receiver
 from notifications.notify import queue_test
 from notifications.send import deliver
+from tests.http_serving import serving_thread
 from tests.prometheus_server import LOOPBACK
-from tests.serving import serving_thread
 
 pytestmark = pytest.mark.django_db
 

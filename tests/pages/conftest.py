@@ -49,7 +49,7 @@ from ledger.choices import RollupScope
 from ledger.models import GpuUsage, HourlyRollup
 from quotas.choices import WorkloadState
 from quotas.models import ClusterQueue, Team, Workload
-from tests.serving import serving_thread
+from tests.http_serving import serving_thread
 
 # The live server runs Django's sync ORM from Playwright's event-loop thread.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
