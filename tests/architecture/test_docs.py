@@ -50,6 +50,7 @@ ARCHITECTURE_SECTIONS = [
     "Quota write-back",
     "Scale-out",
     "Queue service levels",
+    "Serving",
 ]
 CONVENTIONS_SECTIONS = [
     "Layout",
