@@ -29,9 +29,16 @@ import pytest
 from django.core.management import call_command
 
 from fleet.models import Cluster
-from serving.collector import collect_hour
+from serving.collector import collect_due, collect_hour
 from serving.models import ServingCollection, ServingHour, ServingWorkload
-from tests.prometheus_server import OpenMetricsWriter, PrometheusServer, copy_tsdb, create_blocks
+from serving.tasks import collect_serving_hours
+from tests.prometheus_server import (
+    OpenMetricsWriter,
+    PrometheusServer,
+    copy_tsdb,
+    create_blocks,
+    free_port,
+)
 from tests.serving_metrics.recorded import ramp_value, recorded, series_by_name
 
 pytestmark = pytest.mark.integration
@@ -397,3 +404,31 @@ def test_hand_computed_hours_of_a_two_replica_deployment(cluster, caplog):
     assert after == before
     assert ServingWorkload.objects.filter(cluster=cluster, namespace="chat").count() == 2
     assert ServingCollection.objects.filter(cluster=cluster, status="success").count() == 3
+
+
+def test_due_hours_are_collected_once_each_oldest_first(cluster, settings):
+    settings.GPULEDGER_CATCHUP_HOURS = 3  # the newest due hour and the two before it
+    # 60 s after hour 3 ends its last scrapes may still be on the way: not due yet.
+    early = collect_due(cluster, now=T0 + timedelta(hours=4, seconds=60))
+    assert [result.hour for result in early.hours] == [T0 + timedelta(hours=h) for h in (0, 1, 2)]
+    assert [result.rows for result in early.hours] == [4, 2, 2]  # 4 servers; llama-chat + NaN pod
+
+    later = collect_due(cluster, now=T0 + timedelta(hours=4, minutes=5))
+    assert [(result.hour, result.rows) for result in later.hours] == [(T0 + timedelta(hours=3), 2)]
+    assert collect_due(cluster, now=T0 + timedelta(hours=4, minutes=10)).hours == []
+    assert ServingHour.objects.filter(cluster=cluster).count() == 4 + 2 + 2 + 2
+
+
+def test_an_unreachable_prometheus_leaves_a_failed_collection_and_no_rows(db, settings):
+    settings.GPULEDGER_CATCHUP_HOURS = 2
+    # Nothing listens on this loopback port: every query fails to connect.
+    down = Cluster.objects.create(name="down", prometheus_url=f"http://127.0.0.1:{free_port()}")
+
+    results = collect_serving_hours()
+
+    assert [(r["cluster"], "cannot connect" in str(r.get("error"))) for r in results] == [
+        ("down", True)
+    ]
+    failed = ServingCollection.objects.get(cluster=down)
+    assert failed.status == "failed" and "cannot connect" in failed.error
+    assert not ServingHour.objects.filter(cluster=down).exists()
