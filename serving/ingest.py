@@ -156,9 +156,13 @@ def _labels(items: object, stats: IngestStats) -> Iterable[tuple[dict[str, str],
 
 def resolve_workloads(
     answers: Mapping[str, object], pods: Iterable[PodKey], stats: IngestStats
-) -> dict[PodKey, WorkloadKey]:
+) -> tuple[dict[PodKey, WorkloadKey], dict[WorkloadKey, WorkloadKey]]:
     """(namespace, pod) -> (namespace, kind, name) of the workload it serves; see the module
-    docstring for the order. Several answers for one pod keep the highest sorted one."""
+    docstring for the order. Several answers for one pod keep the highest sorted one.
+
+    Also (namespace, controller kind, controller name) -> workload, for the histograms summed
+    per controller (``serving.queries.histogram_query``); a pod without a controller is its
+    own (kind ``Pod``)."""
     labelled: dict[PodKey, tuple[str, str]] = {}
     for labels, _ in _labels(answers.get(q.POD_LABELS, []), stats):
         key = (labels.get(c.LABEL_NAMESPACE, ""), labels.get(c.LABEL_POD, ""))
@@ -176,19 +180,24 @@ def resolve_workloads(
         if kind and name and all(key):
             deployments[key] = max(deployments.get(key, (kind, name)), (kind, name))
     owners: dict[PodKey, tuple[str, str]] = {}
+    controllers: dict[PodKey, set[tuple[str, str]]] = defaultdict(set)
     for labels, _ in _labels(answers.get(q.OWNERS, []), stats):
         kind, name = labels.get("owner_kind", ""), labels.get("owner_name", "")
         key = (labels.get(c.LABEL_NAMESPACE, ""), labels.get(c.LABEL_POD, ""))
         if not kind or not name or kind == "<none>":
             continue
+        controllers[key].add((kind, name))
         if kind == "ReplicaSet":
             kind, name = deployments.get((key[0], name), (kind, name))
         owners[key] = max(owners.get(key, (kind, name)), (kind, name))
     resolved: dict[PodKey, WorkloadKey] = {}
+    by_controller: dict[WorkloadKey, WorkloadKey] = {}
     for namespace, pod in pods:
         kind, name = labelled.get((namespace, pod)) or owners.get((namespace, pod)) or ("Pod", pod)
-        resolved[(namespace, pod)] = (namespace, kind, name)
-    return resolved
+        workload = resolved[(namespace, pod)] = (namespace, kind, name)
+        for controller_kind, controller_name in controllers.get((namespace, pod)) or {("Pod", pod)}:
+            by_controller[(namespace, controller_kind, controller_name)] = workload
+    return resolved, by_controller
 
 
 def _gpus(
@@ -213,33 +222,34 @@ def _gpus(
 
 
 def _buckets(
-    answers: Mapping[str, object], figure: str, pods: Mapping[PodKey, _Pod], stats: IngestStats
-) -> dict[PodKey, dict[float, float]]:
-    """Per pod: bucket upper bound in seconds -> increase over the hour."""
-    buckets: dict[PodKey, dict[float, float]] = defaultdict(dict)
+    answers: Mapping[str, object],
+    figure: str,
+    by_controller: Mapping[WorkloadKey, WorkloadKey],
+    stats: IngestStats,
+) -> dict[WorkloadKey, dict[float, float]]:
+    """Per workload: bucket upper bound in seconds -> increase over the hour, from the answer
+    summed per pod controller and server."""
+    buckets: dict[WorkloadKey, dict[float, float]] = defaultdict(lambda: defaultdict(float))
     for labels, value in _labels(answers.get(figure, []), stats):
-        key = (labels.get(c.LABEL_NAMESPACE, ""), labels.get(c.LABEL_POD, ""))
-        pod = pods.get(key)
-        if pod is None or pod.server != labels.get(c.LABEL_SERVER):
+        controller = (
+            labels.get(c.LABEL_NAMESPACE, ""),
+            labels.get("owner_kind", ""),
+            labels.get("owner_name", ""),
+        )
+        workload = by_controller.get(controller)
+        server = c.SERVERS_BY_KIND.get(labels.get(c.LABEL_SERVER, ""))
+        if workload is None or server is None:
             continue
         try:
             bound = float(labels.get(c.LABEL_LE, ""))
         except ValueError:
             stats.skip("malformed_le")
             continue
-        histograms = getattr(c.SERVERS_BY_KIND[pod.server], figure)
+        histograms = getattr(server, figure)
         if not math.isinf(bound) and histograms:
             bound *= histograms[0].seconds_per_unit
-        buckets[key][bound] = buckets[key].get(bound, 0.0) + value
+        buckets[workload][bound] += value
     return buckets
-
-
-def _sum_buckets(histograms: Iterable[Mapping[float, float]]) -> dict[float, float]:
-    total: dict[float, float] = defaultdict(float)
-    for buckets in histograms:
-        for bound, count in buckets.items():
-            total[bound] += count
-    return total
 
 
 def build_hour(answers: Mapping[str, Any]) -> tuple[dict[WorkloadKey, ServingFigures], IngestStats]:
@@ -248,19 +258,20 @@ def build_hour(answers: Mapping[str, Any]) -> tuple[dict[WorkloadKey, ServingFig
     pods = _pods(answers, stats)
     if not pods:
         return {}, stats
-    workloads = resolve_workloads(answers, pods, stats)
+    workloads, by_controller = resolve_workloads(answers, pods, stats)
     values = {
         name: _pod_values(answers, name, pods, stats)
         for name in (*c.COUNTERS, *c.GAUGES, q.KV_MEAN, q.KV_MAX)
     }
     gpus = _gpus(answers, pods, stats)
-    buckets = {figure: _buckets(answers, figure, pods, stats) for figure in c.HISTOGRAMS}
+    buckets = {figure: _buckets(answers, figure, by_controller, stats) for figure in c.HISTOGRAMS}
     members: dict[WorkloadKey, list[PodKey]] = defaultdict(list)
     for pod_key, workload in workloads.items():
         members[workload].append(pod_key)
     figures: dict[WorkloadKey, ServingFigures] = {}
     for workload, keys in sorted(members.items()):
-        figures[workload] = _workload_figures(keys, pods, values, gpus, buckets)
+        histograms = {figure: buckets[figure].get(workload, {}) for figure in c.HISTOGRAMS}
+        figures[workload] = _workload_figures(keys, pods, values, gpus, histograms)
     return figures, stats
 
 
@@ -282,7 +293,7 @@ def _workload_figures(
     pods: Mapping[PodKey, _Pod],
     values: Mapping[str, Mapping[PodKey, float]],
     gpus: Mapping[PodKey, float],
-    buckets: Mapping[str, Mapping[PodKey, Mapping[float, float]]],
+    histograms: Mapping[str, Mapping[float, float]],
 ) -> ServingFigures:
     servers = Counter(pods[key].server for key in keys)
     server = sorted(servers.items(), key=lambda item: (-item[1], item[0]))[0][0]
@@ -319,9 +330,11 @@ def _workload_figures(
         ("e2e", (None, "e2e_p95_seconds")),
     )
     for figure, names in histogram_fields:
-        summed = _sum_buckets(buckets[figure][key] for key in keys if key in buckets[figure])
         # Prometheus' histogram_quantile over the workload's summed bucket increases.
-        by_le = {("+Inf" if math.isinf(bound) else repr(bound)): n for bound, n in summed.items()}
+        by_le = {
+            ("+Inf" if math.isinf(bound) else repr(bound)): count
+            for bound, count in histograms[figure].items()
+        }
         for field_name, quantile in zip(names, QUANTILES.values(), strict=True):
             if field_name is not None:
                 setattr(figures, field_name, bucket_quantile(quantile, by_le) if by_le else None)

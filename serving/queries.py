@@ -4,8 +4,8 @@ Every query is an instant query at the hour's end over ``(end - 1 h, end]`` (``[
 Prometheus 2.x range selectors include their left edge), and answers per pod
 (``namespace``, ``pod``), labelled ``server``. Counters go through ``increase`` (counter resets
 are handled by Prometheus), gauges through ``avg_over_time`` / ``max_over_time``, histograms
-through ``increase`` of their buckets per ``le``; the quantiles are computed after the pods of a
-workload are summed (``serving.ingest``).
+through ``increase`` of their buckets per ``le``; histograms are summed per pod controller in
+Prometheus and per workload after (``serving.ingest``), where the quantiles are computed.
 """
 
 from __future__ import annotations
@@ -102,7 +102,14 @@ def gauge_query(figure: str, over_time: str = "avg", combine: str | None = None)
 
 
 def histogram_query(figure: str) -> str:
-    """Per pod, server and ``le``: the increase of the histogram's buckets over the hour."""
+    """Per pod controller (``owner_kind``, ``owner_name``; a pod without one is its own, kind
+    ``Pod``), server and ``le``: the increase of the histogram's buckets over the hour.
+
+    Summed per controller in Prometheus: every pod of a controller serves one workload, and a
+    workload's percentiles come from its summed buckets anyway, so the answer is one series per
+    controller and bucket instead of one per pod and bucket (50x fewer for 50-replica
+    Deployments). ``topk`` keeps one controller per pod, so the join never fails on a pod that
+    two kube-state-metrics series name differently."""
     parts = []
     for server in c.SERVERS:
         histograms = getattr(server, figure)
@@ -112,7 +119,18 @@ def histogram_query(figure: str) -> str:
                 for h in histograms
             ]
             parts.append(_labelled(server.kind, f"({_newest_first(expressions)})"))
-    return _across_servers(parts)
+    controllers = (
+        f"topk by ({BY_POD}) (1, max by ({BY_POD}, owner_kind, owner_name) ("
+        f'max_over_time(kube_pod_owner{{owner_is_controller="true"}}[{HOUR_RANGE}]))) '
+        f"or on ({BY_POD}) "
+        f'label_replace(label_replace({serving_pods()}, "owner_kind", "Pod", "", ""), '
+        f'"owner_name", "$1", "{c.LABEL_POD}", "(.+)")'
+    )
+    return (
+        f"sum by ({c.LABEL_NAMESPACE}, owner_kind, owner_name, {c.LABEL_SERVER}, {c.LABEL_LE}) "
+        f"(({_across_servers(parts)}) * on ({BY_POD}) group_left (owner_kind, owner_name) "
+        f"({controllers}))"
+    )
 
 
 def serving_pods() -> str:

@@ -9,7 +9,7 @@ Two data sets share one Prometheus, one sample a minute:
 * hours 1-3, namespace ``chat``: Deployment ``llama-chat`` (ReplicaSet ``llama-chat-7d9f``) with
   vLLM replicas ``a`` and ``b`` all three hours and ``c`` only for the last 30 minutes of hour 3;
   ``b`` restarts at minute 210 (its counters reset); a training pod that holds a GPU but serves
-  nothing; a bare pod ``nan-server`` whose gauges are NaN.
+  nothing; a bare pod ``nan-server`` whose gauges are NaN (its latency histogram is sound).
 
 A sample at minute k describes minute (k-1, k]; the hour H is asked at its end over
 (H, H + 1 h], so hour 1 holds minutes 61..120. ``increase()`` over an hour whose first sample
@@ -208,6 +208,11 @@ def chat_series(series: Series) -> None:
         series["kube_replicaset_owner"].append((owner, 1.0, ts(minute)))
         nan_pod = {"namespace": "chat", "pod": "nan-server", "model_name": "x", "engine": "0"}
         series["vllm:num_requests_running"].append((nan_pod, float("nan"), ts(minute)))
+        # Its end-to-end histogram is sound: 60 requests a minute in (2, 5].
+        for bound, count in (("2.0", 0.0), ("5.0", 60.0 * minute), ("+Inf", 60.0 * minute)):
+            series["vllm:e2e_request_latency_seconds_bucket"].append(
+                ({**nan_pod, "le": bound}, count, ts(minute))
+            )
     trainer = range(61, 241)
     _ksm(series, "chat", "trainer-0", ("Job", "trainer"), trainer)
     _gpu(series, "chat", "trainer-0", "nvidia_com_gpu", trainer)
@@ -348,6 +353,8 @@ def test_hand_computed_hours_of_a_two_replica_deployment(cluster, caplog):
         None,
         None,
     )
+    # A bare pod's histogram joins as its own controller (kind Pod): 2 + 3 x 0.95.
+    assert nan_row.e2e_p95_seconds == pytest.approx(4.85, rel=REL)
 
     first = rows(cluster, 1, "chat")[("Deployment", "llama-chat")]
     assert (first.replicas_seen, first.replica_hours, first.seconds_with_data) == (2, 2.0, 3600)

@@ -51,6 +51,10 @@ def test_an_older_name_counts_only_for_pods_without_the_newer_one():
     assert f"({new} or ({old} unless on (namespace, pod) ({new})))" in kv
     itl = q.hour_queries()["itl"]
     assert "unless on (namespace, pod) (sum by (namespace, pod, le) (increase(" in itl
+    # Histograms come summed per pod controller, a pod without one as its own ("Pod").
+    assert itl.startswith("sum by (namespace, owner_kind, owner_name, server, le) (")
+    assert "group_left (owner_kind, owner_name) (topk by (namespace, pod) (1, " in itl
+    assert '"owner_kind", "Pod", "", ""' in itl
 
 
 def test_workload_resolution_prefers_kserve_then_lws_then_deployment_then_controller():
@@ -73,7 +77,7 @@ def test_workload_resolution_prefers_kserve_then_lws_then_deployment_then_contro
     }
     pods = [("ns", f"p{n}") for n in range(1, 8)]
 
-    resolved = resolve_workloads(answers, pods, build_hour({})[1])
+    resolved, by_controller = resolve_workloads(answers, pods, build_hour({})[1])
 
     assert resolved == {
         ("ns", "p1"): ("ns", "InferenceService", "isvc"),
@@ -84,6 +88,10 @@ def test_workload_resolution_prefers_kserve_then_lws_then_deployment_then_contro
         ("ns", "p6"): ("ns", "Pod", "p6"),
         ("ns", "p7"): ("ns", "Pod", "p7"),
     }
+    # Histograms come summed per controller: each controller maps to its pods' workload.
+    assert by_controller[("ns", "ReplicaSet", "web-7d")] == ("ns", "Deployment", "web")
+    assert by_controller[("ns", "StatefulSet", "lws-0")] == ("ns", "LeaderWorkerSet", "lws")
+    assert by_controller[("ns", "Pod", "p7")] == ("ns", "Pod", "p7")
 
 
 def test_missing_figures_are_none_and_measured_zeros_stay_zero():
@@ -122,7 +130,9 @@ def test_bad_answers_are_skipped_and_counted_never_raised():
         ],
         "running": [pod("a", "+Inf")],
         "requests": {"not": "a list"},
-        "ttft": [item("5", namespace="ns", pod="a", server="vllm", le="fast")],
+        "ttft": [
+            item("5", namespace="ns", owner_kind="Pod", owner_name="a", server="vllm", le="fast")
+        ],
         q.GPUS: [item("1", namespace="ns", pod="a", resource="amd_com_gpu")],
     }
 
@@ -148,24 +158,37 @@ def test_no_presence_means_no_rows():
 
 
 def test_a_workload_percentile_is_over_its_replicas_summed_buckets():
-    # Replica a: 90 requests at <= 0.1 s; replica b: 10 requests in (0.1, 1]. Together 100:
+    # A LeaderWorkerSet's leader StatefulSet "lws" (pod a) and worker StatefulSet "lws-0"
+    # (pod b): Prometheus sums the buckets per controller, the workload sums the controllers.
+    # a: 90 requests at <= 0.1 s; b: 10 requests in (0.1, 1]. Together 100:
     # p50 at rank 50 in (0, 0.1]: 0.1 x 50/90; p95 at rank 95 in (0.1, 1]: 0.1 + 0.9 x 5/10.
     # (b alone would say p50 = 0.55: averaging replicas' percentiles would be wrong.)
-    def buckets(name: str, counts: tuple[float, float, float]) -> list[dict]:
+    def buckets(controller: str, counts: tuple[float, float, float]) -> list[dict]:
         return [
-            item(str(count), namespace="ns", pod=name, server="vllm", le=le)
+            item(
+                str(count),
+                namespace="ns",
+                owner_kind="StatefulSet",
+                owner_name=controller,
+                server="vllm",
+                le=le,
+            )
             for le, count in zip(("0.1", "1.0", "+Inf"), counts, strict=True)
         ]
 
+    lws = {"label_leaderworkerset_sigs_k8s_io_name": "lws"}
     answers = {
         q.PRESENCE: [pod("a", "60"), pod("b", "60")],
+        q.POD_LABELS: [item(1, namespace="ns", pod=p, **lws) for p in "ab"],
         q.OWNERS: [
-            item(1, namespace="ns", pod=p, owner_kind="StatefulSet", owner_name="s") for p in "ab"
+            item(1, namespace="ns", pod="a", owner_kind="StatefulSet", owner_name="lws"),
+            item(1, namespace="ns", pod="b", owner_kind="StatefulSet", owner_name="lws-0"),
         ],
-        "ttft": buckets("a", (90, 90, 90)) + buckets("b", (0, 10, 10)),
+        "ttft": buckets("lws", (90, 90, 90)) + buckets("lws-0", (0, 10, 10)),
     }
 
-    row = build_hour(answers)[0][("ns", "StatefulSet", "s")]
+    row = build_hour(answers)[0][("ns", "LeaderWorkerSet", "lws")]
 
+    assert row.replicas_seen == 2
     assert row.ttft_p50_seconds == pytest.approx(0.1 * 50 / 90)
     assert row.ttft_p95_seconds == pytest.approx(0.1 + 0.9 * 5 / 10)
