@@ -187,10 +187,35 @@ def hours_between(start: datetime, end: datetime) -> Iterator[datetime]:
         hour += HOUR
 
 
+# Rows per DELETE when pruning: ledger.rollup.prune's batch, measured there on usage rows.
+PRUNE_BATCH_SIZE = 20_000
+
+
+def prune(cluster: Cluster, now: datetime) -> int:
+    """Delete the cluster's serving hours and collections older than the rollups' retention
+    (``GPULEDGER_ROLLUP_RETENTION_DAYS``: serving hours sit beside the hourly rollups), in
+    batches along the (cluster, hour) indexes; returns the rows deleted."""
+    cutoff = hour_floor(ensure_aware(now)) - timedelta(
+        days=settings.GPULEDGER_ROLLUP_RETENTION_DAYS
+    )
+    deleted = 0
+    for model in (ServingHour, ServingCollection):
+        old = model.objects.filter(cluster=cluster, hour__lt=cutoff)
+        while True:
+            batch = list(old.order_by().values_list("pk", flat=True)[:PRUNE_BATCH_SIZE])
+            if not batch:
+                break
+            deleted += model.objects.filter(pk__in=batch).delete()[0]
+    return deleted
+
+
 def collect_due(cluster: Cluster, now: datetime | None = None) -> ServingRunResult:
-    """Collect the cluster's due hours, oldest first; a failure stops the run there."""
+    """Collect the cluster's due hours, oldest first (a failure stops the run there), after
+    pruning what is past retention."""
     result = ServingRunResult(cluster=cluster.name)
-    hours = due_hours(cluster, now or timezone.now())
+    now = now or timezone.now()
+    prune(cluster, now)
+    hours = due_hours(cluster, now)
     if not hours:
         return result
     with PrometheusClient.for_cluster(cluster) as client:

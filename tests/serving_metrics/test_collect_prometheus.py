@@ -29,7 +29,7 @@ import pytest
 from django.core.management import call_command
 
 from fleet.models import Cluster
-from serving.collector import collect_due, collect_hour
+from serving.collector import collect_due, collect_hour, prune
 from serving.models import ServingCollection, ServingHour, ServingWorkload
 from serving.tasks import collect_serving_hours
 from tests.prometheus_server import (
@@ -439,3 +439,17 @@ def test_an_unreachable_prometheus_leaves_a_failed_collection_and_no_rows(db, se
     failed = ServingCollection.objects.get(cluster=down)
     assert failed.status == "failed" and "cannot connect" in failed.error
     assert not ServingHour.objects.filter(cluster=down).exists()
+
+
+def test_hours_past_the_rollup_retention_are_pruned(cluster, settings):
+    collect_hour(cluster, T0)
+    collect_hour(cluster, T0 + timedelta(hours=1))
+    settings.GPULEDGER_ROLLUP_RETENTION_DAYS = 1
+    # A day and an hour after T0 + 1 h: hour 0 is past the retention, hour 1 is not.
+    deleted = prune(cluster, T0 + timedelta(days=1, hours=1, minutes=30))
+
+    assert deleted == 4 + 1  # hour 0: four servers' rows and its collection
+    assert set(ServingHour.objects.filter(cluster=cluster).values_list("hour", flat=True)) == {
+        T0 + timedelta(hours=1)
+    }
+    assert ServingCollection.objects.filter(cluster=cluster).count() == 1
