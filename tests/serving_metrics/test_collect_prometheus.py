@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from fleet.models import Cluster
 from serving.collector import collect_due, collect_hour, prune
@@ -453,3 +453,15 @@ def test_hours_past_the_rollup_retention_are_pruned(cluster, settings):
         T0 + timedelta(hours=1)
     }
     assert ServingCollection.objects.filter(cluster=cluster).count() == 1
+
+
+def test_the_command_refuses_half_a_range_and_unknown_clusters(cluster):
+    with pytest.raises(CommandError, match="--start and --end go together"):
+        call_command("collect_serving", "--cluster", cluster.name, "--start", T0.isoformat())
+    with pytest.raises(CommandError, match="not an ISO 8601"):
+        call_command(
+            "collect_serving", "--cluster", cluster.name, "--start", "yesterday", "--end", "now"
+        )
+    with pytest.raises(CommandError, match="no cluster named 'nope'"):
+        call_command("collect_serving", "--cluster", "nope")
+    assert not ServingCollection.objects.exists()
