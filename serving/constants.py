@@ -68,7 +68,8 @@ class ServerMetrics:
 VLLM = ServerMetrics(
     kind=ServerKind.VLLM,
     presence=(Source("vllm:num_requests_running"),),
-    requests=(Source("vllm:request_success_total"),),
+    # Finished with reason stop or length: an aborted request (client gone) was not served.
+    requests=(Source('vllm:request_success_total{finished_reason!="abort"}'),),
     prompt_tokens=(Source("vllm:prompt_tokens_total"),),
     output_tokens=(Source("vllm:generation_tokens_total"),),
     running=(Source("vllm:num_requests_running"),),
@@ -82,8 +83,10 @@ VLLM = ServerMetrics(
     e2e=(Histogram("vllm:e2e_request_latency_seconds"),),
 )
 
-# NVIDIA NIM for LLMs (its "Observability" documentation: the vLLM names without the prefix,
-# served on /v1/metrics). `request_success_total` counts finished requests as in vLLM.
+# NVIDIA NIM for LLMs 1.x (its "Observability" documentation: the vLLM names without the prefix,
+# served on /v1/metrics). `request_success_total` counts requests finished with reason stop or
+# length (NVIDIA Run:ai's NIM metrics documentation). A NIM that serves vLLM's own `vllm:` names
+# is read as vLLM: the same figures.
 NIM = ServerMetrics(
     kind=ServerKind.NIM,
     presence=(Source("num_requests_running"),),

@@ -269,7 +269,7 @@ def test_recorded_server_texts_map_to_the_normalized_figures(cluster):
     assert vllm.server_kind == "vllm"
     assert (vllm.replicas_seen, vllm.replica_hours, vllm.seconds_with_data) == (1, 1.0, 3600)
     assert vllm.gpu_hours == pytest.approx(1.0)
-    # request_success_total: stop 3000 + length 600 + abort 0 over the hour.
+    # request_success_total: stop 3000 + length 600 over the hour; the 120 aborted are not served.
     assert vllm.requests_per_second == pytest.approx(3600 / 3600, rel=REL)
     assert vllm.prompt_tokens_per_second == pytest.approx(1.8e6 / 3600, rel=REL)
     assert vllm.output_tokens_per_second == pytest.approx(720000 / 3600, rel=REL)
