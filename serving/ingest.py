@@ -161,8 +161,8 @@ def resolve_workloads(
     docstring for the order. Several answers for one pod keep the highest sorted one.
 
     Also (namespace, controller kind, controller name) -> workload, for the histograms summed
-    per controller (``serving.queries.histogram_query``); a pod without a controller is its
-    own (kind ``Pod``)."""
+    per controller (``serving.queries.histogram_query``); every pod is also its own
+    (kind ``Pod``), the grouping of a pod without a controller at the hour's end."""
     labelled: dict[PodKey, tuple[str, str]] = {}
     for labels, _ in _labels(answers.get(q.POD_LABELS, []), stats):
         key = (labels.get(c.LABEL_NAMESPACE, ""), labels.get(c.LABEL_POD, ""))
@@ -195,7 +195,10 @@ def resolve_workloads(
     for namespace, pod in pods:
         kind, name = labelled.get((namespace, pod)) or owners.get((namespace, pod)) or ("Pod", pod)
         workload = resolved[(namespace, pod)] = (namespace, kind, name)
-        for controller_kind, controller_name in controllers.get((namespace, pod)) or {("Pod", pod)}:
+        # A pod is grouped by its controller if it was alive at the hour's end, else as itself.
+        for controller_kind, controller_name in controllers.get((namespace, pod), set()) | {
+            ("Pod", pod)
+        }:
             by_controller[(namespace, controller_kind, controller_name)] = workload
     return resolved, by_controller
 

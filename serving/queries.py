@@ -109,7 +109,8 @@ def histogram_query(figure: str) -> str:
     workload's percentiles come from its summed buckets anyway, so the answer is one series per
     controller and bucket instead of one per pod and bucket (50x fewer for 50-replica
     Deployments). ``topk`` keeps one controller per pod, so the join never fails on a pod that
-    two kube-state-metrics series name differently."""
+    two kube-state-metrics series name differently. ``serving.ingest.resolve_workloads`` maps
+    both groupings (controller, or the pod itself) to the pod's workload."""
     parts = []
     for server in c.SERVERS:
         histograms = getattr(server, figure)
@@ -119,9 +120,11 @@ def histogram_query(figure: str) -> str:
                 for h in histograms
             ]
             parts.append(_labelled(server.kind, f"({_newest_first(expressions)})"))
+    # The controllers of the pods alive at the hour's end (an instant selector: one sample per
+    # pod of the cluster, not the hour's); a pod gone before is grouped as its own.
     controllers = (
         f"topk by ({BY_POD}) (1, max by ({BY_POD}, owner_kind, owner_name) ("
-        f'max_over_time(kube_pod_owner{{owner_is_controller="true"}}[{HOUR_RANGE}]))) '
+        f'kube_pod_owner{{owner_is_controller="true"}})) '
         f"or on ({BY_POD}) "
         f'label_replace(label_replace({serving_pods()}, "owner_kind", "Pod", "", ""), '
         f'"owner_name", "$1", "{c.LABEL_POD}", "(.+)")'

@@ -218,10 +218,34 @@ def chat_series(series: Series) -> None:
     _gpu(series, "chat", "trainer-0", "nvidia_com_gpu", trainer)
 
 
+def burst_series(series: Series) -> None:
+    """Hour 1, namespace ``burst``: Deployment ``burst``'s one pod lives minutes 61..90 only
+    (gone at the hour's end), 60 requests a minute, all with TTFT in (0.1, 0.25]."""
+    pod = "burst-5f-x"
+    labels = {"namespace": "burst", "pod": pod, "model_name": "llama", "engine": "0"}
+    minutes = range(61, 91)
+    for minute in minutes:
+        done = 60.0 * (minute - 61)
+        series["vllm:num_requests_running"].append((labels, 5.0, ts(minute)))
+        for bound, count in (("0.1", 0.0), ("0.25", done), ("+Inf", done)):
+            series["vllm:time_to_first_token_seconds_bucket"].append(
+                ({**labels, "le": bound}, count, ts(minute))
+            )
+        owner = {
+            "namespace": "burst",
+            "replicaset": "burst-5f",
+            "owner_kind": "Deployment",
+            "owner_name": "burst",
+        }
+        series["kube_replicaset_owner"].append((owner, 1.0, ts(minute)))
+    _ksm(series, "burst", pod, ("ReplicaSet", "burst-5f"), minutes)
+
+
 def write_openmetrics(path: Path) -> None:
     series: Series = defaultdict(list)
     recorded_series(series)
     chat_series(series)
+    burst_series(series)
     with OpenMetricsWriter(path) as out:
         for name, samples in series.items():
             # One family per sample name ("unknown"): PromQL reads them alike, and promtool
@@ -356,6 +380,12 @@ def test_hand_computed_hours_of_a_two_replica_deployment(cluster, caplog):
     # A bare pod's histogram joins as its own controller (kind Pod): 2 + 3 x 0.95.
     assert nan_row.e2e_p95_seconds == pytest.approx(4.85, rel=REL)
 
+    # A pod gone before the hour's end: half the hour's samples, and its histogram still joins
+    # its Deployment (grouped as the pod itself in Prometheus): p95 = 0.1 + 0.15 x 0.95.
+    burst = rows(cluster, 1, "burst")[("Deployment", "burst")]
+    assert (burst.replica_hours, burst.mean_running) == (0.5, pytest.approx(5 * 0.5))
+    assert burst.ttft_p95_seconds == pytest.approx(0.2425, rel=REL)
+
     first = rows(cluster, 1, "chat")[("Deployment", "llama-chat")]
     assert (first.replicas_seen, first.replica_hours, first.seconds_with_data) == (2, 2.0, 3600)
     assert first.gpu_hours == pytest.approx(2.0)
@@ -418,12 +448,13 @@ def test_due_hours_are_collected_once_each_oldest_first(cluster, settings):
     # 60 s after hour 3 ends its last scrapes may still be on the way: not due yet.
     early = collect_due(cluster, now=T0 + timedelta(hours=4, seconds=60))
     assert [result.hour for result in early.hours] == [T0 + timedelta(hours=h) for h in (0, 1, 2)]
-    assert [result.rows for result in early.hours] == [4, 2, 2]  # 4 servers; llama-chat + NaN pod
+    # Hour 0: the 4 servers; then llama-chat and the NaN pod, and burst in hour 1.
+    assert [result.rows for result in early.hours] == [4, 3, 2]
 
     later = collect_due(cluster, now=T0 + timedelta(hours=4, minutes=5))
     assert [(result.hour, result.rows) for result in later.hours] == [(T0 + timedelta(hours=3), 2)]
     assert collect_due(cluster, now=T0 + timedelta(hours=4, minutes=10)).hours == []
-    assert ServingHour.objects.filter(cluster=cluster).count() == 4 + 2 + 2 + 2
+    assert ServingHour.objects.filter(cluster=cluster).count() == 4 + 3 + 2 + 2
 
 
 def test_an_unreachable_prometheus_leaves_a_failed_collection_and_no_rows(db, settings):

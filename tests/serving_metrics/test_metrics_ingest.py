@@ -92,6 +92,8 @@ def test_workload_resolution_prefers_kserve_then_lws_then_deployment_then_contro
     assert by_controller[("ns", "ReplicaSet", "web-7d")] == ("ns", "Deployment", "web")
     assert by_controller[("ns", "StatefulSet", "lws-0")] == ("ns", "LeaderWorkerSet", "lws")
     assert by_controller[("ns", "Pod", "p7")] == ("ns", "Pod", "p7")
+    # A pod gone before the hour's end comes grouped as itself.
+    assert by_controller[("ns", "Pod", "p3")] == ("ns", "Deployment", "web")
 
 
 def test_missing_figures_are_none_and_measured_zeros_stay_zero():
