@@ -194,3 +194,13 @@ def test_a_workload_percentile_is_over_its_replicas_summed_buckets():
     assert row.replicas_seen == 2
     assert row.ttft_p50_seconds == pytest.approx(0.1 * 50 / 90)
     assert row.ttft_p95_seconds == pytest.approx(0.1 + 0.9 * 5 / 10)
+
+
+def test_beat_runs_the_collection_task_within_its_interval():
+    from config.settings import CELERY_BEAT_SCHEDULE
+    from serving.tasks import collect_serving_hours
+
+    entry = CELERY_BEAT_SCHEDULE["collect-serving-hours"]
+
+    assert entry["task"] == collect_serving_hours.name
+    assert entry["options"]["expires"] <= entry["schedule"]
