@@ -107,6 +107,7 @@ bench: venv system-deps
 	DATABASE_URL=$(BENCH_PG)/gpuledger_bench $(PY) bench/ingest_pure.py $(BENCH_ARGS)
 	$(PY) bench/collect.py $(BENCH_ARGS)
 	$(PY) bench/collect.py --deep $(BENCH_ARGS)
+	$(PY) bench/serving_hours.py --database gpuledger_bench_serving $(BENCH_ARGS)
 	$(PY) bench/rollup.py --database-url $(BENCH_PG)/gpuledger_bench_rollup $(BENCH_ARGS)
 	DATABASE_URL=$(BENCH_PG)/gpuledger_bench_sync $(PY) bench/sync.py $(BENCH_ARGS)
 	$(PY) bench/pages.py --database-url $(BENCH_PG)/gpuledger_bench_pages $(BENCH_ARGS)

@@ -672,6 +672,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(GPULEDGER_REMEDIATION_SECONDS),
         "options": {"expires": float(GPULEDGER_REMEDIATION_SECONDS)},
     },
+    # Serving metrics per workload-hour (serving.collector): each tick collects the complete
+    # hours not collected yet, so an hour is in the database a few minutes after it ends.
+    "collect-serving-hours": {
+        "task": "serving.tasks.collect_serving_hours",
+        "schedule": 300.0,
+        "options": {"expires": 300.0},
+    },
     # Queue SLOs are judged per complete UTC day; hourly picks up a day soon after it ends.
     "evaluate-queue-slos": {
         "task": "alerts.tasks.evaluate_queue_slos",

@@ -87,6 +87,18 @@ BENCHES = [
         work_dir=True,
     ),
     Bench(
+        "serving_hours",
+        "--database",
+        (
+            r"one window, 200 GPUs: \d+\.\d+ s wall",
+            r"serving hour, 20 pods \(1 workloads\): \d+\.\d+ s wall",
+            r"serving hour / window: CPU \d+\.\d+%, wall \d+\.\d+% .*spread over",
+        ),
+        own_tables=True,
+        binaries=("prometheus", "promtool"),
+        work_dir=True,
+    ),
+    Bench(
         "rollup",
         "--database-url",
         (
