@@ -4,7 +4,7 @@ Two data sets share one Prometheus, one sample a minute:
 
 * hour 0 (T0): the recorded /metrics text of each server (tests/fixtures/serving/), one pod
   each, counters climbing from 0 to the recorded value over the hour
-  (``tests.serving_metrics.recorded``): the figures are the recorded numbers / 3600 and the
+  (``tests.serving.recorded``): the figures are the recorded numbers / 3600 and the
   recorded gauges;
 * hours 1-3, namespace ``chat``: Deployment ``llama-chat`` (ReplicaSet ``llama-chat-7d9f``) with
   vLLM replicas ``a`` and ``b`` all three hours and ``c`` only for the last 30 minutes of hour 3;
@@ -39,7 +39,7 @@ from tests.prometheus_server import (
     create_blocks,
     free_port,
 )
-from tests.serving_metrics.recorded import ramp_value, recorded, series_by_name
+from tests.serving.recorded import ramp_value, recorded, series_by_name
 
 pytestmark = pytest.mark.integration
 
