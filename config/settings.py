@@ -528,6 +528,11 @@ GPULEDGER_TEAM_LABELS = env_list("GPULEDGER_TEAM_LABELS", ["gpuledger.io/team", 
 # "Busy but not working": GPU_UTIL (0-100) at or above this while SM_ACTIVE is below the next.
 GPULEDGER_BUSY_GPU_UTIL = env_float("GPULEDGER_BUSY_GPU_UTIL", 50.0)
 GPULEDGER_BUSY_SM_ACTIVE = env_float("GPULEDGER_BUSY_SM_ACTIVE", 0.2)
+# Serving: the latency targets a deployment's hours must stay within to count for its throughput
+# knee (p95 time to first token, p95 inter-token latency), where the deployment sets none
+# (README "Serving: metrics"); 0 judges that latency not at all.
+GPULEDGER_SERVING_TTFT_P95_SECONDS = env_float("GPULEDGER_SERVING_TTFT_P95_SECONDS", 2.0)
+GPULEDGER_SERVING_ITL_P95_SECONDS = env_float("GPULEDGER_SERVING_ITL_P95_SECONDS", 0.1)
 GPULEDGER_CHARGEBACK_MAX_DAYS = env_int("GPULEDGER_CHARGEBACK_MAX_DAYS", 400, minimum=1)
 # The longest range the service-level API answers (admissions and queue levels).
 GPULEDGER_SERVICE_LEVELS_MAX_DAYS = env_int("GPULEDGER_SERVICE_LEVELS_MAX_DAYS", 400, minimum=1)

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 
 from fleet.models import Cluster
 from serving.choices import CollectionStatus, ServerKind
+from serving.knee import Targets
 
 
 class ServingWorkload(models.Model):
@@ -24,6 +27,20 @@ class ServingWorkload(models.Model):
         help_text="Deployment, LeaderWorkerSet, StatefulSet, InferenceService, ... or Pod.",
     )
     name = models.CharField(max_length=253)
+    ttft_p95_target_seconds = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0)],
+        help_text="Time to first token, 95th percentile, that an hour must stay within to count "
+        "for the knee; empty = GPULEDGER_SERVING_TTFT_P95_SECONDS.",
+    )
+    itl_p95_target_seconds = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0)],
+        help_text="Inter-token latency, 95th percentile, that an hour must stay within to count "
+        "for the knee; empty = GPULEDGER_SERVING_ITL_P95_SECONDS.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -38,6 +55,24 @@ class ServingWorkload(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.kind}/{self.name}"
+
+    def targets(self) -> Targets:
+        """The latency targets its knee is judged by: its own, else the settings' defaults."""
+        return Targets(
+            ttft_p95_seconds=_or_default(
+                self.ttft_p95_target_seconds, settings.GPULEDGER_SERVING_TTFT_P95_SECONDS
+            ),
+            itl_p95_seconds=_or_default(
+                self.itl_p95_target_seconds, settings.GPULEDGER_SERVING_ITL_P95_SECONDS
+            ),
+        )
+
+
+def _or_default(own: float | None, default: float) -> float | None:
+    """``own`` if set; else ``default``, where a default of 0 or less judges nothing (None)."""
+    if own is not None:
+        return own
+    return default if default > 0 else None
 
 
 class ServingHour(models.Model):

@@ -61,3 +61,20 @@ def test_missing_latency_never_qualifies_and_requests_stand_in_for_tokens():
 def test_no_qualifying_hour_has_no_knee():
     assert knee([], TARGETS) is None
     assert knee([at(0, 0.0, 10.0, 1.0, 0.0, 0.1, 0.01)], TARGETS) is None  # no replica-time
+
+
+@pytest.mark.django_db
+def test_a_deployment_is_judged_by_its_own_targets_else_the_settings(settings):
+    from fleet.models import Cluster
+    from serving.models import ServingWorkload
+
+    settings.GPULEDGER_SERVING_TTFT_P95_SECONDS = 1.5
+    settings.GPULEDGER_SERVING_ITL_P95_SECONDS = 0.0
+    cluster = Cluster.objects.create(name="c", prometheus_url="http://127.0.0.1:9")
+    workload = ServingWorkload.objects.create(
+        cluster=cluster, namespace="n", kind="Deployment", name="llm"
+    )
+    assert workload.targets() == Targets(ttft_p95_seconds=1.5, itl_p95_seconds=None)
+
+    workload.ttft_p95_target_seconds, workload.itl_p95_target_seconds = 0.8, 0.05
+    assert workload.targets() == Targets(ttft_p95_seconds=0.8, itl_p95_seconds=0.05)
