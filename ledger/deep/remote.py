@@ -229,15 +229,25 @@ def _frames(answer: bytes) -> bytearray:
     the message, the message) joined, ``_PADDING`` bytes longer."""
     parts: list[bytes] = []
     at, end = 0, len(answer)
+    checksum = google_crc32c.value
     while at < end:
-        size, at = _varint(answer, at, end)
-        if at + 4 + size > end:
+        # Sizes of one or two bytes (a series' frame is about a kilobyte) read inline.
+        size = answer[at]
+        if size < 0x80:
+            at += 1
+        elif at + 1 < end and answer[at + 1] < 0x80:
+            size = (size & 0x7F) | answer[at + 1] << 7
+            at += 2
+        else:
+            size, at = _varint(answer, at, end)
+        stop = at + 4 + size
+        if stop > end:
             raise RemoteReadError("streamed remote read answer: a frame runs past the answer")
-        body = answer[at + 4 : at + 4 + size]
-        if google_crc32c.value(body) != int.from_bytes(answer[at : at + 4], "big"):
+        body = answer[at + 4 : stop]
+        if checksum(body) != int.from_bytes(answer[at : at + 4], "big"):
             raise RemoteReadError("streamed remote read answer: a frame fails its checksum")
         parts.append(body)
-        at += 4 + size
+        at = stop
     parts.append(bytes(_PADDING))
     return bytearray(b"".join(parts))
 

@@ -248,3 +248,14 @@ def test_a_streamed_answer_gives_each_series_samples_in_the_range_without_stale_
 def test_a_malformed_streamed_answer_is_an_error(answer: bytes):
     with pytest.raises(remote.RemoteReadError):
         remote.read_answer(answer, remote.STREAMED, 0, 10**13)
+
+
+@pytest.mark.parametrize("label_bytes", [10, 200, 20_000])
+def test_frames_of_one_two_and_three_byte_sizes(label_bytes: int):
+    message = field(1, label("pod", "p" * label_bytes) + chunk_message([(5_000, 1.0)]))
+    assert len(_varint(len(message))) == {10: 1, 200: 2, 20_000: 3}[label_bytes]
+
+    found = remote.read_answer(frame(message) + frame(message), remote.STREAMED, 0, 10_000)
+
+    assert found.labels == [{"pod": "p" * label_bytes}] * 2
+    assert found.series.tolist() == [0, 1]
