@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -17,6 +20,7 @@ from dashboard.queries.queue_levels import slo_status
 from dashboard.templatetags.formatting import duration, figure, percent, quantity
 from quotas.access import leads_team
 from quotas.choices import TransitionKind
+from quotas.models import ClusterQueue, Workload
 from quotas.now import (
     Demand,
     gpu_quotas,
@@ -88,17 +92,6 @@ def cluster_queue_detail(
     now = timezone.now()
     queue_filter = Q(cluster_queue=queue)
 
-    quotas = list(queue.quotas.order_by("resource", "position", "flavor_name"))
-    quota_rows = [
-        {
-            "flavor": q.flavor_name,
-            "resource": q.resource,
-            "nominal": quantity(q.nominal, q.resource),
-            "borrowing_limit": quantity(q.borrowing_limit, q.resource),
-            "lending_limit": quantity(q.lending_limit, q.resource),
-        }
-        for q in quotas
-    ]
     found = latest_samples(queue_filter, now).get(queue.pk)
     figures = queries.queue_total(queue, time_range.covered_hours())
     holding, holding_more = queries.holding_workloads(queue)
@@ -110,26 +103,85 @@ def cluster_queue_detail(
     # Free quota per flavor now (nominal − usage of the newest samples), for the short reasons.
     free = free_in_quota(found)
     estimates = estimates_in_queue(queue, now)
-    pending_rows = []
-    for workload in page.object_list:
-        since = max(
-            [moment for moment in (workload.observed_at, requeued.get(workload.pk)) if moment],
-            default=None,
-        )
-        pending_rows.append(
-            {
-                "workload": workload,
-                "wait": duration((now - since).total_seconds()) if since else "—",
-                "waiting_since": since,
-                "requeued": workload.pk in requeued,
-                "short_reason": workload_reason(workload, free),
-                "estimate": estimates.get(workload.pk),
-            }
-        )
+    pending_rows = [
+        _pending_row(workload, now, requeued, free, estimates) for workload in page.object_list
+    ]
     eviction_counts = queries.eviction_counts(queue, time_range)
     # Nominal now in GPUs: whole GPUs and MIG instances at slices/7 (quotas.now.quota_gpus).
     gpu_quota = gpu_quotas(queue_filter).get(queue.pk, [])
-    stats = [
+    stats = _stats(
+        gpu_quota, admitted_now, pending_now, found, figures, eviction_counts, time_range
+    )
+    context = {
+        "nav": "queues",
+        "page_title": f"ClusterQueue {queue.name}",
+        "queue": queue,
+        # Quota changes: admins with the permission change, the team's leads request.
+        "may_change_quota": can_apply(request.user) or leads_team(request.user, queue.team_id),
+        "cohort_visible": queue.cohort is not None,
+        "stats": stats,
+        "quota_rows": _quota_rows(queue),
+        "holding": holding,
+        "holding_more": holding_more,
+        "pending_rows": pending_rows,
+        "page_obj": page,
+        "page_query": page_query,
+        "chart_query": range_query(request, time_range),
+        "visible_all": allowed is None,
+        "time_range": time_range,
+        "quota_history_start": queries.quota_history_start(queue),
+        "slo_status": slo_status([queue], now),
+    }
+    return render(request, "dashboard/cluster_queue_detail.html", context)
+
+
+def _quota_rows(queue: ClusterQueue) -> list[dict[str, Any]]:
+    """The queue's quotas as written in Kueue, flavor by flavor."""
+    return [
+        {
+            "flavor": q.flavor_name,
+            "resource": q.resource,
+            "nominal": quantity(q.nominal, q.resource),
+            "borrowing_limit": quantity(q.borrowing_limit, q.resource),
+            "lending_limit": quantity(q.lending_limit, q.resource),
+        }
+        for q in queue.quotas.order_by("resource", "position", "flavor_name")
+    ]
+
+
+def _pending_row(
+    workload: Workload,
+    now: datetime,
+    requeued: dict[int, datetime],
+    free: Any,
+    estimates: dict[int, Any],
+) -> dict[str, Any]:
+    """A pending workload's row: how long it waits (since it was seen or last requeued), why."""
+    since = max(
+        [moment for moment in (workload.observed_at, requeued.get(workload.pk)) if moment],
+        default=None,
+    )
+    return {
+        "workload": workload,
+        "wait": duration((now - since).total_seconds()) if since else "—",
+        "waiting_since": since,
+        "requeued": workload.pk in requeued,
+        "short_reason": workload_reason(workload, free),
+        "estimate": estimates.get(workload.pk),
+    }
+
+
+def _stats(
+    gpu_quota: Any,
+    admitted_now: Demand,
+    pending_now: Demand,
+    found: Any,
+    figures: Any,
+    eviction_counts: dict[str, int],
+    time_range: TimeRange,
+) -> list[Any]:
+    """The figures across the queue page's top."""
+    return [
         stat(
             "Nominal quota",
             figure(nominal_gpus(gpu_quota)),
@@ -184,24 +236,3 @@ def cluster_queue_detail(
             testid="stat-evictions",
         ),
     ]
-    context = {
-        "nav": "queues",
-        "page_title": f"ClusterQueue {queue.name}",
-        "queue": queue,
-        # Quota changes: admins with the permission change, the team's leads request.
-        "may_change_quota": can_apply(request.user) or leads_team(request.user, queue.team_id),
-        "cohort_visible": queue.cohort is not None,
-        "stats": stats,
-        "quota_rows": quota_rows,
-        "holding": holding,
-        "holding_more": holding_more,
-        "pending_rows": pending_rows,
-        "page_obj": page,
-        "page_query": page_query,
-        "chart_query": range_query(request, time_range),
-        "visible_all": allowed is None,
-        "time_range": time_range,
-        "quota_history_start": queries.quota_history_start(queue),
-        "slo_status": slo_status([queue], now),
-    }
-    return render(request, "dashboard/cluster_queue_detail.html", context)
