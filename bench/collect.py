@@ -476,6 +476,28 @@ def print_kueue(window: dict, queues: int, label: str = "") -> None:
 
 
 def main() -> None:
+    args = arguments().parse_args()
+    if args.small:
+        args.gpus, args.minutes, args.queues, args.rounds = 200, 3, 10, 1
+        args.backfill_gpus, args.backfill_minutes, args.deep_hours = 40, 2, 2
+    if args.child:
+        run_child(args.child)
+        return
+    work = args.work or Path(tempfile.mkdtemp(prefix="gl-bench-collect-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"bench/collect.py (work dir {work})")
+    if args.load_only:
+        from _remote_load import load_only
+
+        load_only(work, args.backfill_gpus, args.deep_hours * 60, args.queues, args.load)
+        return
+    if args.deep:
+        deep(args, work)
+        return
+    window_and_backfill(args, work)
+
+
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=50_000)
     parser.add_argument("--minutes", type=int, default=15)
@@ -521,39 +543,29 @@ def main() -> None:
         "print what it cost, and stop.",
     )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.small:
-        args.gpus, args.minutes, args.queues, args.rounds = 200, 3, 10, 1
-        args.backfill_gpus, args.backfill_minutes, args.deep_hours = 40, 2, 2
-    if args.child:
-        kind, *rest = args.child
-        if kind == "deep":
-            from _collect_deep import measure_deep
+    return parser
 
-            url, database_url, hours, pid = rest
-            print(json.dumps(measure_deep(url, database_url, int(hours), int(pid) or None)))
-            return
-        if kind == "window":
-            url, database_url, queues, pid, rounds, floor = rest
-            measured = measure_window(
-                url, database_url, int(queues), int(pid) or None, int(rounds), floor == "floor"
-            )
-            print(json.dumps(measured))
-        else:
-            print(json.dumps(measure_backfill(rest[0], rest[1], int(rest[2]))))
-        return
 
-    work = args.work or Path(tempfile.mkdtemp(prefix="gl-bench-collect-"))
-    work.mkdir(parents=True, exist_ok=True)
-    print(f"bench/collect.py (work dir {work})")
-    if args.load_only:
-        from _remote_load import load_only
+def run_child(argv: list[str]) -> None:
+    """``--child KIND ...``: one measurement in this fresh process, printed as JSON."""
+    kind, *rest = argv
+    if kind == "deep":
+        from _collect_deep import measure_deep
 
-        load_only(work, args.backfill_gpus, args.deep_hours * 60, args.queues, args.load)
-        return
-    if args.deep:
-        deep(args, work)
-        return
+        url, database_url, hours, pid = rest
+        print(json.dumps(measure_deep(url, database_url, int(hours), int(pid) or None)))
+    elif kind == "window":
+        url, database_url, queues, pid, rounds, floor = rest
+        measured = measure_window(
+            url, database_url, int(queues), int(pid) or None, int(rounds), floor == "floor"
+        )
+        print(json.dumps(measured))
+    else:
+        print(json.dumps(measure_backfill(rest[0], rest[1], int(rest[2]))))
+
+
+def window_and_backfill(args: argparse.Namespace, work: Path) -> None:
+    """The default mode: one collection window of ``--gpus`` GPUs, then a backfill."""
     server = prepare_prometheus(work, args.gpus, args.minutes, args.queues, args.load)
     process = getattr(server, "_process", None)
     pid = str(process.pid if process is not None else 0)

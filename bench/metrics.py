@@ -21,6 +21,7 @@ import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -38,7 +39,6 @@ def load_cluster(index: int, gpus: int, now: datetime) -> None:
 
     from alerts.models import Episode
     from core.timewindows import floor_time, hour_floor
-    from fleet.choices import IngestSource, IngestStatus
     from fleet.models import Cluster, IngestRun
     from ledger.choices import RollupScope
     from ledger.models import GpuUsage, HourlyRollup, RollupHour
@@ -54,34 +54,8 @@ def load_cluster(index: int, gpus: int, now: datetime) -> None:
                 for i in range(QUEUES)
             ]
         )
-        runs = []
+        IngestRun.objects.bulk_create(ingest_runs(cluster, now), batch_size=5_000)
         start = now - timedelta(days=HISTORY_DAYS)
-        for minute in range(HISTORY_DAYS * 24 * 60):
-            at = start + timedelta(minutes=minute)
-            failed = minute % 100 == 0
-            runs.append(
-                IngestRun(
-                    cluster=cluster,
-                    source=IngestSource.DCGM,
-                    status=IngestStatus.FAILED if failed else IngestStatus.SUCCESS,
-                    started_at=at,
-                    finished_at=at + timedelta(seconds=3),
-                    window_end=at,
-                    error="PrometheusError: read timed out" if failed else "",
-                )
-            )
-            if minute % 5 == 0:
-                runs.append(
-                    IngestRun(
-                        cluster=cluster,
-                        source=IngestSource.KUEUE,
-                        status=IngestStatus.SUCCESS,
-                        started_at=at,
-                        finished_at=at + timedelta(minutes=5),
-                        skip_reasons={"Workload: relisted after 410 Gone": 1},
-                    )
-                )
-        IngestRun.objects.bulk_create(runs, batch_size=5_000)
         hours = [hour_floor(start) + timedelta(hours=h) for h in range(HISTORY_DAYS * 24)]
         RollupHour.objects.bulk_create(
             [
@@ -165,6 +139,42 @@ def load_cluster(index: int, gpus: int, now: datetime) -> None:
             ],
             batch_size=5_000,
         )
+
+
+def ingest_runs(cluster: Any, now: datetime) -> list[Any]:
+    """A collection run a minute (one in 100 failed) and a Kueue sync every 5 minutes over
+    ``HISTORY_DAYS``."""
+    from fleet.choices import IngestSource, IngestStatus
+    from fleet.models import IngestRun
+
+    runs = []
+    start = now - timedelta(days=HISTORY_DAYS)
+    for minute in range(HISTORY_DAYS * 24 * 60):
+        at = start + timedelta(minutes=minute)
+        failed = minute % 100 == 0
+        runs.append(
+            IngestRun(
+                cluster=cluster,
+                source=IngestSource.DCGM,
+                status=IngestStatus.FAILED if failed else IngestStatus.SUCCESS,
+                started_at=at,
+                finished_at=at + timedelta(seconds=3),
+                window_end=at,
+                error="PrometheusError: read timed out" if failed else "",
+            )
+        )
+        if minute % 5 == 0:
+            runs.append(
+                IngestRun(
+                    cluster=cluster,
+                    source=IngestSource.KUEUE,
+                    status=IngestStatus.SUCCESS,
+                    started_at=at,
+                    finished_at=at + timedelta(minutes=5),
+                    skip_reasons={"Workload: relisted after 410 Gone": 1},
+                )
+            )
+    return runs
 
 
 def load(gpus: int, clusters: int) -> None:
