@@ -245,16 +245,7 @@ def plan(given: PlanInput) -> Plan:
     kv_busiest = math.ceil(busiest * context)
     kv_fits = kv_busiest <= kv_cache
     steps.append(
-        f"By KV cache: ⌈{_show(in_flight, 1)}⌉ = {whole_in_flight:,} requests × "
-        f"({_show(tokens_in)} + {_show(tokens_out)}) tokens = {kv_needed:,} tokens ÷ "
-        f"{kv_cache:,} tokens per replica = {_replicas(by_kv)}. On "
-        f"{_plural(concurrency_replicas, 'replica')} (by concurrency) the busiest holds "
-        f"{_plural(busiest, 'request')} = {kv_busiest:,} tokens: "
-        + (
-            f"fits in {kv_cache:,}."
-            if kv_fits
-            else f"does not fit in {kv_cache:,}, the KV cache needs more replicas."
-        )
+        _kv_step(in_flight, tokens_in, tokens_out, kv_cache, by_kv, concurrency_replicas, busiest)
     )
 
     # 4. The largest bound, with headroom, rounded up, plus spares.
@@ -290,15 +281,8 @@ def plan(given: PlanInput) -> Plan:
         )
 
     # 7. Cost.
-    cost = None
-    if price is None:
-        steps.append("Cost: no rate card prices these GPUs, so no cost.")
-    else:
-        cost = _money(gpus * price * HOURS_PER_MONTH)
-        steps.append(
-            f"Cost: {_plural(gpus, 'GPU')} × {_show(price)} {given.currency} per GPU-hour × "
-            f"{HOURS_PER_MONTH} h a month = {cost:,} {given.currency} a month."
-        )
+    cost = None if price is None else _money(gpus * price * HOURS_PER_MONTH)
+    steps.append(_cost_step(gpus, price, given.currency, cost))
 
     return Plan(
         replicas_by_throughput=float(by_throughput),
@@ -320,6 +304,43 @@ def plan(given: PlanInput) -> Plan:
         cost_per_month=cost,
         currency=None if price is None else given.currency,
         steps=tuple(steps),
+    )
+
+
+def _kv_step(
+    in_flight: Fraction,
+    tokens_in: Fraction,
+    tokens_out: Fraction,
+    kv_cache: int,
+    by_kv: Fraction,
+    concurrency_replicas: int,
+    busiest: int,
+) -> str:
+    """Step 3's text: the KV cache all in-flight requests need, and the busiest replica's."""
+    whole_in_flight = math.ceil(in_flight)
+    kv_needed = math.ceil(whole_in_flight * (tokens_in + tokens_out))
+    kv_busiest = math.ceil(busiest * (tokens_in + tokens_out))
+    return (
+        f"By KV cache: ⌈{_show(in_flight, 1)}⌉ = {whole_in_flight:,} requests × "
+        f"({_show(tokens_in)} + {_show(tokens_out)}) tokens = {kv_needed:,} tokens ÷ "
+        f"{kv_cache:,} tokens per replica = {_replicas(by_kv)}. On "
+        f"{_plural(concurrency_replicas, 'replica')} (by concurrency) the busiest holds "
+        f"{_plural(busiest, 'request')} = {kv_busiest:,} tokens: "
+        + (
+            f"fits in {kv_cache:,}."
+            if kv_busiest <= kv_cache
+            else f"does not fit in {kv_cache:,}, the KV cache needs more replicas."
+        )
+    )
+
+
+def _cost_step(gpus: int, price: Fraction | None, currency: str, cost: Decimal | None) -> str:
+    """Step 7's text: the month's cost of the GPUs at the rate card's price, or why none."""
+    if price is None or cost is None:
+        return "Cost: no rate card prices these GPUs, so no cost."
+    return (
+        f"Cost: {_plural(gpus, 'GPU')} × {_show(price)} {currency} per GPU-hour × "
+        f"{HOURS_PER_MONTH} h a month = {cost:,} {currency} a month."
     )
 
 
