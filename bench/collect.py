@@ -42,7 +42,7 @@ Every figure is wall time plus the CPU time of this process, of its PostgreSQL b
 Prometheus (all on this machine): on a shared machine the wall time mostly measures the queue for
 a core, the CPU times what the code costs. The collection deadline is lifted (3,600 s).
 
-Targets (issue 3): <= 10 s and <= 1 GB peak RSS per window at 50,000 GPUs, within 3x the floor;
+Targets: <= 10 s and <= 1 GB peak RSS per window at 50,000 GPUs, within 3x the floor;
 Kueue's metrics add <= 10 % to a window at 50,000 GPUs and 1,000 ClusterQueues.
 """
 

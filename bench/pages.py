@@ -1,4 +1,4 @@
-"""Benchmark: server time of every dashboard page and chart JSON view at the issue's scale.
+"""Benchmark: server time of every dashboard page and chart JSON view at full scale (50,000 GPUs).
 
     .venv/bin/python bench/pages.py [--small] [--database-url URL] [--reset] [--requests 20]
                                     [--only LABEL] [--no-migrate] [--cold]
@@ -18,7 +18,7 @@ warm-up request; p50 / p95 are wall time inside ``Client.get`` (view, queries, t
 cache is this process's own (``CACHE_URL=locmem://`` unless set): a stored chargeback report is
 found from the second request on; ``--cold`` empties the cache before every request, so each
 one pays what the first request after a data change pays.
-Target (issue 5): p95 <= 300 ms.
+Target: p95 <= 300 ms.
 
 To add pages, append a function to ``URL_GROUPS`` (bench/_pages_urls.py): it gets the ``Sample``
 (ids and names of objects that exist) and returns ``(label, path)`` pairs.

@@ -11,7 +11,7 @@ and are kept between runs (``--reset`` rebuilds them).
 
 Each URL is requested ``--requests`` times through the Django stack (test client, signed in as
 staff, and as one team's lead), after one warm-up request; p50 / p95 are wall time inside
-``Client.get`` (view, queries, JSON or CSV rendered). Target (issue 24): p95 <= 300 ms for the
+``Client.get`` (view, queries, JSON or CSV rendered). Target: p95 <= 300 ms for the
 month by day.
 """
 

@@ -1,5 +1,5 @@
 """Who holds each GPU now and what it does: the one story the node page, the GPU page, the fleet
-map's cells, tooltips and node table tell (issue 11, "One story per GPU").
+map's cells, tooltips and node table tell.
 
 A GPU's state comes from its cluster's newest collection window (``latest_windows``):
 

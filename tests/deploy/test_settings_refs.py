@@ -28,10 +28,6 @@ from tests.deploy.rendering import (
 # reads GPULEDGER_SECRET_* variables only).
 PROMETHEUS_SECRET = "GPULEDGER_SECRET_PROMETHEUS_TOKEN"
 HELPER_VARIABLES = {"POD_IP", PROMETHEUS_SECRET}
-# Read by the settings of the sign-in and /metrics work (issue 28 items 1 and 4), which land in
-# the settings separately. Until they do, the manifests may reference them only as optional
-# secrets; once the settings read them they count as any other setting.
-SIBLING_SECRETS = {"GPULEDGER_OIDC_CLIENT_SECRET", "GPULEDGER_METRICS_TOKEN"}
 
 
 def settings_read() -> set[str]:
@@ -68,7 +64,7 @@ def env_of(container: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_every_variable_set_is_one_the_settings_read() -> None:
-    read = settings_read() | SIBLING_SECRETS | HELPER_VARIABLES
+    read = settings_read() | HELPER_VARIABLES
     for overlay in ("read-only", "quota-write"):
         objects = render(overlay)
         set_names = set(settings_map(objects))
@@ -79,19 +75,16 @@ def test_every_variable_set_is_one_the_settings_read() -> None:
         assert sorted(set_names - read) == [], "set in the manifests but read by nothing"
 
 
-def test_the_unread_sibling_secrets_are_optional_references() -> None:
-    read = settings_read()
-    for obj in workloads(render("read-only")):
-        for container in containers(obj):
-            for entry in env_of(container):
-                if entry["name"] in SIBLING_SECRETS - read:
-                    ref = entry["valueFrom"]["secretKeyRef"]
-                    assert ref["optional"] is True, entry
-
-
 def test_secrets_come_only_from_secret_references() -> None:
-    secrets = secret_settings() | SIBLING_SECRETS | {PROMETHEUS_SECRET}
-    assert {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL"} <= secrets
+    secrets = secret_settings() | {PROMETHEUS_SECRET}
+    assert {
+        "SECRET_KEY",
+        "DATABASE_URL",
+        "CELERY_BROKER_URL",
+        "CACHE_URL",
+        "GPULEDGER_OIDC_CLIENT_SECRET",
+        "GPULEDGER_METRICS_TOKEN",
+    } <= secrets
     objects = render("read-only")
 
     assert sorted(set(settings_map(objects)) & secrets) == [], "a secret in the ConfigMap"
