@@ -50,6 +50,13 @@ def _copy_database(primary: Any) -> dict[str, Any]:
         template = primary.settings_dict["NAME"]
         primary.close()  # a template database must have no other session
         with primary._nodb_cursor() as cursor:
+            # Earlier modules of this worker may leave an idle connection of a finished thread
+            # (a live server's, a pool's) open on the test database; none is in use now.
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                [template],
+            )
             cursor.execute(f'DROP DATABASE IF EXISTS "{config["NAME"]}"')
             cursor.execute(f'CREATE DATABASE "{config["NAME"]}" TEMPLATE "{template}"')
     else:
