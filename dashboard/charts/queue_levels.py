@@ -2,7 +2,8 @@
 reason (the Queue levels page; the wait chart also on the ClusterQueue and team pages).
 
 Each period is an hour (ranges up to two days) or a UTC day; a period without admissions is a
-gap in the wait lines, never 0. Waits are in minutes.
+gap in the wait lines, never 0. Waits are in minutes, or in hours when the longest plotted
+p95 passes three hours (an axis of 1,080 minutes reads badly).
 """
 
 from __future__ import annotations
@@ -21,11 +22,22 @@ from dashboard.decorators import chart_view, choice_param
 from dashboard.queries import queue_levels as queries
 from servicelevels.figures import GROUP_BY, LevelRow
 
-WAIT_AXIS = "Wait for quota (minutes)"
+WAIT_AXIS = "Wait for quota ({unit})"
+# Past this p95 (in seconds) the waits are plotted in hours.
+HOURS_FROM_SECONDS = 3 * 3600
+# Plotted unit: (axis word, hover unit, seconds in one).
+MINUTES = ("minutes", "min", 60.0)
+HOURS = ("hours", "h", 3600.0)
 
 
-def _minutes(value: float | None) -> float | None:
-    return None if value is None else round(value / 60.0, 2)
+def _in(value: float | None, seconds: float) -> float | None:
+    return None if value is None else round(value / seconds, 2)
+
+
+def wait_unit(rows: list[LevelRow]) -> tuple[str, str, float]:
+    """Minutes, or hours when some plotted p95 wait passes ``HOURS_FROM_SECONDS``."""
+    longest = max((r.wait_seconds_p95 or 0.0 for r in rows), default=0.0)
+    return HOURS if longest > HOURS_FROM_SECONDS else MINUTES
 
 
 def _label(cluster: str, group: str, clusters: int) -> str:
@@ -45,6 +57,7 @@ def waits_figure(
         series.items(), key=lambda item: (-sum(r.admissions for r in item[1]), item[0])
     )[:MAX_SERIES]
     clusters = len({cluster for cluster, _group in series})
+    axis, unit, seconds = wait_unit([row for _key, rows in ranked for row in rows])
     data = []
     metrics = False
     for index, ((cluster, group), rows) in enumerate(ranked):
@@ -56,24 +69,24 @@ def waits_figure(
             plotting.line(
                 f"{name} p95",
                 x,
-                [_minutes(row.wait_seconds_p95) for row in rows],
+                [_in(row.wait_seconds_p95, seconds) for row in rows],
                 color=color,
-                unit="min",
+                unit=unit,
             )
         )
         data.append(
             plotting.line(
                 f"{name} p50",
                 x,
-                [_minutes(row.wait_seconds_p50) for row in rows],
+                [_in(row.wait_seconds_p50, seconds) for row in rows],
                 color=color,
-                unit="min",
+                unit=unit,
                 dash="dash",
             )
         )
     for trace in data:
         trace["mode"] = "lines+markers"
-    layout = range_layout(time_range, title, WAIT_AXIS)
+    layout = range_layout(time_range, title, WAIT_AXIS.format(unit=axis))
     _day_ticks(layout, queries.step_for(time_range))
     legend_room(layout, len(data), per_row=8)  # full width, as the other wide charts
     meta = {"step": queries.step_for(time_range), "groups": len(series)}
