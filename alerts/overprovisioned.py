@@ -79,6 +79,12 @@ REASONS = {
     NO_TELEMETRY: "no serving telemetry in the day",
     NO_KNEE: "no knee: no hour within its latency targets",
 }
+VERDICTS = {
+    BELOW: "below half its knee",
+    AT_KNEE: "not over-provisioned",
+    NO_TELEMETRY: "not judged: no serving telemetry",
+    NO_KNEE: "not judged: no knee",
+}
 
 
 @dataclass
@@ -438,7 +444,7 @@ def _extend(episode: Episode, verdict: DayVerdict) -> None:
         evidence["knee_unit"] = verdict.knee.unit
         evidence["knee_hour"] = verdict.knee.hour.isoformat() if verdict.knee.hour else None
         evidence["knee_replicas"] = verdict.knee.replicas
-    evidence["gpus"] = episode.gpus
+    evidence["gpus_held"] = episode.gpus
 
 
 def _note(episode: Episode, verdict: DayVerdict) -> None:
@@ -455,6 +461,16 @@ def _note(episode: Episode, verdict: DayVerdict) -> None:
     }
     days = [item for item in episode.evidence.get("days", []) if item.get("day") != entry["day"]]
     episode.evidence["days"] = [*days, entry][-EVIDENCE_DAYS:]
+
+
+def evidence_days(evidence: dict[str, Any]) -> list[dict[str, Any]]:
+    """The days an episode's evidence lists, newest first, with their verdict in words."""
+    days = [
+        {**entry, "verdict": VERDICTS.get(str(entry.get("status")), str(entry.get("status")))}
+        for entry in evidence.get("days", [])
+        if isinstance(entry, dict)
+    ]
+    return days[::-1]
 
 
 def _save(

@@ -22,6 +22,7 @@ from alerts.choices import Rule
 from alerts.models import Episode
 from core import plotting
 from dashboard.access import get_episode_for_user
+from dashboard.charts.episode_serving import serving_evidence_figure
 from dashboard.charts.gpus import hourly_line
 from dashboard.charts.parts import TIME_AXIS
 from dashboard.decorators import chart_view
@@ -57,6 +58,8 @@ def _rounded(value: float | None) -> float | None:
 @chart_view(uses_range=False)
 def episode_evidence_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
     episode = get_episode_for_user(request, pk)
+    if episode.serving_workload_id is not None:
+        return serving_evidence_figure(episode)
     end = episode.resolved_at or episode.evaluated_until
     start, stop = episode.started_at - MARGIN, end + MARGIN
     detail = window_detail(episode.cluster_id, start, stop)
