@@ -80,10 +80,10 @@ REASONS = {
     NO_KNEE: "no knee: no hour within its latency targets",
 }
 VERDICTS = {
-    BELOW: "below half its knee",
-    AT_KNEE: "not over-provisioned",
-    NO_TELEMETRY: "not judged: no serving telemetry",
-    NO_KNEE: "not judged: no knee",
+    BELOW: "below half the knee",
+    AT_KNEE: "not below",
+    NO_TELEMETRY: "no telemetry",
+    NO_KNEE: "no knee",
 }
 
 

@@ -10,27 +10,13 @@ from typing import Any
 from alerts.models import Episode
 from alerts.summary import knee_unit
 from core import plotting
-from dashboard.charts.parts import TIME_AXIS
+from dashboard.charts.parts import TIME_AXIS, episode_band, level_line
 from serving.knee import OUTPUT_TOKENS, REQUESTS
 from serving.models import ServingHour
 
 # Shown before and after the episode.
 MARGIN = timedelta(days=1)
 HOUR = timedelta(hours=1)
-
-
-def _level(name: str, value: float, dash: str) -> dict[str, Any]:
-    return {
-        "type": "line",
-        "xref": "paper",
-        "yref": "y",
-        "x0": 0,
-        "x1": 1,
-        "y0": value,
-        "y1": value,
-        "line": {"dash": dash, "width": 1, "color": "#dc2626"},
-        "name": name,
-    }
 
 
 def serving_evidence_figure(episode: Episode) -> dict[str, Any]:
@@ -64,23 +50,11 @@ def serving_evidence_figure(episode: Episode) -> dict[str, Any]:
         if stored
         else []
     )
-    shapes: list[dict[str, Any]] = [
-        {
-            "type": "rect",
-            "xref": "x",
-            "yref": "paper",
-            "x0": plotting.iso(episode.started_at),
-            "x1": plotting.iso(end),
-            "y0": 0,
-            "y1": 1,
-            "fillcolor": "rgba(220, 38, 38, 0.08)",
-            "line": {"width": 0},
-        }
-    ]
+    shapes = [episode_band(episode.started_at, end)]
     knee = evidence.get("knee_per_replica")
     if isinstance(knee, int | float) and knee > 0:
         fraction = float(evidence.get("fraction") or 0.5)
-        shapes += [_level("knee", float(knee), "dot"), _level("half", knee * fraction, "dash")]
+        shapes += [level_line(float(knee)), level_line(knee * fraction, "dash")]
     layout = plotting.layout(
         "Throughput per replica against the knee (hourly)",
         x_title=TIME_AXIS,

@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 
 from alerts import actions, permissions
@@ -153,6 +154,8 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
     if episode.serving_workload_id is not None:
         context["serving_unit"] = knee_unit(str(evidence.get("knee_unit", "")))
         context["serving_days"] = evidence_days(evidence)
+        knee_hour = evidence.get("knee_hour")
+        context["serving_knee_hour"] = parse_datetime(knee_hour) if knee_hour else None
         context["detail_note"] = ""  # its evidence is hourly: no per-window rows are missed
     return render(request, "dashboard/episode_detail.html", context)
 

@@ -53,8 +53,9 @@ def test_the_episode_page_shows_the_knee_and_the_days(episode, staff):
     # Days 1-3 below (24 of 24 hours each), day 4 at 900 per replica ended it.
     assert "Below 50.0 % of the knee in 72 of 72 judged hours (100.0 %) on 3 days" in text
     assert "288 GPU-hours held, 216 of them on replicas" in text
-    assert text.count("<td>below half its knee</td>") == 3
-    assert text.count("<td>not over-provisioned</td>") == 1
+    assert text.count('<td class="nowrap">below half the knee</td>') == 3
+    assert text.count('<td class="nowrap">not below</td>') == 1
+    assert "in the hour from 2026-11-02 00:00 UTC" in text
     assert "Exempt this serving deployment because" in text
 
 
