@@ -39,11 +39,15 @@ def silence(episode: Episode, user: Any, until: datetime, comment: str) -> Silen
 
 @transaction.atomic
 def exempt_workload(episode: Episode, user: Any, reason: str) -> Exemption | None:
-    """Exempt the episode's workload (or its ClusterQueue for a queue episode) from now on;
-    the open episodes of that subject are marked at once, the next evaluation keeps them."""
+    """Exempt the episode's workload (its serving deployment, or its ClusterQueue for a queue
+    episode) from now on; the open episodes of that subject are marked at once, the next
+    evaluation keeps them."""
     subject: dict[str, int]
     if episode.workload_id is not None:
         kind, subject = ExemptionKind.WORKLOAD, {"workload_id": episode.workload_id}
+    elif episode.serving_workload_id is not None:
+        kind = ExemptionKind.SERVING_WORKLOAD
+        subject = {"serving_workload_id": episode.serving_workload_id}
     elif episode.cluster_queue_id is not None:
         kind, subject = ExemptionKind.CLUSTER_QUEUE, {"cluster_queue_id": episode.cluster_queue_id}
     else:

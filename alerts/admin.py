@@ -83,7 +83,7 @@ class ExemptionAdmin(admin.ModelAdmin):
     list_display = ["kind", "describe", "cluster", "reason", "expires_at", "created_by"]
     list_filter = ["kind", "cluster"]
     search_fields = ["namespace", "label_key", "priority_class", "reason"]
-    raw_id_fields = ["cluster_queue", "local_queue", "workload"]
+    raw_id_fields = ["cluster_queue", "local_queue", "workload", "serving_workload"]
     readonly_fields = ["created_by"]
 
     def save_model(self, request: HttpRequest, obj: Exemption, form: Any, change: bool) -> None:

@@ -3,13 +3,15 @@ from django.db import models
 
 class Rule(models.TextChoices):
     """The alert rules (docs/architecture.md "Hoarding alerts"): the four hoarding rules, judged
-    per collection window, and the queue service-level rule, judged per day (``alerts.slo``)."""
+    per collection window, the queue service-level rule (``alerts.slo``) and the over-provisioned
+    serving rule (``alerts.overprovisioned``), judged per day."""
 
     IDLE_WORKLOAD = "idle_workload", "Idle workload"
     GHOST_RESERVATION = "ghost_reservation", "Ghost reservation"
     BORROWING_WHILE_IDLE = "borrowing_while_idle", "Borrowing while idle"
     TELEMETRY_MISSING = "telemetry_missing", "Telemetry missing"
     QUEUE_SLO_BREACHED = "queue_slo_breached", "Queue SLO breached"
+    SERVING_OVERPROVISIONED = "serving_overprovisioned", "Serving over-provisioned"
 
 
 # The rules the window evaluation (``alerts.evaluate``) judges; the others have their own.
@@ -42,3 +44,4 @@ class ExemptionKind(models.TextChoices):
     PRIORITY_CLASS = "priority_class", "Priority class"
     INTERACTIVE_BELOW = "interactive_below", "Interactive notebooks below N GPUs"
     WORKLOAD = "workload", "One workload"
+    SERVING_WORKLOAD = "serving_workload", "One serving deployment"

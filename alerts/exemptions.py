@@ -15,7 +15,8 @@ from alerts.models import Exemption
 
 @dataclass
 class Subject:
-    """What exemptions look at; workload fields are empty for queue and node subjects."""
+    """What exemptions look at; workload fields are empty for queue and node subjects, and all
+    but the namespace and ``serving_workload_id`` for a serving deployment."""
 
     cluster_queue_id: int | None = None
     local_queue_id: int | None = None
@@ -25,6 +26,7 @@ class Subject:
     priority_class: str = ""
     owner_kind: str = ""
     gpus: float = 0.0
+    serving_workload_id: int | None = None
 
 
 class ExemptionMatcher:
@@ -34,7 +36,7 @@ class ExemptionMatcher:
         self.rows = list(
             Exemption.objects.filter(Q(cluster_id=cluster_id) | Q(cluster__isnull=True))
             .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-            .select_related("cluster_queue", "local_queue", "workload")
+            .select_related("cluster_queue", "local_queue", "workload", "serving_workload")
         )
         self.label = settings.GPULEDGER_ALERT_EXEMPT_LABEL
         self.interactive = set(settings.GPULEDGER_ALERT_INTERACTIVE_KINDS)
@@ -61,6 +63,10 @@ class ExemptionMatcher:
                 )
             case ExemptionKind.WORKLOAD:
                 return row.workload_id is not None and row.workload_id == subject.workload_id
+            case ExemptionKind.SERVING_WORKLOAD:
+                return row.serving_workload_id is not None and (
+                    row.serving_workload_id == subject.serving_workload_id
+                )
             case ExemptionKind.NAMESPACE:
                 return bool(row.namespace) and row.namespace == subject.namespace
             case ExemptionKind.WORKLOAD_LABEL:

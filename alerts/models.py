@@ -17,6 +17,7 @@ from alerts.choices import EpisodeState, ExemptionKind, Rule, Severity
 from alerts.ended import Ended, through_ended_hours
 from fleet.models import Cluster, Node
 from quotas.models import ClusterQueue, LocalQueue, Team, Workload
+from serving.models import ServingWorkload
 
 
 class EpisodeQuerySet(models.QuerySet["Episode"]):
@@ -93,6 +94,14 @@ class Episode(models.Model):
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
+    )
+    serving_workload = models.ForeignKey(
+        ServingWorkload,
+        related_name="episodes",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        help_text="The inference deployment of a serving_overprovisioned episode.",
     )
     gpu_uuids = models.JSONField(default=list, blank=True, help_text="GPUs involved (UUIDs).")
     gpus = models.FloatField(
@@ -350,6 +359,14 @@ class Exemption(models.Model):
         blank=True,
         on_delete=models.CASCADE,
     )
+    serving_workload = models.ForeignKey(
+        ServingWorkload,
+        related_name="alert_exemptions",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        help_text="For a serving deployment exemption (serving_overprovisioned).",
+    )
     namespace = models.CharField(max_length=253, blank=True)
     label_key = models.CharField(
         max_length=317,
@@ -390,6 +407,7 @@ class Exemption(models.Model):
             ExemptionKind.CLUSTER_QUEUE: self.cluster_queue_id is None,
             ExemptionKind.LOCAL_QUEUE: self.local_queue_id is None,
             ExemptionKind.WORKLOAD: self.workload_id is None,
+            ExemptionKind.SERVING_WORKLOAD: self.serving_workload_id is None,
             ExemptionKind.NAMESPACE: not self.namespace,
             ExemptionKind.WORKLOAD_LABEL: not self.label_key,
             ExemptionKind.PRIORITY_CLASS: not self.priority_class,
@@ -406,6 +424,8 @@ class Exemption(models.Model):
                 return str(self.local_queue)
             case ExemptionKind.WORKLOAD:
                 return str(self.workload)
+            case ExemptionKind.SERVING_WORKLOAD:
+                return str(self.serving_workload)
             case ExemptionKind.NAMESPACE:
                 return self.namespace
             case ExemptionKind.WORKLOAD_LABEL:

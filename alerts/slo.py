@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -30,18 +30,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from alerts.choices import Rule, Severity
-from alerts.exemptions import ExemptionMatcher, Subject
-from alerts.models import Episode, Silence
-from alerts.summary import describe
+from alerts.daily import DAY, EVIDENCE_DAYS, save_day_episode
+from alerts.exemptions import Subject
+from alerts.models import Episode
 from core.timewindows import floor_time
 from servicelevels.models import QueueSLO
 from servicelevels.objectives import BREACHED, MET, DayJudgement, judge_days
 
 logger = logging.getLogger(__name__)
-
-DAY = timedelta(days=1)
-# Days an episode's evidence lists (the newest ones).
-EVIDENCE_DAYS = 14
 
 
 @dataclass
@@ -185,21 +181,8 @@ def _note(episode: Episode, day: DayJudgement) -> None:
 
 
 def _save(episode: Episode, now: datetime, result: SloEvaluation) -> None:
-    """Exemptions of the queue and silences apply as to every rule; the summary is written."""
-    reason = ExemptionMatcher(episode.cluster_id, now).reason(
-        Subject(cluster_queue_id=episode.cluster_queue_id)
-    )
-    episode.exempt_reason = reason[:300]
-    episode.exempt = bool(reason)
-    ends = [s.ends_at for s in Silence.objects.filter(ends_at__gt=now) if s.matches(episode)]
-    if episode.silenced_until is not None:
-        ends.append(episode.silenced_until)
-    episode.silenced_until = max(ends) if ends else None
-    episode.summary = describe(episode, None)[:500]
-    episode.updated_at = now
-    new = episode.pk is None
-    episode.save()
-    if new:
+    """Exemptions of the queue and silences apply as to every rule (``alerts.daily``)."""
+    if save_day_episode(episode, Subject(cluster_queue_id=episode.cluster_queue_id), now):
         result.created += 1
     else:
         result.updated += 1

@@ -75,4 +75,35 @@ def describe(episode: Episode, workload: WorkloadInfo | None) -> str:
                 f"ClusterQueue {queue}: {statistic} wait over its objective of {target}"
                 f"{over} on {days} day{'' if days == 1 else 's'}."
             )
+        case Rule.SERVING_OVERPROVISIONED:
+            return _overprovisioned(episode, evidence)
     return episode.subject_key
+
+
+# Words for the knee's units (``serving.knee``).
+KNEE_UNITS = {
+    "output_tokens_per_second": "output tokens/s",
+    "requests_per_second": "requests/s",
+}
+
+
+def knee_unit(unit: str) -> str:
+    return KNEE_UNITS.get(unit, unit)
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _overprovisioned(episode: Episode, evidence: dict) -> str:
+    name = evidence.get("deployment") or episode.subject_key.split("/", 1)[-1]
+    days = int(evidence.get("counted_days") or 0)
+    share = float(evidence.get("share_below") or 0.0)
+    per_replica = float(evidence.get("knee_per_replica") or 0.0)
+    unit = knee_unit(str(evidence.get("knee_unit", "")))
+    fraction = float(evidence.get("fraction") or 0.5)
+    return (
+        f"Serving {name}: below {fraction:.0%} of its knee ({_rate(per_replica)} {unit} per "
+        f"replica) in {share:.0%} of its judged hours on {days} day{'' if days == 1 else 's'} "
+        f"in a row, holding {_gpus(round(episode.gpus, 1))}."
+    )

@@ -21,6 +21,7 @@ from django.utils.dateparse import parse_datetime
 from alerts import dispatch
 from alerts.dispatch import PendingRange
 from alerts.evaluate import evaluate_range
+from alerts.overprovisioned import evaluate_serving
 from alerts.slo import evaluate_queue_slos as judge_queue_slos
 from core.deadlines import Deadline
 from fleet.leases import holder_identity
@@ -41,6 +42,15 @@ HARD_LIMIT_AFTER = 60
 CLAIM_AFTER = 90
 # Transient database errors are retried with backoff, this many times.
 MAX_RETRIES = 5
+# The evaluation tasks' time limits and retries of transient database errors.
+LIMITS: dict[str, Any] = {
+    "soft_time_limit": settings.GPULEDGER_ALERTS_DEADLINE_SECONDS + SOFT_LIMIT_AFTER,
+    "time_limit": settings.GPULEDGER_ALERTS_DEADLINE_SECONDS + HARD_LIMIT_AFTER,
+    "autoretry_for": (OperationalError, InterfaceError),
+    "retry_backoff": True,
+    "retry_backoff_max": 60,
+    "max_retries": MAX_RETRIES,
+}
 
 
 def _deadline_seconds() -> int:
@@ -86,16 +96,7 @@ def _moment(value: Any) -> datetime | None:
     return moment if moment is not None and moment.tzinfo is not None else None
 
 
-@shared_task(
-    bind=True,
-    name="alerts.tasks.evaluate_alerts",
-    soft_time_limit=settings.GPULEDGER_ALERTS_DEADLINE_SECONDS + SOFT_LIMIT_AFTER,
-    time_limit=settings.GPULEDGER_ALERTS_DEADLINE_SECONDS + HARD_LIMIT_AFTER,
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=True,
-    retry_backoff_max=60,
-    max_retries=MAX_RETRIES,
-)
+@shared_task(bind=True, name="alerts.tasks.evaluate_alerts", **LIMITS)
 def evaluate_alerts(
     self: Task,
     cluster_id: int,
@@ -237,3 +238,16 @@ def evaluate_queue_slos() -> dict[str, int]:
     """Judge the queues' service-level objectives per complete day (``alerts.slo``): hourly from
     beat; idempotent (a day an episode has seen is skipped)."""
     return judge_queue_slos().as_dict()
+
+
+@shared_task(name="alerts.tasks.evaluate_serving_overprovisioned", ignore_result=True, **LIMITS)
+def evaluate_serving_overprovisioned() -> dict[str, Any]:
+    """Judge the serving deployments' complete days (``alerts.overprovisioned``): hourly from
+    beat, out of the serving collector; idempotent (a day an episode has seen is skipped), and
+    a run that reaches the deadline leaves the remaining deployments to the next one."""
+    deadline = Deadline(
+        _deadline_seconds(),
+        "the serving over-provisioning deadline",
+        "GPULEDGER_ALERTS_DEADLINE_SECONDS",
+    )
+    return evaluate_serving(deadline=deadline).as_dict()

@@ -578,6 +578,20 @@ GPULEDGER_ALERT_QUEUE_SLO_DAYS = env_int("GPULEDGER_ALERT_QUEUE_SLO_DAYS", 1, mi
 GPULEDGER_ALERT_QUEUE_SLO_LOOKBACK_DAYS = env_int(
     "GPULEDGER_ALERT_QUEUE_SLO_LOOKBACK_DAYS", 7, minimum=1
 )
+# serving_overprovisioned (alerts/overprovisioned.py), judged per complete UTC day: a day counts
+# when the deployment ran below half its knee per replica in most of its judged hours, the knee
+# taken over the KNEE_DAYS before the day's end; an episode opens after DAYS such days in a row
+# and ends on the first day that does not count. Each evaluation re-reads LOOKBACK_DAYS days.
+GPULEDGER_ALERT_SERVING_DAYS = env_int("GPULEDGER_ALERT_SERVING_DAYS", 3, minimum=1)
+GPULEDGER_ALERT_SERVING_KNEE_DAYS = env_int("GPULEDGER_ALERT_SERVING_KNEE_DAYS", 14, minimum=1)
+GPULEDGER_ALERT_SERVING_LOOKBACK_DAYS = env_int(
+    "GPULEDGER_ALERT_SERVING_LOOKBACK_DAYS", 7, minimum=1
+)
+if GPULEDGER_ALERT_SERVING_LOOKBACK_DAYS < GPULEDGER_ALERT_SERVING_DAYS:
+    raise ImproperlyConfigured(
+        "GPULEDGER_ALERT_SERVING_LOOKBACK_DAYS must be at least GPULEDGER_ALERT_SERVING_DAYS "
+        "(the days in a row that open an episode are read within it)"
+    )
 # The evaluation task (alerts.tasks.evaluate_alerts) stops taking windows after this many
 # seconds and queues the rest; Celery's soft and hard time limits are 30 s and 60 s after it.
 GPULEDGER_ALERTS_DEADLINE_SECONDS = env_int("GPULEDGER_ALERTS_DEADLINE_SECONDS", 240, minimum=1)
@@ -687,6 +701,13 @@ CELERY_BEAT_SCHEDULE = {
     # Queue SLOs are judged per complete UTC day; hourly picks up a day soon after it ends.
     "evaluate-queue-slos": {
         "task": "alerts.tasks.evaluate_queue_slos",
+        "schedule": 3600.0,
+        "options": {"expires": 3600.0},
+    },
+    # Over-provisioned serving deployments, per complete UTC day from the serving hours: hourly
+    # picks up a day soon after its last hour is collected; its own task, out of the collector.
+    "evaluate-serving-overprovisioned": {
+        "task": "alerts.tasks.evaluate_serving_overprovisioned",
         "schedule": 3600.0,
         "options": {"expires": 3600.0},
     },

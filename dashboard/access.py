@@ -113,6 +113,7 @@ def get_episode_for_user(request: HttpRequest, pk: int) -> Episode:
             "cluster_queue",
             "local_queue",
             "workload",
+            "serving_workload",
             "node",
             "acknowledged_by",
         )

@@ -1,8 +1,9 @@
 """Write simulated windows through the real ingest path, and keep the demo fleet moving.
 
 ``ingest_window`` hands one window of the simulator's upstream answers (Kubernetes LISTs,
-Kueue's metrics, the visibility API, DCGM and kube-state-metrics) to the same pure ingest
-functions and writers the collectors use. ``follow`` does it once a minute, up to the current
+Kueue's metrics, the visibility API, DCGM and kube-state-metrics, and at each hour's end the
+serving metrics through ``serving.collector.collect_hour``) to the same pure ingest functions
+and writers the collectors use. ``follow`` does it once a minute, up to the current
 minute, so ``make demo`` does not turn "Stale" after ``GPULEDGER_STALE_SECONDS``: each live
 window leaves a successful ``IngestRun`` (source simulation), rolls its hours up and lets the
 simulated Kueue admit, finish and preempt. It stops between windows on SIGTERM or SIGINT, or
@@ -25,6 +26,7 @@ from django.conf import settings
 from django.db.models import Max
 from django.utils import timezone
 
+from alerts.overprovisioned import evaluate_serving
 from core.timewindows import Window, floor_time
 from demo.simulation import SCRAPE_SECONDS, FleetSimulator
 from fleet.choices import IngestSource, IngestStatus
@@ -42,6 +44,7 @@ from quotas.store import (
     write_snapshot,
 )
 from quotas.sync import pending_positions, write_pending_positions
+from serving.collector import collect_hour
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +55,16 @@ LIVE_SECONDS = 60
 CATCH_UP = timedelta(hours=1)
 
 
+HOUR = timedelta(hours=1)
+
+
 @dataclass
 class Written:
     rows: int = 0
     kube_skipped: int = 0
     stats: IngestStats = field(default_factory=IngestStats)
+    # A serving hour was collected (the window ended an hour).
+    serving_hour: bool = False
 
 
 def ingest_window(
@@ -102,6 +110,10 @@ def ingest_window(
     )
     out.stats.merge(window_batch.stats)
     out.rows += write_window(cluster, window_batch).rows_written
+    if window.end.timestamp() % HOUR.total_seconds() == 0:
+        # The hour just ended: the serving collector's queries, answered about the fleet.
+        out.rows += collect_hour(cluster, window.end - HOUR, client=sim.serving_prometheus()).rows
+        out.serving_hour = True
     return out
 
 
@@ -189,6 +201,9 @@ def _live_window(cluster: Cluster, sim: FleetSimulator, window: Window) -> int:
         hour = floor_time(window.start, 3600)
         written.rows += roll_up_range(cluster.id, hour, hour + timedelta(hours=1))
         finish_run(run, written.stats, written.rows, written.kube_skipped)
+    if written.serving_hour:
+        # As the beat entry would: a day whose last hour just came in is judged.
+        evaluate_serving(window.end)
     return written.rows
 
 

@@ -69,7 +69,9 @@ def refresh(
             )
             .distinct()
             .defer("evidence")
-            .select_related("cluster", "team", "cluster_queue", "workload", "node")
+            .select_related(
+                "cluster", "team", "cluster_queue", "workload", "serving_workload", "node"
+            )
             if not silenced(episode, now, silences)
             and any(t.receiver.pk == receiver.pk for t in targets_for(episode, routes))
         ]
@@ -131,7 +133,7 @@ def _close_raced(
         return []
     raced = list(
         Episode.objects.filter(pk__in=episode_ids, resolved_at__isnull=False).select_related(
-            "cluster", "team", "cluster_queue", "workload", "node"
+            "cluster", "team", "cluster_queue", "workload", "serving_workload", "node"
         )
     )
     resend = float(settings.GPULEDGER_ALERTMANAGER_RESEND_SECONDS)

@@ -34,6 +34,7 @@ ALERT_NAMES = {
     "borrowing_while_idle": "GpuBorrowingWhileIdle",
     "telemetry_missing": "GpuTelemetryMissing",
     "queue_slo_breached": "GpuQueueSloBreached",
+    "serving_overprovisioned": "GpuServingOverprovisioned",
 }
 # Words for each event in subjects and Slack lines.
 EVENT_WORDS = {
@@ -72,6 +73,12 @@ def workload_ref(episode: Episode) -> str:
     return f"{workload.namespace}/{workload.name}" if workload is not None else ""
 
 
+def serving_ref(episode: Episode) -> str:
+    """``namespace/kind/name`` of the episode's inference deployment, or ""."""
+    serving = episode.serving_workload
+    return str(serving) if serving is not None else ""
+
+
 def _number(value: Any) -> float | None:
     if value is None:
         return None
@@ -92,6 +99,7 @@ def episode_document(episode: Episode) -> dict[str, Any]:
         "cluster_queue": _name(episode.cluster_queue),
         "namespace": episode.namespace or None,
         "workload": workload_ref(episode) or None,
+        "serving_workload": serving_ref(episode) or None,
         "node": _name(episode.node),
         "gpus": episode.gpus,
         "gpu_uuids": list(episode.gpu_uuids or []),
@@ -142,6 +150,8 @@ def headline(event: str, episode: Episode) -> str:
     """One line: what happened to what, e.g. "Firing (critical): Idle workload ml/train on east"."""
     if episode.workload is not None:
         subject = workload_ref(episode)
+    elif episode.serving_workload is not None:
+        subject = f"serving {serving_ref(episode)}"
     elif episode.cluster_queue is not None:
         subject = f"ClusterQueue {episode.cluster_queue.name}"
     elif episode.node is not None:
@@ -164,6 +174,8 @@ def detail_lines(episode: Episode) -> list[str]:
         lines.append(f"ClusterQueue: {episode.cluster_queue.name}")
     if episode.workload is not None:
         lines.append(f"Workload: {workload_ref(episode)}")
+    if episode.serving_workload is not None:
+        lines.append(f"Serving deployment: {serving_ref(episode)}")
     if episode.node is not None:
         lines.append(f"Node: {episode.node.name}")
     lines.append(f"GPUs: {episode.gpus}")
@@ -244,6 +256,10 @@ def alertmanager_labels(episode: Episode, severity: str) -> dict[str, str]:
         "workload": _name(episode.workload) or "",
         "node": _name(episode.node) or "",
     }
+    serving = episode.serving_workload
+    if serving is not None:
+        labels["workload"] = serving.name
+        labels["workload_kind"] = serving.kind
     uuids = list(episode.gpu_uuids or [])
     if episode.rule == "telemetry_missing" and episode.workload is None and len(uuids) == 1:
         # Per-GPU episodes on one node: the GPU tells them apart.

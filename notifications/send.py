@@ -262,6 +262,7 @@ def send_due(now: datetime, deadline: Deadline, limit: int = SEND_BATCH) -> Send
             "episode__team",
             "episode__cluster_queue__team",
             "episode__workload",
+            "episode__serving_workload",
             "episode__node",
             "episode__acknowledged_by",
         ).get(pk=pk)

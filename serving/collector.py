@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import transaction
@@ -61,7 +62,14 @@ class ServingRunResult:
         }
 
 
-def fetch_hour(client: PrometheusClient, end: datetime) -> dict[str, list[dict]]:
+class InstantQueries(Protocol):
+    """What collecting an hour asks of Prometheus: ``PrometheusClient``, or a stand-in that
+    answers the same PromQL in the same format (the demo's simulated fleet)."""
+
+    def query(self, promql: str, at: datetime) -> list[dict[str, Any]]: ...
+
+
+def fetch_hour(client: InstantQueries, end: datetime) -> dict[str, list[dict]]:
     """Every answer of the hour ending at ``end``, by name."""
     queries = hour_queries()
     with ThreadPoolExecutor(max_workers=fleet_constants.QUERY_CONCURRENCY) as pool:
@@ -70,15 +78,17 @@ def fetch_hour(client: PrometheusClient, end: datetime) -> dict[str, list[dict]]
 
 
 def collect_hour(
-    cluster: Cluster, hour: datetime, *, client: PrometheusClient | None = None
+    cluster: Cluster, hour: datetime, *, client: InstantQueries | None = None
 ) -> HourResult:
-    """Collect (or re-collect) the hour starting at ``hour``; raises PrometheusError after
-    recording a failed ``ServingCollection``."""
+    """Collect (or re-collect) the hour starting at ``hour`` through ``client`` (the cluster's
+    Prometheus when None); raises PrometheusError after recording a failed
+    ``ServingCollection``."""
     hour = hour_floor(ensure_aware(hour))
     started_at = timezone.now()
     started = time.monotonic()
-    own_client = client is None
-    client = client or PrometheusClient.for_cluster(cluster)
+    own: PrometheusClient | None = None
+    if client is None:
+        client = own = PrometheusClient.for_cluster(cluster)
     try:
         answers = fetch_hour(client, hour + HOUR)
     except PrometheusError as exc:
@@ -86,8 +96,8 @@ def collect_hour(
         _record(cluster, hour, started_at, status=CollectionStatus.FAILED, error=str(exc))
         raise
     finally:
-        if own_client:
-            client.close()
+        if own is not None:
+            own.close()
     figures, stats = build_hour(answers)
     if stats.skipped:
         logger.warning(

@@ -47,7 +47,13 @@ class EpisodeViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self) -> QuerySet[Episode]:
         return visible_episodes(self.request.user).select_related(
-            "cluster", "team", "cluster_queue", "workload", "node", "acknowledged_by"
+            "cluster",
+            "team",
+            "cluster_queue",
+            "workload",
+            "serving_workload",
+            "node",
+            "acknowledged_by",
         )
 
     @extend_schema(

@@ -22,8 +22,9 @@ from alerts.choices import Rule
 from alerts.models import Episode
 from core import plotting
 from dashboard.access import get_episode_for_user
+from dashboard.charts.episode_serving import serving_evidence_figure
 from dashboard.charts.gpus import hourly_line
-from dashboard.charts.parts import TIME_AXIS
+from dashboard.charts.parts import TIME_AXIS, episode_band, level_line
 from dashboard.decorators import chart_view
 from dashboard.queries.gpus import scope_hourly
 from ledger.choices import RollupScope
@@ -57,6 +58,8 @@ def _rounded(value: float | None) -> float | None:
 @chart_view(uses_range=False)
 def episode_evidence_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
     episode = get_episode_for_user(request, pk)
+    if episode.serving_workload_id is not None:
+        return serving_evidence_figure(episode)
     end = episode.resolved_at or episode.evaluated_until
     start, stop = episode.started_at - MARGIN, end + MARGIN
     detail = window_detail(episode.cluster_id, start, stop)
@@ -104,29 +107,7 @@ def episode_evidence_chart(request: HttpRequest, pk: int) -> dict[str, Any]:
         y_title="SM_ACTIVE (0-1)",
         xaxis={"type": "date", "range": [plotting.iso(start), plotting.iso(stop)]},
         yaxis={"range": [0, 1.02]},
-        shapes=[
-            {
-                "type": "rect",
-                "xref": "x",
-                "yref": "paper",
-                "x0": plotting.iso(episode.started_at),
-                "x1": plotting.iso(end),
-                "y0": 0,
-                "y1": 1,
-                "fillcolor": "rgba(220, 38, 38, 0.08)",
-                "line": {"width": 0},
-            },
-            {
-                "type": "line",
-                "xref": "paper",
-                "yref": "y",
-                "x0": 0,
-                "x1": 1,
-                "y0": threshold,
-                "y1": threshold,
-                "line": {"dash": "dot", "width": 1, "color": "#dc2626"},
-            },
-        ],
+        shapes=[episode_band(episode.started_at, end), level_line(threshold)],
     )
     return plotting.figure(
         traces,

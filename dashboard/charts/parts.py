@@ -347,3 +347,32 @@ def series_line(name: str, series: LiveSeries, color: str, unit: str) -> dict[st
     return plotting.line(
         name, [plotting.iso(moment) for moment in series.x], series.y, color=color, unit=unit
     )
+
+
+def episode_band(start: datetime, end: datetime) -> dict[str, Any]:
+    """The shaded band of an episode's evidence chart, from its start to its end."""
+    return {
+        "type": "rect",
+        "xref": "x",
+        "yref": "paper",
+        "x0": plotting.iso(start),
+        "x1": plotting.iso(end),
+        "y0": 0,
+        "y1": 1,
+        "fillcolor": "rgba(220, 38, 38, 0.08)",
+        "line": {"width": 0},
+    }
+
+
+def level_line(value: float, dash: str = "dot") -> dict[str, Any]:
+    """A horizontal line across the plot at ``value`` (a threshold, a knee)."""
+    return {
+        "type": "line",
+        "xref": "paper",
+        "yref": "y",
+        "x0": 0,
+        "x1": 1,
+        "y0": value,
+        "y1": value,
+        "line": {"dash": dash, "width": 1, "color": "#dc2626"},
+    }

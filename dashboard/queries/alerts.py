@@ -15,7 +15,13 @@ SHORT_LIST = 5
 def visible(allowed_team_ids: set[int] | None) -> EpisodeQuerySet:
     """Fired episodes of the teams the user sees (None = every team)."""
     queryset = Episode.objects.fired().select_related(
-        "cluster", "team", "cluster_queue", "workload", "node", "acknowledged_by"
+        "cluster",
+        "team",
+        "cluster_queue",
+        "workload",
+        "serving_workload",
+        "node",
+        "acknowledged_by",
     )
     return queryset if allowed_team_ids is None else queryset.filter(team_id__in=allowed_team_ids)
 

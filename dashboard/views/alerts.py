@@ -13,12 +13,15 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 
 from alerts import actions, permissions
 from alerts.choices import EpisodeState, Rule, Severity
 from alerts.ended import through_ended_hours
 from alerts.models import Episode
+from alerts.overprovisioned import evidence_days
+from alerts.summary import knee_unit
 from core.params import InvalidParameter, check_text
 from core.ranges import TimeRange
 from dashboard.access import allowed_team_ids, get_episode_for_user
@@ -148,6 +151,12 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_silence": permissions.may_silence(request.user, episode),
         "can_exempt": permissions.may_exempt(request.user, episode),
     }
+    if episode.serving_workload_id is not None:
+        context["serving_unit"] = knee_unit(str(evidence.get("knee_unit", "")))
+        context["serving_days"] = evidence_days(evidence)
+        knee_hour = evidence.get("knee_hour")
+        context["serving_knee_hour"] = parse_datetime(knee_hour) if knee_hour else None
+        context["detail_note"] = ""  # its evidence is hourly: no per-window rows are missed
     return render(request, "dashboard/episode_detail.html", context)
 
 

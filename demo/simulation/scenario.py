@@ -10,8 +10,10 @@ About 32 nodes × 8 GPUs, two cohorts, six teams:
 * ``batch``'s A100 quota filled by a re-index gang while a dedup job waits hours for it (the
   day the demo's queue objective on ``batch`` is breached);
 * an idle notebook holding an A100 for days, a serving deployment that is "busy but not working"
-  (GPU_UTIL high, SM_ACTIVE low), a ghost reservation (admitted, no pods), a node whose
-  dcgm-exporter stopped reporting, and A100 nodes that export GR_ENGINE_ACTIVE but not SM_ACTIVE;
+  (GPU_UTIL high, SM_ACTIVE low), two vLLM Deployments with serving metrics in ``ml-serving`` (one
+  whose load passes its throughput knee every afternoon, one over-provisioned), a ghost
+  reservation (admitted, no pods), a node whose dcgm-exporter stopped reporting, and A100 nodes
+  that export GR_ENGINE_ACTIVE but not SM_ACTIVE;
 * about 60 more jobs drawn from the seed: gang training, fine-tuning, eval and batch.
 
 ``SimFleet`` holds that world and where its clock stands; ``scheduler`` moves it forward, the
@@ -20,6 +22,7 @@ About 32 nodes × 8 GPUs, two cohorts, six teams:
 
 from __future__ import annotations
 
+import math
 import random
 import uuid
 from collections.abc import Iterator
@@ -58,6 +61,10 @@ MIG_QUOTA = {
 }
 
 
+# The namespace of the serving team's inference Deployments (``demo.simulation.serving``).
+SERVING_NAMESPACE = TEAMS["serving"][0]
+
+
 def stable_uid(seed: int, *parts: object) -> str:
     """A stable UUID for one simulated object of one seed."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpuledger-sim/{seed}/" + "/".join(map(str, parts))))
@@ -71,6 +78,59 @@ def pod_uid(seed: int, namespace: str, pod: str) -> str:
 def local_queue_name(team: str) -> str:
     """Every team submits through one LocalQueue in its namespace."""
     return f"{team}-queue"
+
+
+@dataclass(frozen=True)
+class ServingDeployment:
+    """A vLLM Deployment of the scenario and its load model (``demo.simulation.serving``)."""
+
+    name: str
+    replicas: int
+    capacity: float  # output tokens/s one replica delivers at most
+    peak: float  # offered output tokens/s of the whole deployment at the daily peak
+    trough: float  # the quietest hour's share of the peak
+    peak_hour: float  # UTC
+    output_tokens: float = 250.0  # per request
+    prompt_tokens: float = 600.0
+    sm_active: float = 0.4  # what DCGM shows of its GPUs (the fleet's activity profile)
+
+    def replica_set(self, seed: int) -> str:
+        return f"{self.name}-{stable_uid(seed, 'rs', self.name)[:10].replace('-', '')}"
+
+    def pod_names(self, seed: int) -> list[str]:
+        return [
+            f"{self.replica_set(seed)}-{stable_uid(seed, 'pod', self.name, n)[:5]}"
+            for n in range(self.replicas)
+        ]
+
+    def offered(self, seed: int, hour: datetime) -> float:
+        """Output tokens/s offered to the whole deployment in the hour starting at ``hour``."""
+        at = hour.hour + 0.5
+        bump = ((1 + math.cos(2 * math.pi * (at - self.peak_hour) / 24)) / 2) ** 2
+        noise = random.Random(f"{seed}/{self.name}/{hour.isoformat()}").uniform(-0.04, 0.04)
+        return self.peak * (self.trough + (1 - self.trough) * bump) * (1 + noise)
+
+
+SERVING_DEPLOYMENTS: tuple[ServingDeployment, ...] = (
+    ServingDeployment(
+        "vllm-llama-8b",
+        replicas=1,
+        capacity=2400.0,
+        peak=3600.0,
+        trough=0.47,
+        peak_hour=15.0,
+        sm_active=0.55,
+    ),  # fmt: skip
+    ServingDeployment(
+        "vllm-qwen-chat",
+        replicas=4,
+        capacity=1500.0,
+        peak=3600.0,
+        trough=0.1,
+        peak_hour=10.0,
+        sm_active=0.06,
+    ),  # fmt: skip
+)
 
 
 @dataclass
@@ -309,6 +369,13 @@ class SimFleet:
             self._add("serving", "Pod", f"embedding-svc-7c9d8f6b5-{replica}", 1, 1, "h100",
                       "prod-serving", s - timedelta(days=2), ever, 0.09, gpu_util=88.0,
                       tensor_ratio=0.1)  # fmt: skip
+        # The inference Deployments with serving metrics: a pod per replica, each its own Kueue
+        # Workload (pod integration), as embedding-svc's; they fill the node embedding-svc uses.
+        for deployment in SERVING_DEPLOYMENTS:
+            for pod in deployment.pod_names(self.seed):
+                self._add("serving", "Pod", pod, 1, 1, "h100", "prod-serving",
+                          s - timedelta(days=2), ever, deployment.sm_active,
+                          tensor_ratio=0.5)  # fmt: skip
         self._add("vision", "Pod", "notebook-dana-0", 1, 1, "a100", "research-default",
                   e - timedelta(days=min(3.0, days * 0.6)), ever, 0.0004, gpu_util=0.0,
                   tensor_ratio=0.0)  # fmt: skip

@@ -7,6 +7,7 @@ from datetime import datetime
 from core.timewindows import Window
 from demo.simulation import kubernetes, prometheus, scheduler
 from demo.simulation.scenario import SimFleet
+from demo.simulation.serving import SimPrometheus
 
 
 class FleetSimulator(SimFleet):
@@ -27,6 +28,11 @@ class FleetSimulator(SimFleet):
     def kueue_window(self, window: Window) -> dict[str, list[dict]]:
         """Kueue's own metric answers for ``window`` (``quotas.constants.KUEUE_QUERIES``)."""
         return prometheus.kueue_answers(self, window)
+
+    def serving_prometheus(self) -> SimPrometheus:
+        """A stand-in for the cluster's Prometheus that answers the serving hour's PromQL about
+        the fleet where it stands (``serving.collector.collect_hour`` takes it as its client)."""
+        return SimPrometheus(self)
 
     def kube_lists(self, at: datetime) -> dict[str, dict]:
         """LIST payloads per ``quotas.ingest.snapshot_from_lists`` keyword, as of ``at``."""

@@ -21,6 +21,7 @@ from fleet.freshness import current_freshness
 from fleet.models import IngestRun
 from ledger.models import GpuUsage, HourlyRollup
 from quotas.models import ClusterQueueSample
+from serving.models import ServingHour
 from tests.databases import child_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,6 +107,24 @@ def _wait_for_live_window(end: datetime, timeout: float = 90.0) -> None:
             return
         time.sleep(0.5)
     raise AssertionError("the follower wrote no live window")
+
+
+@pytest.mark.django_db
+def test_following_collects_each_serving_hour_as_it_ends(time_machine) -> None:
+    # The history ends at 11:45; the serving hour from 11:00 is not over yet.
+    history_end = END - timedelta(minutes=15)
+    _simulate("--end", history_end.isoformat())
+    last_hour = END - timedelta(hours=1)
+    assert not ServingHour.objects.filter(hour=last_hour).exists()
+    time_machine.move_to(END + timedelta(minutes=1, seconds=5), tick=False)
+
+    # Fifteen live windows: the last ends at 12:00, the hour's end.
+    _simulate("--end", history_end.isoformat(), "--follow", "--max-windows", "15")
+
+    assert sorted(str(row.workload) for row in ServingHour.objects.filter(hour=last_hour)) == [
+        "ml-serving/Deployment/vllm-llama-8b",
+        "ml-serving/Deployment/vllm-qwen-chat",
+    ]
 
 
 @pytest.mark.django_db(transaction=True)

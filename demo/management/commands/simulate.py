@@ -17,6 +17,7 @@ from django.utils.dateparse import parse_datetime
 from tqdm import tqdm
 
 from alerts.evaluate import evaluate_range
+from alerts.overprovisioned import evaluate_serving
 from demo.follow import finish_run, follow, history_written, ingest_window, simulation_run
 from demo.objectives import seed_queue_objective
 from demo.rates import seed_rate_cards
@@ -122,6 +123,8 @@ class Command(BaseCommand):
             # Evaluated here, as a backfill, not queued for a worker: the demo shows last week's
             # hoarding episodes as soon as it is loaded, with or without a worker running.
             evaluate_range(cluster.id, sim.start, sim.end, live=False)
+            # The serving deployments' complete days, as the hourly beat entry judges them.
+            evaluate_serving(sim.end)
             # A wait objective on one queue, breached on the simulated week's slow day.
             seed_queue_objective(cluster)
             finish_run(run, stats, rows, kube_skipped)
