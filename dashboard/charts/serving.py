@@ -27,6 +27,13 @@ def _times(hours: list[Hour]) -> list[str]:
     return [plotting.iso(h.hour) for h in hours]
 
 
+def _second_axis(layout: dict) -> dict:
+    """A right axis with ticks of its own (not aligned to the left axis' grid) and room."""
+    layout["yaxis2"].update({"tickmode": "auto", "nticks": 6, "showgrid": False})
+    layout["margin"] = {**layout["margin"], "r": 70}
+    return layout
+
+
 def _level(name: str, time_range: TimeRange, value: float, color: str, dash: str) -> dict:
     """A horizontal line across the whole range (a knee, a target)."""
     trace = plotting.line(
@@ -171,9 +178,8 @@ def serving_latency_chart(request: HttpRequest, time_range: TimeRange, pk: int) 
         "Time to first token (s)",
         y2_title="Inter-token latency (s)",
     )
-    layout["margin"] = {**layout["margin"], "r": 70}
     return plotting.figure(
-        data, legend_room(layout, len(data), per_row=2), empty_message=NO_SERVING
+        data, legend_room(_second_axis(layout), len(data), per_row=2), empty_message=NO_SERVING
     )
 
 
@@ -218,5 +224,6 @@ def serving_saturation_chart(request: HttpRequest, time_range: TimeRange, pk: in
         time_range, "Saturation", "KV-cache use (%)", y2_title="Requests per replica"
     )
     layout["yaxis"]["range"] = [0, 100]
-    layout["margin"] = {**layout["margin"], "r": 70}
-    return plotting.figure(data, legend_room(layout, len(data)), empty_message=NO_SERVING)
+    return plotting.figure(
+        data, legend_room(_second_axis(layout), len(data), per_row=2), empty_message=NO_SERVING
+    )

@@ -136,6 +136,7 @@ def capacity_planner(request: HttpRequest) -> HttpResponse:
                 "hint": hint,
                 "value": form.values[name],
                 "errors": form.errors.get(name, []),
+                "measurable": name in MEASURED_LABELS,
             }
             for name, label, unit, hint in FIELDS
         ],

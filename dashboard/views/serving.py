@@ -118,9 +118,14 @@ def _stats(d: Deployment) -> list[dict[str, Any]]:
         )
     return [
         card(
-            "Mean replicas", figure(d.mean_replicas), "", "replica-hours ÷ hours", "stat-replicas"
+            "Mean replicas",
+            figure(d.mean_replicas),
+            "",
+            f"on {figure(d.mean_gpus)} GPUs (replica- and GPU-hours ÷ hours)"
+            if d.mean_gpus is not None
+            else "replica-hours ÷ hours; no GPU requests seen",
+            "stat-replicas",
         ),
-        card("Mean GPUs", figure(d.mean_gpus), "GPUs", "GPU-hours ÷ hours", "stat-gpus"),
         card(
             "Per replica",
             figure(d.tokens_per_second_per_replica),
