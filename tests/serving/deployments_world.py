@@ -155,3 +155,15 @@ def build_world() -> World:
         effective_from=datetime(2025, 1, 1, tzinfo=UTC),
     )
     return World(east, west, aspen, birch, llama, quiet, ranker, west_llama, alice, bob)
+
+
+def add_deployments(cluster: Cluster, namespaces: list[str], hour: datetime) -> None:
+    """One more deployment per namespace in ``namespaces``, one replica for ``hour`` each (for
+    query counts)."""
+    for n, namespace in enumerate(namespaces):
+        workload = ServingWorkload.objects.create(
+            cluster=cluster, namespace=namespace, kind="Deployment", name=f"extra-{n}"
+        )
+        _hour(
+            workload, hour, replicas_seen=1, replica_hours=1.0, output_tokens_per_second=10.0
+        ).save()

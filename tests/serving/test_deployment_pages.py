@@ -15,8 +15,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from serving.models import ServingHour, ServingWorkload
-from tests.serving.deployments_world import HOURS, NOW, RANGE, build_world
+from tests.serving.deployments_world import HOURS, NOW, RANGE, add_deployments, build_world
 
 QUERY = urlencode(RANGE)
 PLAN = {
@@ -176,19 +175,7 @@ def test_the_list_page_queries_do_not_grow_with_the_deployments(world):
     alice.get(f"/serving/?{QUERY}")  # session and roles warmed
     with CaptureQueriesContext(connection) as few:
         alice.get(f"/serving/?{QUERY}")
-    for n in range(15):
-        more = ServingWorkload.objects.create(
-            cluster=world.east, namespace="chat", kind="Deployment", name=f"m{n}"
-        )
-        ServingHour.objects.create(
-            workload=more,
-            cluster=world.east,
-            hour=HOURS[1],
-            server_kind="vllm",
-            replicas_seen=1,
-            replica_hours=1.0,
-            seconds_with_data=3600,
-        )
+    add_deployments(world.east, ["chat"] * 15, HOURS[1])
     with CaptureQueriesContext(connection) as many:
         assert len(alice.get(f"/serving/?{QUERY}").context["rows"]) == 17
 

@@ -13,8 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from core.ranges import covered_hours
 from serving.deployments import deployment, deployments, measure
 from serving.knee import OUTPUT_TOKENS
-from serving.models import ServingHour, ServingWorkload
-from tests.serving.deployments_world import H0, HOURS, NOW, build_world
+from tests.serving.deployments_world import H0, HOURS, NOW, add_deployments, build_world
 
 SPAN = covered_hours(H0, NOW, NOW)
 
@@ -112,20 +111,7 @@ def test_a_lead_sees_the_deployments_of_the_teams_namespaces_only(world):
 def test_the_queries_do_not_grow_with_the_deployments(world):
     with CaptureQueriesContext(connection) as few:
         deployments(SPAN)
-    for n in range(20):
-        more = ServingWorkload.objects.create(
-            cluster=world.east, namespace=f"extra-{n}", kind="Deployment", name="model"
-        )
-        ServingHour.objects.create(
-            workload=more,
-            cluster=world.east,
-            hour=HOURS[0],
-            server_kind="vllm",
-            replicas_seen=1,
-            replica_hours=1.0,
-            seconds_with_data=3600,
-            output_tokens_per_second=10.0,
-        )
+    add_deployments(world.east, [f"extra-{n}" for n in range(20)], HOURS[0])
     with CaptureQueriesContext(connection) as many:
         assert len(deployments(SPAN)) == 23
 
