@@ -14,7 +14,7 @@ from dashboard.decorators import chart_view
 from dashboard.queries.serving import one_deployment
 from serving.deployments import Deployment, Hour
 from serving.figures import KNEE_FRACTION
-from serving.knee import OUTPUT_TOKENS
+from serving.knee import OUTPUT_TOKENS, REQUESTS
 
 NO_SERVING = "No serving telemetry in this range."
 
@@ -51,7 +51,13 @@ def _level(name: str, time_range: TimeRange, value: float, color: str, dash: str
 @chart_view
 def serving_throughput_chart(request: HttpRequest, time_range: TimeRange, pk: int) -> dict:
     d = _deployment(request, time_range, pk)
-    unit = OUTPUT_TOKENS if d.knee is None else d.knee.unit
+    # The knee's unit; without a knee, tokens when any hour counted them, else requests.
+    if d.knee is not None:
+        unit = d.knee.unit
+    elif any(h.output_tokens_per_second is not None for h in d.hours):
+        unit = OUTPUT_TOKENS
+    else:
+        unit = REQUESTS
     label = "tokens/s" if unit == OUTPUT_TOKENS else "req/s"
     delivered = plotting.line(
         f"Output {label} per replica" if unit == OUTPUT_TOKENS else "Requests/s per replica",

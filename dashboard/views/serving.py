@@ -45,7 +45,6 @@ def row(deployment: Deployment) -> dict[str, Any]:
         "replicas": figure(deployment.mean_replicas),
         "gpus": figure(deployment.mean_gpus),
         "per_replica": figure(deployment.tokens_per_second_per_replica),
-        "per_gpu": figure(deployment.tokens_per_second_per_gpu),
         "per_gpu_hour": figure(deployment.tokens_per_gpu_hour, 0),
         "cost_per_million": money(deployment.cost_per_million_tokens),
         "sm_active": percent(deployment.sm_active),

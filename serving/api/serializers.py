@@ -210,6 +210,7 @@ def measured_answer(request: CapacityPlanRequestSerializer) -> dict[str, Any] | 
         "knee_per_replica": None if knee is None else knee.per_replica,
         "knee_unit": None if knee is None else knee.unit,
         "knee_running_per_replica": d.knee_running_per_replica,
+        "deployed_hour": None if d.latest is None else d.latest.hour.isoformat(),
         "flavor": d.flavor or None,
         "gpu_model": d.gpu_model or None,
     }
@@ -278,6 +279,9 @@ class MeasuredSerializer(serializers.Serializer):
         allow_null=True, help_text="output_tokens_per_second or requests_per_second"
     )
     knee_running_per_replica = serializers.FloatField(allow_null=True)
+    deployed_hour = serializers.DateTimeField(
+        allow_null=True, help_text="Its newest hour, whose replicas are `deployed_replicas`."
+    )
     flavor = serializers.CharField(allow_null=True)
     gpu_model = serializers.CharField(allow_null=True)
 

@@ -292,3 +292,21 @@ def test_the_planner_page_opens_prefilled_from_the_deployment(world):
     assert typed.context["form"].plan.replicas == 1
     assert "You run 2: 1 replica more than needed" in body
     assert "replica throughput 800.0 tokens/s" in body
+
+
+def test_a_deployment_without_a_knee_says_why_and_judges_nothing(world):
+    # ranker (Triton) counts requests only and has no inter-token latency: no hour is within
+    # the 0.1 s ITL target, so there is no knee.
+    bob = client_of(world.bob)
+    page = bob.get(f"/serving/{world.ranker.pk}/?{QUERY}")
+
+    assert page.status_code == 200
+    assert page.context["knee"] is None
+    assert 'data-testid="no-knee"' in page.content.decode()
+    stats = {s["testid"]: s for s in page.context["stats"]}
+    assert stats["stat-below-knee"]["value"] == "—"
+    assert stats["stat-per-replica"]["note"] == "no serving telemetry"
+    throughput = bob.get(f"/serving/{world.ranker.pk}/charts/throughput.json?{QUERY}").json()
+    # Without token counts, requests per replica; no knee line.
+    assert [t["name"] for t in throughput["data"]] == ["Requests/s per replica"]
+    assert throughput["data"][0]["y"] == [20.0, 20.0]
