@@ -151,7 +151,7 @@ def test_the_page_needs_a_sign_in(db):
 
 
 @given(
-    name=st.sampled_from(sorted(SEED)),
+    name=st.sampled_from(sorted([*SEED, "workload"])),
     value=st.text(alphabet=st.characters(codec="utf-8"), max_size=40),
 )
 @settings(
