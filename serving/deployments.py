@@ -29,7 +29,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from core.ranges import HourSpan
 from ledger.chargeback.pricing import card_in_force, rate_cards
@@ -162,19 +162,13 @@ def visible_workloads(allowed: set[int] | None) -> Q:
 
 
 def team_namespaces_q(team_ids: Iterable[int]) -> Q:
-    """``ServingWorkload`` rows in a namespace of one of ``team_ids``."""
-    ids = set(team_ids)
-    owned = TeamNamespace.objects.filter(team_id__in=ids).values_list("cluster_id", "namespace")
-    queued = LocalQueue.objects.filter(cluster_queue__team_id__in=ids).values_list(
-        "cluster_id", "namespace"
-    )
-    by_cluster: dict[int, set[str]] = defaultdict(set)
-    for cluster_id, namespace in [*owned, *queued]:
-        by_cluster[cluster_id].add(namespace)
-    condition = Q(pk__in=[])
-    for cluster_id, namespaces in by_cluster.items():
-        condition |= Q(cluster_id=cluster_id, namespace__in=sorted(namespaces))
-    return condition
+    """``ServingWorkload`` rows in a namespace of one of ``team_ids``: a condition evaluated in
+    the caller's query (no query of its own)."""
+    ids = sorted(set(team_ids))
+    same_namespace = {"cluster_id": OuterRef("cluster_id"), "namespace": OuterRef("namespace")}
+    owned = TeamNamespace.objects.filter(team_id__in=ids, **same_namespace)
+    queued = LocalQueue.objects.filter(cluster_queue__team_id__in=ids, **same_namespace)
+    return Q(Exists(owned)) | Q(Exists(queued))
 
 
 def namespace_teams(pairs: set[tuple[int, str]]) -> dict[tuple[int, str], Team]:
