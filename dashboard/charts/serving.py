@@ -131,8 +131,7 @@ def serving_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int)
     return plotting.figure(
         [points],
         layout,
-        empty_message="No hour joins DCGM: its namespace held other GPUs too, or none had "
-        "telemetry.",
+        empty_message="No hour of this range joined to DCGM.",
     )
 
 

@@ -120,7 +120,8 @@ def _stats(d: Deployment) -> list[dict[str, Any]]:
             "Mean replicas",
             figure(d.mean_replicas),
             "",
-            f"on {figure(d.mean_gpus)} GPUs (replica- and GPU-hours ÷ hours)"
+            f"on {figure(d.mean_gpus)} GPU{'' if d.mean_gpus == 1 else 's'} "
+            "(replica- and GPU-hours ÷ hours)"
             if d.mean_gpus is not None
             else "replica-hours ÷ hours; no GPU requests seen",
             "stat-replicas",
@@ -214,12 +215,13 @@ def _charts(workload: ServingWorkload, query: str) -> list[dict[str, str]]:
     charts = [
         (
             "throughput",
-            "Output tokens/s per replica each hour, with the knee and half of it.",
+            "Throughput per replica each hour (output tokens/s; requests/s for servers without "
+            "token counts), with the knee and half of it.",
         ),
         (
             "activity",
             "SM_ACTIVE of its GPUs against output tokens/s per GPU, one point per hour joined "
-            "to DCGM.",
+            "to DCGM: an hour its namespace held its GPUs and no others.",
         ),
         ("latency", "p95 time to first token and inter-token latency against the targets."),
         ("saturation", "KV-cache use (mean, max), and requests waiting and running per replica."),
