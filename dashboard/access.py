@@ -19,6 +19,8 @@ from accounts.rbac import rbac_allows
 from alerts.models import Episode
 from quotas.access import Roles, sees_team, user_roles, visible_team_ids
 from quotas.models import ClusterQueue, Cohort, Team, Workload
+from serving.deployments import visible_workloads
+from serving.models import ServingWorkload
 
 __all__ = [
     "NOT_YOURS",
@@ -27,6 +29,7 @@ __all__ = [
     "get_cluster_queue_for_user",
     "get_cohort_for_user",
     "get_team_for_user",
+    "get_serving_workload_for_user",
     "get_workload_for_user",
     "sees_team",
 ]
@@ -123,3 +126,16 @@ def get_episode_for_user(request: HttpRequest, pk: int) -> Episode:
     if episode is None or not sees_team(allowed_team_ids(request), episode.team_id):
         raise refuse()
     return episode
+
+
+def get_serving_workload_for_user(request: HttpRequest, pk: int) -> ServingWorkload:
+    """A serving deployment whose namespace belongs to a team the user sees
+    (``serving.deployments.visible_workloads``)."""
+    workload = (
+        ServingWorkload.objects.select_related("cluster")
+        .filter(visible_workloads(allowed_team_ids(request)), pk=pk)
+        .first()
+    )
+    if workload is None:
+        raise refuse()
+    return workload

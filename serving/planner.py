@@ -354,3 +354,53 @@ def _decimal(value: Fraction, places: int) -> Decimal:
 
 def _money(value: Fraction, places: int = 2) -> Decimal:
     return _decimal(value, places)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A plan against what a deployment runs now: ``surplus`` replicas (negative: short),
+    their GPUs and their monthly cost at ``price`` (None without a card)."""
+
+    deployed_replicas: int
+    needed_replicas: int
+    surplus_replicas: int
+    surplus_gpus: int
+    surplus_cost_per_month: Decimal | None
+    currency: str | None
+    text: str
+
+
+def compare(
+    deployed: int,
+    result: Plan,
+    tensor_parallel: int,
+    price: Decimal | None,
+    currency: str = "",
+) -> Comparison:
+    """What running ``deployed`` replicas costs against the plan's: "you run 5: 2 more than
+    needed, costing 4,380.00 EUR a month"."""
+    surplus = deployed - result.replicas
+    gpus = surplus * tensor_parallel
+    cost = (
+        None
+        if price is None
+        else _money(Fraction(abs(gpus)) * _exact("price", price) * HOURS_PER_MONTH)
+    )
+    money = "" if cost is None else f"{cost:,} {currency} a month".rstrip()
+    if surplus > 0:
+        text = f"You run {deployed:,}: {_plural(surplus, 'replica')} more than needed"
+        text += f", costing {money}." if money else " (no rate card prices them)."
+    elif surplus < 0:
+        text = f"You run {deployed:,}: {_plural(-surplus, 'replica')} fewer than needed"
+        text += f"; they would cost {money}." if money else " (no rate card prices them)."
+    else:
+        text = f"You run {deployed:,}: as many as needed."
+    return Comparison(
+        deployed_replicas=deployed,
+        needed_replicas=result.replicas,
+        surplus_replicas=surplus,
+        surplus_gpus=gpus,
+        surplus_cost_per_month=cost,
+        currency=None if cost is None else currency,
+        text=text,
+    )

@@ -26,6 +26,12 @@ from dashboard.charts.queue_levels import (
     queue_levels_waits_chart,
     team_waits_chart,
 )
+from dashboard.charts.serving import (
+    serving_activity_chart,
+    serving_latency_chart,
+    serving_saturation_chart,
+    serving_throughput_chart,
+)
 from dashboard.charts.teams import team_allocation_chart, team_queues_chart
 from dashboard.charts.workloads import workload_activity_chart, workload_timeline_chart
 
@@ -40,6 +46,10 @@ __all__ = [
     "cohort_borrowing_chart",
     "cohort_usage_chart",
     "planner_chart",
+    "serving_activity_chart",
+    "serving_latency_chart",
+    "serving_saturation_chart",
+    "serving_throughput_chart",
     "gpu_activity_chart",
     "gpu_memory_chart",
     "map_chart",

@@ -7,13 +7,14 @@ from typing import Any
 from django.http import HttpRequest
 
 from core import plotting
+from dashboard.access import allowed_team_ids
 from dashboard.decorators import BadParameter, chart_view
 from dashboard.queries.planner import planner_form
 
 
 @chart_view(uses_range=False)
 def planner_chart(request: HttpRequest) -> dict[str, Any]:
-    form = planner_form(request.GET)
+    form = planner_form(request.GET, allowed_team_ids(request))
     plan = form.plan
     if plan is None:
         name, reasons = next(iter(form.errors.items()))

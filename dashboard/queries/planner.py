@@ -9,7 +9,7 @@ from typing import Any
 
 from django.http import QueryDict
 
-from serving.api.serializers import CapacityPlanRequestSerializer
+from serving.api.serializers import MEASURABLE, CapacityPlanRequestSerializer, answer
 from serving.planner import Plan, PlanError
 from serving.pricing import Price
 
@@ -41,7 +41,10 @@ FIELDS: tuple[tuple[str, str, str, str], ...] = (
         "End-to-end response time to meet.",
     ),
 )
-NAMES = (*(name for name, _label, _unit, _hint in FIELDS), "flavor", "gpu_model")
+NAMES = (*(name for name, _label, _unit, _hint in FIELDS), "flavor", "gpu_model", "workload")
+# Opened with only a deployment (its page's "Plan capacity" link): the example's request shape,
+# and the inputs its measurement gives left empty so they are measured.
+FROM_WORKLOAD_BLANK = frozenset(MEASURABLE)
 
 # The worked example of README "Serving: capacity planner": the form's values on a first visit.
 SEED = {
@@ -57,6 +60,7 @@ SEED = {
     "latency_target_seconds": "",
     "flavor": "",
     "gpu_model": "",
+    "workload": "",
 }
 
 
@@ -68,17 +72,35 @@ class PlannerForm:
     errors: dict[str, list[str]] = field(default_factory=dict)
     plan: Plan | None = None
     price: Price | None = None
+    # With a deployment: what was taken from it, and the plan against what it runs.
+    measured: dict[str, Any] | None = None
+    comparison: dict[str, Any] | None = None
 
 
-def planner_form(params: QueryDict) -> PlannerForm:
-    """The plan of the query string's fields, or the seed example's when none is given."""
-    given = any(name in params for name in NAMES)
-    values = {name: params.get(name, "") if given else SEED[name] for name in NAMES}
+def _values(params: QueryDict) -> dict[str, str]:
+    """The form's values: the query string's, the seed example's on a first visit, and with
+    only ``workload`` given the example's request with the measurable inputs left to it."""
+    if not any(name in params for name in NAMES):
+        return dict(SEED)
+    if set(NAMES) & set(params) == {"workload"}:
+        return {
+            name: params.get("workload", "")
+            if name == "workload"
+            else ("" if name in FROM_WORKLOAD_BLANK else SEED[name])
+            for name in NAMES
+        }
+    return {name: params.get(name, "") for name in NAMES}
+
+
+def planner_form(params: QueryDict, allowed: set[int] | None) -> PlannerForm:
+    """The plan of the query string's fields, or the seed example's when none is given;
+    ``allowed``: the teams whose deployments ``workload`` may name."""
+    values = _values(params)
     # Only the planner's own fields: anything else in the URL is not the form's.
     data = QueryDict(mutable=True)
     for name, value in values.items():
         data[name] = value.strip()
-    request = CapacityPlanRequestSerializer(data=data)
+    request = CapacityPlanRequestSerializer(data=data, context={"allowed": allowed})
     if not request.is_valid():
         return PlannerForm(values=values, errors=_messages(request.errors))
     try:
@@ -87,7 +109,14 @@ def planner_form(params: QueryDict) -> PlannerForm:
         return PlannerForm(
             values=values, errors={name: [reason] for name, reason in exc.errors.items()}
         )
-    return PlannerForm(values=values, plan=result, price=price)
+    body = answer(result, price, request)
+    return PlannerForm(
+        values=values,
+        plan=result,
+        price=price,
+        measured=body["measured"],
+        comparison=body["comparison"],
+    )
 
 
 def _messages(errors: Any) -> dict[str, list[str]]:

@@ -32,6 +32,7 @@ from dashboard.views.quota_changes import (
     quota_change_new,
     quota_change_patch,
 )
+from dashboard.views.serving import serving_detail, serving_list
 from dashboard.views.teams import team_detail, team_list
 from dashboard.views.workload_list import search, workload_list
 from dashboard.views.workloads import workload_detail
@@ -44,6 +45,8 @@ __all__ = [
     "episode_silence",
     "busy",
     "capacity_planner",
+    "serving_detail",
+    "serving_list",
     "chargeback_page",
     "cluster_queue_detail",
     "cluster_queue_list",

@@ -4,12 +4,14 @@ the method step by step. Bad input is shown at its field (the page still answers
 
 from __future__ import annotations
 
+from datetime import datetime
 from urllib.parse import urlencode
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
+from dashboard.access import allowed_team_ids
 from dashboard.decorators import dashboard_page
 from dashboard.frame import stat
 from dashboard.queries.planner import FIELDS, PlannerForm, planner_form
@@ -19,7 +21,11 @@ from serving.pricing import flavor_names
 
 def _stats(plan: Plan, form: PlannerForm) -> list[dict[str, object]]:
     spares = plan.replicas - plan.replicas_before_spares
-    tensor_parallel = form.values["tensor_parallel"].strip()
+    tensor_parallel = (
+        f"{plan.gpus // plan.replicas:,}"
+        if plan.replicas
+        else form.values["tensor_parallel"].strip() or "—"
+    )
     if plan.cost_per_month is None:
         cost = stat(
             "Cost per month",
@@ -93,9 +99,29 @@ def _bounds(plan: Plan) -> list[dict[str, object]]:
     ]
 
 
+MEASURED_LABELS = {
+    "replica_throughput_tokens_per_second": "replica throughput {:,.1f} tokens/s",
+    "replica_max_concurrency": "max concurrency {:,}",
+    "tensor_parallel": "tensor parallel {:,}",
+    "flavor": "priced as {}",
+}
+
+
+def _measured(form: PlannerForm) -> dict[str, object] | None:
+    """What the plan took from the deployment, as the page lists it."""
+    measured = form.measured
+    if measured is None:
+        return None
+    values = measured["values"]
+    listed = [MEASURED_LABELS[name].format(values[name]) for name in measured["inputs"]]
+    knee_hour = measured["knee_hour"]
+    knee_at = None if knee_hour is None else datetime.fromisoformat(knee_hour)
+    return {**measured, "listed": listed, "knee_at": knee_at}
+
+
 @dashboard_page(uses_range=False)
 def capacity_planner(request: HttpRequest) -> HttpResponse:
-    form = planner_form(request.GET)
+    form = planner_form(request.GET, allowed_team_ids(request))
     plan = form.plan
     query = urlencode({name: value for name, value in form.values.items() if value})
     context = {
@@ -110,10 +136,13 @@ def capacity_planner(request: HttpRequest) -> HttpResponse:
                 "hint": hint,
                 "value": form.values[name],
                 "errors": form.errors.get(name, []),
+                "measurable": name in MEASURED_LABELS,
             }
             for name, label, unit, hint in FIELDS
         ],
         "flavors": flavor_names(),
+        "measured": _measured(form),
+        "comparison": form.comparison,
         "plan": plan,
         "stats": [] if plan is None else _stats(plan, form),
         "bounds": [] if plan is None else _bounds(plan),

@@ -19,9 +19,11 @@ from dashboard.frame import paginate, plural, range_query, stat, utilization_ton
 from dashboard.queries import teams as queries
 from dashboard.queries.my_teams import flavor_use_by_team, pod_gpus_by_team
 from dashboard.queries.queue_levels import slo_status
+from dashboard.queries.serving import team_deployments
 from dashboard.queries.workload_list import workload_charges
 from dashboard.templatetags.formatting import duration, figure, percent
 from dashboard.views.my_teams import flavor_rows
+from dashboard.views.serving import row as serving_row
 from ledger.chargeback import Charge
 from ledger.range_figures import Figures
 from quotas.access import PUBLIC, leads_team, led_team_ids, other_teams_label, team_visibility
@@ -352,5 +354,7 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         "range_hidden": hidden_params(request.GET),
         "currency": settings.GPULEDGER_CURRENCY,
         "slo_status": slo_status(queues, now),
+        "serving_rows": [serving_row(d) for d in team_deployments(team, time_range)],
+        "range_query": range_query(request, time_range),
     }
     return render(request, "dashboard/team_detail.html", context)

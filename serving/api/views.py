@@ -1,7 +1,8 @@
 """``POST /api/v1/capacity-plan/``: the capacity planner (README "Serving: capacity planner").
 
-Any signed-in user or full-scope token may ask: the answer reads no team's data, only the rate
-cards' prices. Nothing is stored.
+Any signed-in user or full-scope token may ask: without ``workload`` the answer reads no team's
+data, only the rate cards' prices; a ``workload`` must be a deployment the caller sees (one of
+another team is unknown, as one that does not exist). Nothing is stored.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import ApiViewMixin, parameter_error_response_schema
+from quotas.access import visible_team_ids
 from serving.api.serializers import (
     CapacityPlanRequestSerializer,
     CapacityPlanSerializer,
@@ -53,11 +55,13 @@ class CapacityPlanView(ApiViewMixin, APIView):
         ],
     )
     def post(self, request: Request) -> Response:
-        data = CapacityPlanRequestSerializer(data=request.data)
+        data = CapacityPlanRequestSerializer(
+            data=request.data, context={"allowed": visible_team_ids(request.user)}
+        )
         data.is_valid(raise_exception=True)
         try:
             result, price = data.plan()
         except PlanError as exc:
             errors = {field: [reason] for field, reason in exc.errors.items()}
             raise ValidationError(errors) from None
-        return Response(answer(result, price))
+        return Response(answer(result, price, data))

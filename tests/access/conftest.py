@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -115,6 +115,8 @@ class World:
     node: Any
     gpus: list[Any]
     users: dict[str, Any]
+    # Team name → its serving deployment (in the team's namespace).
+    serving: dict[str, Any] = field(default_factory=dict)
 
     @property
     def start(self) -> datetime:
@@ -226,7 +228,29 @@ def build_world() -> World:
     _admission_records(world)
     _held_gpus(world)
     _rollups(world)
+    _serving(world)
     return world
+
+
+def _serving(world: World) -> None:
+    from serving.models import ServingHour, ServingWorkload
+
+    for name in ("aspen", "birch"):
+        workload = ServingWorkload.objects.create(
+            cluster=world.cluster, namespace=f"ns-{name}", kind="Deployment", name=f"{name}-model"
+        )
+        ServingHour.objects.create(
+            workload=workload,
+            cluster=world.cluster,
+            hour=world.hours[-1],
+            server_kind="vllm",
+            replicas_seen=1,
+            replica_hours=1.0,
+            seconds_with_data=3600,
+            gpu_hours=1.0,
+            output_tokens_per_second=100.0,
+        )
+        world.serving[name] = workload
 
 
 def _queues_and_workloads(world: World) -> None:

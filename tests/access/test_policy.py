@@ -109,6 +109,13 @@ def workload(name: str, *own: str) -> tuple[Urls, Urls]:
     )
 
 
+def serving(name: str) -> tuple[Urls, Urls]:
+    return (
+        lambda w: [url(name, w.serving["aspen"].pk)],
+        lambda w: [url(name, w.serving["birch"].pk)],
+    )
+
+
 def api_object(name: str, pick: Callable[[World, str], int]) -> tuple[Urls, Urls]:
     return (lambda w: api(name, pick(w, "aspen")), lambda w: api(name, pick(w, "birch")))
 
@@ -350,6 +357,21 @@ POLICY: dict[str, Policy] = {
         lambda w: [url("dashboard:chargeback"), f"{url('dashboard:chargeback')}?{window(w)}"]
     ),
     "dashboard:quota-change-list": aggregate(lambda w: [url("dashboard:quota-change-list")]),
+    # --- Serving: deployments in a team's namespaces.
+    "dashboard:serving-list": aggregate(
+        lambda w: [url("dashboard:serving-list"), f"{url('dashboard:serving-list')}?{window(w)}"],
+        "birch-model",
+    ),
+    **{
+        name: scoped(serving(name))
+        for name in (
+            "dashboard:serving-detail",
+            "dashboard:serving-chart-throughput",
+            "dashboard:serving-chart-activity",
+            "dashboard:serving-chart-latency",
+            "dashboard:serving-chart-saturation",
+        )
+    },
     # --- The capacity planner: arithmetic and rate-card prices, no team data.
     "dashboard:planner": aggregate(lambda w: [url("dashboard:planner")]),
     "dashboard:planner-chart": aggregate(lambda w: [url("dashboard:planner-chart")]),

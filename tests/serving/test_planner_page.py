@@ -49,7 +49,7 @@ def test_the_first_visit_plans_the_seed_example(signed_in):
     assert stats == {"plan-replicas": "3", "plan-gpus": "3", "plan-cost": "—", "plan-slots": "72"}
     assert [round(b["value"], 2) for b in response.context["bounds"]] == [1.45, 1.45, 0.2]
     assert "Slot utilization: 5.8 ÷ (2 replicas × 4 slots) = 72 %." in page
-    assert 'aria-current="page">Planner</a>' in page
+    assert 'aria-current="page">Serving</a>' in page
 
 
 def test_a_linked_plan_is_read_from_the_query_string(signed_in):
@@ -151,7 +151,7 @@ def test_the_page_needs_a_sign_in(db):
 
 
 @given(
-    name=st.sampled_from(sorted(SEED)),
+    name=st.sampled_from(sorted([*SEED, "workload"])),
     value=st.text(alphabet=st.characters(codec="utf-8"), max_size=40),
 )
 @settings(
