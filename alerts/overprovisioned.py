@@ -21,8 +21,9 @@ The reading, chosen so that every figure can be traced back to stored hours:
   claim (GPU-hours, cost) covers only unbroken runs of measured days.
 - Its figures are the counted days': GPU-hours held (``ServingHour.gpu_hours``), wasted
   GPU-hours (per hour, the replicas beyond those its load needed at the knee's throughput, at
-  least one, times the GPUs per replica) and their cost under the rate card of the flavor or GPU
-  model its pods' GPUs have in the usage rows (the default card otherwise).
+  least one, times the GPUs per replica) and their cost under the rate card of the flavor and
+  GPU model of its namespace's GPUs, as the Serving pages price the deployment (the default card
+  where the namespace held GPUs of several).
 
 Each run re-reads the ``GPULEDGER_ALERT_SERVING_LOOKBACK_DAYS`` complete days before now; a day
 an episode of the deployment has seen (``evaluated_until``) is skipped, and the days in a row
@@ -46,7 +47,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from alerts.choices import Rule, Severity
@@ -55,10 +55,10 @@ from alerts.exemptions import Subject
 from alerts.models import Episode
 from alerts.pricing import Prices
 from core.deadlines import Deadline
+from core.ranges import HourSpan
 from core.timewindows import floor_time
-from ledger.models import GpuUsage
-from quotas.models import TeamNamespace
 from serving.choices import CollectionStatus
+from serving.deployments import pricing_of
 from serving.figures import KNEE_FRACTION, MOST_OF_THE_RANGE, below_knee_share, is_overprovisioned
 from serving.knee import Knee, Targets, knee
 from serving.models import ServingCollection, ServingHour, ServingWorkload
@@ -267,29 +267,10 @@ class Pricing:
 
 
 def _pricing(workload: ServingWorkload, start: datetime, end: datetime) -> Pricing:
-    """The flavor and GPU model of its pods' GPUs in the usage rows of ``[start, end)`` (pods
-    named after the deployment), and its team: its namespace's, else the usage rows'."""
-    pods = Q(pod=workload.name) | Q(pod__startswith=f"{workload.name}-")
-    usage = (
-        GpuUsage.objects.filter(
-            cluster_id=workload.cluster_id,
-            namespace=workload.namespace,
-            allocated=True,
-            window_end__gt=start,
-            window_end__lte=end,
-        )
-        .filter(pods)
-        .order_by()
-        .values_list("flavor", "gpu_model", "team_id")
-        .first()
-    )
-    team_id = (
-        TeamNamespace.objects.filter(cluster_id=workload.cluster_id, namespace=workload.namespace)
-        .values_list("team_id", flat=True)
-        .first()
-    )
-    flavor, gpu_model, usage_team = usage or ("", "", None)
-    return Pricing(flavor, gpu_model, team_id if team_id is not None else usage_team)
+    """Its flavor, GPU model and team over ``[start, end)`` as the Serving pages read them
+    (``serving.deployments.pricing_of``)."""
+    flavor, gpu_model, team = pricing_of(workload, HourSpan(start, end))
+    return Pricing(flavor, gpu_model, None if team is None else team.pk)
 
 
 def evaluate_serving(

@@ -16,7 +16,7 @@ allocated GPU-hours lie within ``JOIN_TOLERANCE`` of the deployment's own GPU-ho
 namespace held the deployment's GPUs and nothing else that hour (a training job or a second
 deployment beside it makes the hour unjoined). SM_ACTIVE over the range is the namespace's
 active ÷ telemetry GPU-hours over the joined hours (``core.ratios`` reading). The flavor and
-GPU model that price a deployment are its namespace's over the range when there is one of each.
+GPU model that price a deployment are its namespace's over the range, each when there is one.
 """
 
 from __future__ import annotations
@@ -306,11 +306,26 @@ def _hour(row: tuple[Any, ...], dcgm: _NamespaceHour | None) -> Hour:
     )
 
 
+def pricing_of(workload: ServingWorkload, span: HourSpan) -> tuple[str, str, Team | None]:
+    """The (flavor, GPU model) that price ``workload``'s GPUs over ``span`` and its team, read as
+    the Serving pages read them (module docstring): its namespace's one flavor and model, else
+    ("", ""); the namespace's team, else None."""
+    key = (workload.cluster_id, workload.namespace)
+    flavor, gpu_model = _one_flavor(_namespace_hours({key}, span).get(key, {}))
+    return flavor, gpu_model, namespace_teams({key}).get(key)
+
+
 def _one_flavor(dcgm: dict[datetime, _NamespaceHour]) -> tuple[str, str]:
-    """The namespace's (flavor, GPU model) over the range when it held GPUs of one; else
-    ("", "")."""
-    seen = {pair for entry in dcgm.values() for pair in entry.flavors}
-    return next(iter(seen)) if len(seen) == 1 else ("", "")
+    """The namespace's flavor over the range when it held GPUs of one flavor, and its GPU model
+    when of one model; "" for either that is not one. Each is judged apart: a flavor's rate card
+    comes first in the precedence, so one flavor prices the deployment even where the model is
+    spelled two ways (the DCGM ``modelName`` and the node's ``nvidia.com/gpu.product`` label)."""
+    flavors = {flavor for entry in dcgm.values() for flavor, _model in entry.flavors}
+    models = {model for entry in dcgm.values() for _flavor, model in entry.flavors}
+    return (
+        next(iter(flavors)) if len(flavors) == 1 else "",
+        next(iter(models)) if len(models) == 1 else "",
+    )
 
 
 def _ratio(numerator: float, denominator: float, seen: bool) -> float | None:

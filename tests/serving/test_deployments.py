@@ -11,6 +11,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from core.ranges import covered_hours
+from ledger.choices import RollupScope
+from ledger.models import HourlyRollup
 from serving.deployments import deployment, deployments, measure
 from serving.knee import OUTPUT_TOKENS
 from tests.serving.deployments_world import H0, HOURS, NOW, add_deployments, build_world
@@ -126,3 +128,15 @@ def test_the_planner_measures_the_knee_and_what_runs_now(world):
     assert measured.tensor_parallel == 1  # 2 GPU-hours over 2 replica-hours in H4
     assert measured.deployed_replicas == 2
     assert "kv_cache_tokens" in measured.why_not
+
+
+def test_one_flavor_prices_a_namespace_whose_model_is_spelled_two_ways(world):
+    # The same GPUs without telemetry an hour: the node label's spelling of the model.
+    HourlyRollup.objects.filter(scope=RollupScope.NAMESPACE, key="chat", hour=HOURS[4]).update(
+        gpu_model="NVIDIA-H100"
+    )
+
+    llama = deployment(world.llama, SPAN)
+
+    assert (llama.flavor, llama.gpu_model) == ("h100", "")
+    assert llama.cost == Decimal("36.00")  # still the h100 card's 3.60 x 10 GPU-hours
