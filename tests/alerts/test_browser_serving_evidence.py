@@ -50,5 +50,9 @@ def test_the_serving_episode_draws_its_throughput_against_the_knee(
     assert chart == {"traces": 1, "points": 4 * 24, "levels": [500, 1000], "xtype": "date"}
     rows = page.locator("[data-testid=serving-days] tbody tr")
     assert rows.count() == 3
-    assert page.get_by_test_id("serving-workload").inner_text() == "ml-serving/Deployment/chat"
+    link = page.get_by_test_id("serving-workload")
+    assert link.inner_text() == "ml-serving/Deployment/chat"
+    link.click()
+    page.wait_for_load_state()
+    assert page.url.endswith(f"/serving/{episode.serving_workload_id}/")
     assert console_errors == []

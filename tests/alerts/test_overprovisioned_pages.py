@@ -48,7 +48,8 @@ def test_the_episode_page_shows_the_knee_and_the_days(episode, staff):
     page = staff.get(f"/alerts/{episode.pk}/")
     text = page.content.decode()
     assert page.status_code == 200
-    assert f'data-testid="serving-workload">{NAME}</span>' in text
+    serving = f"/serving/{episode.serving_workload_id}/"
+    assert f'<a data-testid="serving-workload" href="{serving}">{NAME}</a>' in text
     assert "Knee: 1,000 output tokens/s per replica" in text
     # Days 1-3 below (24 of 24 hours each), day 4 at 900 per replica ended it.
     assert "Below 50.0 % of the knee in 72 of 72 judged hours (100.0 %) on 3 days" in text
