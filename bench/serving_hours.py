@@ -166,7 +166,9 @@ def measure(url: str, database_url: str, pid: int, rounds: int) -> tuple[Cost, C
     hours = []
     rows = 0
     for _ in range(rounds):
-        cost, result = meter.measure(lambda: collect_hour(cluster, END - timedelta(hours=1)))
+        cost, result = meter.measure(
+            lambda: collect_hour(cluster, END - timedelta(hours=1), client=client)
+        )
         hours.append(cost)
         rows = result.rows  # type: ignore[attr-defined]
     return min(windows, key=total_cpu), min(hours, key=total_cpu), rows
