@@ -58,6 +58,19 @@ def _live_server_without_nagle() -> None:
     QuietWSGIRequestHandler.disable_nagle_algorithm = True
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _flush_only_written_tables() -> Iterator[None]:
+    """After a transactional test, delete the rows it left instead of truncating every table
+    (``tests.databases.empty_written_tables``)."""
+    from django.test import TransactionTestCase
+
+    from tests.databases import DJANGO_FIXTURE_TEARDOWN, flush_only_written_tables
+
+    TransactionTestCase._fixture_teardown = flush_only_written_tables  # type: ignore[attr-defined]
+    yield
+    TransactionTestCase._fixture_teardown = DJANGO_FIXTURE_TEARDOWN  # type: ignore[attr-defined]
+
+
 @pytest.fixture
 def fixtures_dir() -> Path:
     return FIXTURES
