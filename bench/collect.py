@@ -637,7 +637,10 @@ def deep(args: argparse.Namespace, work: Path) -> None:
     """``--deep``: the deep backfill of ``--deep-hours`` hours of a ``--backfill-gpus`` fleet."""
     from _collect_deep import report
 
-    server = prepare_prometheus(work, args.backfill_gpus, args.deep_hours * 60 + 5, load=args.load)
+    # The same fleet ``--load-only`` loads: the hours, with the Kueue history of ``--queues``.
+    server = prepare_prometheus(
+        work, args.backfill_gpus, args.deep_hours * 60, queues=args.queues, load=args.load
+    )
     process = getattr(server, "_process", None)
     pid = str(process.pid if process is not None else 0)
     try:
