@@ -15,10 +15,11 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from core.mig import gpu_share
+from fleet.ingest.rows import IngestStats
 from servicelevels.metrics import bucket_quantile
 from serving import constants as c
 from serving import queries as q
@@ -28,19 +29,6 @@ WorkloadKey = tuple[str, str, str]  # namespace, kind, name
 
 HOUR_SECONDS = 3600.0
 QUANTILES = {"p50": 0.5, "p95": 0.95}
-
-
-@dataclass
-class IngestStats:
-    """What one hour's answers held, and what was skipped (logged by the caller)."""
-
-    records_read: int = 0
-    skipped: int = 0
-    skip_reasons: Counter[str] = field(default_factory=Counter)
-
-    def skip(self, reason: str) -> None:
-        self.skipped += 1
-        self.skip_reasons[reason] += 1
 
 
 @dataclass

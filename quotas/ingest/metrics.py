@@ -25,30 +25,21 @@ without a quota there is nothing to sample. Pure: no database, no network.
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from core.mig import GPU_RESOURCE, gpu_share
+from fleet.ingest.rows import IngestStats
 from quotas.constants import KUEUE_ANSWERS
 from quotas.ingest.fields import ZERO
 from quotas.ingest.rows import QueueSampleRow
 from quotas.ingest.samples import attribute_lending
 
-
-@dataclass
-class MetricStats:
-    """Series read and skipped (with why) from one window's Kueue answers."""
-
-    records_read: int = 0
-    skipped: int = 0
-    skip_reasons: Counter[str] = field(default_factory=Counter)
-
-    def skip(self, reason: str) -> None:
-        self.skipped += 1
-        self.skip_reasons[reason] += 1
+# Series read and skipped (with why) from one window's Kueue answers: the collector's counters.
+MetricStats = IngestStats
 
 
 @dataclass
