@@ -31,6 +31,19 @@ class EpisodeQuerySet(models.QuerySet["Episode"]):
     def resolved(self) -> EpisodeQuerySet:
         return self.fired().filter(resolved_at__isnull=False)
 
+    def with_subjects(self) -> EpisodeQuerySet:
+        """With what an episode names read in the same query: its cluster, team, queues,
+        workload, serving deployment and node (pages, API and Alertmanager messages show them)."""
+        return self.select_related(
+            "cluster",
+            "team",
+            "cluster_queue",
+            "local_queue",
+            "workload",
+            "serving_workload",
+            "node",
+        )
+
     def overlapping(self, start: datetime | None, end: datetime | None) -> EpisodeQuerySet:
         """Episodes whose [started_at, resolved_at) meets [start, end)."""
         queryset = self

@@ -110,18 +110,7 @@ def get_workload_for_user(request: HttpRequest, pk: int) -> Workload:
 
 def get_episode_for_user(request: HttpRequest, pk: int) -> Episode:
     episode = (
-        Episode.objects.select_related(
-            "cluster",
-            "team",
-            "cluster_queue",
-            "local_queue",
-            "workload",
-            "serving_workload",
-            "node",
-            "acknowledged_by",
-        )
-        .filter(pk=pk)
-        .first()
+        Episode.objects.with_subjects().select_related("acknowledged_by").filter(pk=pk).first()
     )
     if episode is None or not sees_team(allowed_team_ids(request), episode.team_id):
         raise refuse()

@@ -132,9 +132,7 @@ def _close_raced(
     if not episode_ids:
         return []
     raced = list(
-        Episode.objects.filter(pk__in=episode_ids, resolved_at__isnull=False).select_related(
-            "cluster", "team", "cluster_queue", "workload", "serving_workload", "node"
-        )
+        Episode.objects.filter(pk__in=episode_ids, resolved_at__isnull=False).with_subjects()
     )
     resend = float(settings.GPULEDGER_ALERTMANAGER_RESEND_SECONDS)
     alerts = [

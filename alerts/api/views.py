@@ -18,7 +18,7 @@ from rest_framework.response import Response
 
 from alerts.actions import acknowledge
 from alerts.api import filtersets, serializers
-from alerts.models import Episode
+from alerts.models import Episode, EpisodeQuerySet
 from alerts.permissions import may_acknowledge
 from core.api import ApiViewMixin, parameter_error_response_schema
 from quotas.access import visible_team_ids
@@ -29,7 +29,7 @@ PARAMETER_ERROR = OpenApiResponse(
 )
 
 
-def visible_episodes(user: object) -> QuerySet[Episode]:
+def visible_episodes(user: object) -> EpisodeQuerySet:
     """Fired episodes ``user`` may see."""
     queryset = Episode.objects.fired()
     allowed = visible_team_ids(user)
@@ -46,15 +46,7 @@ class EpisodeViewSet(ApiViewMixin, viewsets.ReadOnlyModelViewSet):
     ordering = ["-started_at", "id"]
 
     def get_queryset(self) -> QuerySet[Episode]:
-        return visible_episodes(self.request.user).select_related(
-            "cluster",
-            "team",
-            "cluster_queue",
-            "workload",
-            "serving_workload",
-            "node",
-            "acknowledged_by",
-        )
+        return visible_episodes(self.request.user).with_subjects().select_related("acknowledged_by")
 
     @extend_schema(
         request=serializers.AcknowledgeSerializer,

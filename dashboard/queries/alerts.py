@@ -14,15 +14,7 @@ SHORT_LIST = 5
 
 def visible(allowed_team_ids: set[int] | None) -> EpisodeQuerySet:
     """Fired episodes of the teams the user sees (None = every team)."""
-    queryset = Episode.objects.fired().select_related(
-        "cluster",
-        "team",
-        "cluster_queue",
-        "workload",
-        "serving_workload",
-        "node",
-        "acknowledged_by",
-    )
+    queryset = Episode.objects.fired().with_subjects().select_related("acknowledged_by")
     return queryset if allowed_team_ids is None else queryset.filter(team_id__in=allowed_team_ids)
 
 
