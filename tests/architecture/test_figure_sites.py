@@ -17,6 +17,7 @@ import re
 
 from tests.architecture.test_layers import LAYERS as APPS
 from tests.architecture.test_layers import ROOT
+from tests.python_source import parse_source
 
 AGGREGATES = frozenset({"Sum", "Avg", "Count", "Max", "Min", "StdDev", "Variance"})
 SQL_AGGREGATE = re.compile(r"\b(SUM|AVG|COUNT|MAX|MIN)\s*\(", re.IGNORECASE)
@@ -82,7 +83,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 def aggregate_sites(source: str) -> int:
     """How many aggregates a module's source holds (calls and SQL text; docstrings left out)."""
-    tree = ast.parse(source)
+    tree = parse_source(source)
     docs = _docstrings(tree)
     # The literal parts of an f-string are read with it, not again on their own.
     docs |= {

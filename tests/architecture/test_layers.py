@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from django.db.migrations.loader import MigrationLoader
 
+from tests.python_source import parse_file
+
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = (
     "core",
@@ -54,7 +56,7 @@ def _modules(app: str) -> list[Path]:
 def _imported_apps(path: Path) -> set[tuple[str, int]]:
     """(app, line) of every import of a GPU Ledger app in the file, at any depth."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parse_file(path)):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

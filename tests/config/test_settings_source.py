@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from config.settings import env_bool, env_float, env_int, env_list, env_secret, env_str
+from tests.python_source import parse_file, parse_source
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_HELPERS = {"env_str", "env_secret", "env_bool", "env_int", "env_float", "env_list"}
@@ -38,7 +39,7 @@ def settings_modules() -> list[Path]:
 
 
 def parse(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(), filename=str(path))
+    return parse_file(path)
 
 
 def assigned_names(statements: list[ast.stmt]) -> Counter[str]:
@@ -111,7 +112,7 @@ def test_no_setting_is_assigned_twice():
 
 
 def test_the_duplicate_check_sees_an_override_but_not_if_else_branches():
-    tree = ast.parse(
+    tree = parse_source(
         "A = 1\nif X:\n    B = 1\nelse:\n    B = 2\ntry:\n    C = 1\nexcept E:\n    C = 2\n"
         "A = 3\nC['k'] = 4\n"
     )

@@ -20,6 +20,7 @@ from ledger.models import HourlyRollup
 from ledger.range_figures import FIGURES, Figures
 from quotas.models import Team
 from tests.ledger.conftest import H10, H11, H12, NOW
+from tests.python_source import parse_file
 
 TEAMS = HourlyRollup.objects.for_scope(RollupScope.TEAM)
 SPAN = covered_hours(H10, NOW, NOW)  # 10:00, 11:00, 12:00
@@ -199,7 +200,7 @@ READ_LAYER = Path("ledger") / "read.py"
 def _figure_sums(path: Path) -> list[str]:
     """``Sum("allocated_gpu_hours")`` and the like: an aggregate of a rollup figure column."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parse_file(path)):
         if not isinstance(node, ast.Call) or not node.args:
             continue
         name = getattr(node.func, "id", getattr(node.func, "attr", ""))
