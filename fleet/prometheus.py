@@ -160,26 +160,9 @@ class PrometheusClient:
 
     def query_samples(self, promql: str, at: datetime) -> list[dict[str, Any]]:
         """An instant query of a range selector evaluated at ``at``: the stored samples, matrix
-        items ``{"metric", "values"}`` (answers of millions of points: decoded by orjson)."""
+        items ``{"metric", "values"}``."""
         params = {"query": promql, "time": _timestamp(at)}
-        response = self._post("/api/v1/query", params)
-        try:
-            with gc_paused():
-                payload = orjson.loads(response.content)
-        except orjson.JSONDecodeError as exc:
-            raise PrometheusError(
-                f"/api/v1/query: answer is not JSON ({response.headers.get('Content-Type', '?')})",
-                permanent=True,
-                status=response.status_code,
-            ) from exc
-        try:
-            return parse_query_response(payload, expect="matrix")
-        except IngestError as exc:
-            raise PrometheusError(
-                f"/api/v1/query: malformed answer: {exc}",
-                permanent=True,
-                status=response.status_code,
-            ) from exc
+        return self._call("/api/v1/query", params, expect="matrix")
 
     def remote_read(self, request: bytes) -> tuple[bytes, str]:
         """The remote read API (``/api/v1/read``): ``request`` is a compressed ``ReadRequest``;
@@ -198,10 +181,15 @@ class PrometheusClient:
         return self._post(path, params).content
 
     def _call(self, path: str, params: dict[str, str], expect: str) -> list[dict[str, Any]]:
+        """The answer's result, decoded by orjson: a range answer of 1,000 ClusterQueues' Kueue
+        gauges over an hour took a tenth of a deep-backfilled hour's CPU in ``json``."""
         response = self._post(path, params)
         try:
-            payload = response.json()
-        except ValueError as exc:
+            # No cycles in decoded JSON: a collection pass over millions of fresh containers
+            # would find nothing.
+            with gc_paused():
+                payload = orjson.loads(response.content)
+        except orjson.JSONDecodeError as exc:
             # A 200 that is not JSON is a proxy or a login page in front of the URL.
             raise PrometheusError(
                 f"{path}: answer is not JSON ({response.headers.get('Content-Type', '?')})",

@@ -42,12 +42,12 @@ from core.failpoints import failpoint
 from core.timewindows import ensure_aware, hour_floor
 from fleet import constants as c
 from fleet.choices import PodLabelStyle
-from fleet.ingest import IngestStats, split_matrix
+from fleet.ingest import IngestStats
 from fleet.ingest.kube_state import collect_pod_owners
 from fleet.inventory import ensure_nodes
 from fleet.models import Cluster, Gpu
 from fleet.prometheus import PrometheusClient, PrometheusError
-from ledger.collector import KUEUE, kueue_answers
+from ledger.collector import KUEUE
 from ledger.deep import presence, remote, workers
 from ledger.deep import queries as q
 from ledger.deep.grain import Grain, GrainBuilder
@@ -56,7 +56,8 @@ from ledger.models import HourlyRollup, RollupHour
 from ledger.rollup.hour import HOUR, compute_rows, insert_rows
 from ledger.rollup.row_figures import thresholds
 from quotas.constants import KUEUE_QUERIES
-from quotas.ingest.metrics import build_metric_samples
+from quotas.ingest.metric_range import read_range
+from quotas.ingest.metrics import MetricFigures, samples_of
 from quotas.store import metric_sample_context, write_metric_samples
 
 logger = logging.getLogger(__name__)
@@ -340,11 +341,7 @@ class DeepBackfill:
         self, hour: datetime, answers: dict[str, list[dict]], style: str
     ) -> IngestStats:
         builder, (seen, owners) = self.grain(answers, style, hour + HOUR)
-        kueue = {
-            name: split_matrix(items, builder.grain.stats)
-            for name, items in answers.items()
-            if name.startswith(KUEUE)
-        }
+        kueue = read_range(_shard(answers, KUEUE), builder.grain.stats)
         with transaction.atomic():
             cluster = (
                 Cluster.objects.select_for_update(no_key=True)
@@ -373,7 +370,7 @@ class DeepBackfill:
         _log(self.cluster, hour, builder.grain, len(rows))
         return builder.grain.stats
 
-    def _write_samples(self, hour: datetime, kueue: dict[str, dict[float, list[dict]]]) -> None:
+    def _write_samples(self, hour: datetime, kueue: dict[float, MetricFigures]) -> None:
         """Kueue's quota samples of each window of the hour, as ``Collector._write`` stores them."""
         if self._sample_context is None:
             self._sample_context = metric_sample_context(self.cluster)
@@ -381,10 +378,10 @@ class DeepBackfill:
         step = timedelta(seconds=self.window_seconds)
         end = hour + step
         while end <= hour + HOUR:
-            ts = end.timestamp()
-            per_window = {name: by_ts.get(ts, []) for name, by_ts in kueue.items()}
-            samples = build_metric_samples(
-                kueue_answers(per_window), flavor_order=flavor_order, cohort_quota=cohort_quota
+            samples = samples_of(
+                kueue.get(end.timestamp()) or MetricFigures(),
+                flavor_order=flavor_order,
+                cohort_quota=cohort_quota,
             )
             write_metric_samples(self.cluster, samples.samples, end, self.window_seconds)
             end += step

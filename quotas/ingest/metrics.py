@@ -24,10 +24,11 @@ without a quota there is nothing to sample. Pure: no database, no network.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -40,6 +41,29 @@ from quotas.ingest.samples import attribute_lending
 
 # Series read and skipped (with why) from one window's Kueue answers: the collector's counters.
 MetricStats = IngestStats
+
+
+# The inputs of ``build_metric_samples`` per (queue, flavor, resource) and per queue, in the
+# order they are read (a queue's cohort comes from the first gauge that names it).
+PER_FLAVOR_INPUTS = ("nominal", "borrowing_limit", "lending_limit", "usage", "reservation")
+PER_QUEUE_INPUTS = ("resource_pending", "pending_workloads", "admitted_workloads")
+
+
+@dataclass
+class MetricFigures:
+    """One window's Kueue gauges, read and checked: what ``samples_of`` builds samples from."""
+
+    nominal: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    borrowing_limit: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    lending_limit: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    usage: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    reservation: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    resource_pending: dict[str, float] = field(default_factory=dict)
+    pending_workloads: dict[str, float] = field(default_factory=dict)
+    admitted_workloads: dict[str, float] = field(default_factory=dict)
+    # ClusterQueue -> direct cohort ("" = standalone), as the metrics name it.
+    cohorts: dict[str, str] = field(default_factory=dict)
+    stats: MetricStats = field(default_factory=MetricStats)
 
 
 @dataclass
@@ -65,9 +89,11 @@ def route_answers(answers: Mapping[str, Sequence[object]]) -> dict[str, list[obj
             if target == "pending_workloads" and isinstance(item, dict):
                 value = item.get("value")
                 try:
-                    pending[str(metric.get("cluster_queue") or "")] += float(value[1])  # type: ignore[index, union-attr]
+                    number = float(value[1])  # type: ignore[index]
                 except (TypeError, ValueError, IndexError):
                     routed["pending_workloads"].append(item)
+                    continue
+                pending[str(metric.get("cluster_queue") or "")] += number  # type: ignore[union-attr]
                 continue
             routed[target or "unknown"].append(item)
     for queue, count in pending.items():
@@ -96,8 +122,10 @@ def _value(item: object, stats: MetricStats) -> tuple[dict, float] | None:
     return item["metric"], number
 
 
+@functools.lru_cache(maxsize=4096)
 def _decimal(number: float) -> Decimal | None:
-    """The value as a Decimal; None for +Inf (an unset limit), and for -Inf."""
+    """The value as a Decimal; None for +Inf (an unset limit), and for -Inf. Cached: a window's
+    gauges repeat a few quotas and usages over thousands of series and windows."""
     if math.isinf(number):
         return None
     try:
@@ -162,16 +190,18 @@ def build_metric_samples(
     ClusterQueue), so per-queue figures land on the flavor Kueue tries first; queues not in it
     use the sorted flavor names. ``cohort_quota``: (cohort, flavor) -> the cohort's own quota.
     """
-    stats = MetricStats()
-    cohorts: dict[str, str] = {}
-    nominal = _per_flavor(answers.get("nominal", []), stats, cohorts)
-    borrowing = _per_flavor(answers.get("borrowing_limit", []), stats, cohorts)
-    lending = _per_flavor(answers.get("lending_limit", []), stats, cohorts)
-    usage = _per_flavor(answers.get("usage", []), stats, cohorts)
-    reservation = _per_flavor(answers.get("reservation", []), stats, cohorts)
-    pending = _per_queue(answers.get("resource_pending", []), stats)
-    pending_count = _per_queue(answers.get("pending_workloads", []), stats)
-    admitted_count = _per_queue(answers.get("admitted_workloads", []), stats)
+    return samples_of(read_window(answers), flavor_order=flavor_order, cohort_quota=cohort_quota)
+
+
+def read_window(answers: Mapping[str, Sequence[object]]) -> MetricFigures:
+    """One window's answers (``route_answers``), read and checked; ``quotas.ingest.metric_range``
+    reads a range answer's windows to the same figures."""
+    figures = MetricFigures()
+    stats, cohorts = figures.stats, figures.cohorts
+    for name in PER_FLAVOR_INPUTS:
+        getattr(figures, name).update(_per_flavor(answers.get(name, []), stats, cohorts))
+    for name in PER_QUEUE_INPUTS:
+        getattr(figures, name).update(_per_queue(answers.get(name, []), stats))
     for item in answers.get("info", []):
         stats.records_read += 1
         parsed = _value(item, stats)
@@ -181,7 +211,20 @@ def build_metric_samples(
         queue = labels.get("cluster_queue") or ""
         if queue:
             cohorts[str(queue)] = str(labels.get("parent_cohort") or "")
+    return figures
 
+
+def samples_of(
+    figures: MetricFigures,
+    *,
+    flavor_order: Mapping[str, Sequence[str]] | None = None,
+    cohort_quota: Mapping[tuple[str, str], Decimal] | None = None,
+) -> KueueMetricsWindow:
+    """The window's samples from its read figures (``build_metric_samples``)."""
+    nominal, borrowing, lending = figures.nominal, figures.borrowing_limit, figures.lending_limit
+    usage, reservation = figures.usage, figures.reservation
+    pending, pending_count = figures.resource_pending, figures.pending_workloads
+    admitted_count, cohorts, stats = figures.admitted_workloads, figures.cohorts, figures.stats
     flavors_of: dict[tuple[str, str], set[str]] = defaultdict(set)
     for queue, flavor, resource in nominal:
         flavors_of[(queue, resource)].add(flavor)
