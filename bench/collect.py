@@ -249,7 +249,8 @@ class KueueStages:
         client.query = timed_query
         for name, step in (
             ("kueue_answers", "route"),
-            ("build_metric_samples", "build"),
+            ("read_window", "route"),
+            ("samples_of", "build"),
             ("write_metric_samples", "write"),
         ):
             setattr(collector, name, self._timed(getattr(collector, name), step, backend_pid))

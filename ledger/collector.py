@@ -63,7 +63,8 @@ from ledger.rollup.sweep import due_hours, roll_up_or_log
 from ledger.signals import windows_collected
 from ledger.store import write_window
 from quotas.constants import KUEUE_QUERIES
-from quotas.ingest.metrics import build_metric_samples, route_answers
+from quotas.ingest.metric_range import read_range
+from quotas.ingest.metrics import MetricFigures, read_window, route_answers, samples_of
 from quotas.store import metric_sample_context, write_metric_samples
 
 logger = logging.getLogger(__name__)
@@ -138,7 +139,7 @@ def window_queries(label_style: str, window_seconds: int) -> dict[str, str]:
 
 
 def kueue_answers(answers: dict[str, list[dict]]) -> dict[str, list[object]]:
-    """The Kueue metric answers of one window, as ``build_metric_samples`` inputs."""
+    """The Kueue metric answers of one window, as ``read_window`` inputs."""
     return route_answers(
         {name[len(KUEUE) :]: items for name, items in answers.items() if name.startswith(KUEUE)}
     )
@@ -201,8 +202,8 @@ class Collector:
         self._series_estimate = 0
         self.label_style = str(cluster.pod_label_style or PodLabelStyle.AUTO)
         self.queries = window_queries(self.label_style, self.window_seconds)
-        # Per window end: Kueue's metric answers, until the window is written.
-        self._kueue: dict[datetime, dict[str, list[object]]] = {}
+        # Per window end: Kueue's metrics, read, until the window is written.
+        self._kueue: dict[datetime, MetricFigures] = {}
         self._kueue_context: tuple[dict[str, list[str]], dict[tuple[str, str], Decimal]] | None = (
             None
         )
@@ -472,10 +473,19 @@ class Collector:
             + [len(items) for name, items in answers.items() if name.startswith(AVG)]
         )
         if len(chunk) == 1:
-            self._kueue[chunk[0].end] = kueue_answers(answers)
+            self._kueue[chunk[0].end] = read_window(kueue_answers(answers))
             return {chunk[0].end: window_input(chunk[0], answers, self.label_style)}
 
         stats = IngestStats()
+        # Kueue's gauges are read series by series (``quotas.ingest.metric_range``).
+        kueue = read_range(
+            {
+                name[len(KUEUE) :]: answers.pop(name)
+                for name in list(answers)
+                if name.startswith(KUEUE)
+            },
+            stats,
+        )
         split = {name: split_matrix(items, stats) for name, items in answers.items()}
         answers.clear()
         if stats.skipped:
@@ -486,7 +496,7 @@ class Collector:
         for window in chunk:
             ts = window.end.timestamp()
             per_window = {name: by_ts.pop(ts, []) for name, by_ts in split.items()}
-            self._kueue[window.end] = kueue_answers(per_window)
+            self._kueue[window.end] = kueue.pop(ts, MetricFigures())
             inputs[window.end] = window_input(window, per_window, self.label_style)
         return inputs
 
@@ -499,8 +509,8 @@ class Collector:
             if stats.skipped or stats.nonfinite_skipped
             else IngestStatus.SUCCESS
         )
-        kueue = build_metric_samples(
-            self._kueue.pop(window.end, {}),
+        kueue = samples_of(
+            self._kueue.pop(window.end, MetricFigures()),
             flavor_order=self._sample_context()[0],
             cohort_quota=self._sample_context()[1],
         )
