@@ -32,7 +32,7 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 
 from core.ranges import HourSpan
-from ledger.chargeback.pricing import card_in_force, rate_cards
+from ledger.chargeback.pricing import card_in_force, gpu_model_key, rate_cards
 from ledger.chargeback.query import pairs_q
 from ledger.choices import RateKind, RollupScope
 from ledger.models import HourlyRollup, RateCard
@@ -318,13 +318,18 @@ def pricing_of(workload: ServingWorkload, span: HourSpan) -> tuple[str, str, Tea
 def _one_flavor(dcgm: dict[datetime, _NamespaceHour]) -> tuple[str, str]:
     """The namespace's flavor over the range when it held GPUs of one flavor, and its GPU model
     when of one model; "" for either that is not one. Each is judged apart: a flavor's rate card
-    comes first in the precedence, so one flavor prices the deployment even where the model is
-    spelled two ways (the DCGM ``modelName`` and the node's ``nvidia.com/gpu.product`` label)."""
+    comes first in the precedence, so one flavor prices the deployment whatever its models. One
+    model spelled two ways (the DCGM ``modelName`` and the node's ``nvidia.com/gpu.product``
+    label) is one model (``gpu_model_key``); the first spelling seen (hour by hour, then
+    alphabetically) names it."""
     flavors = {flavor for entry in dcgm.values() for flavor, _model in entry.flavors}
-    models = {model for entry in dcgm.values() for _flavor, model in entry.flavors}
+    models: dict[str, str] = {}
+    for hour in sorted(dcgm):
+        for _flavor, model in sorted(dcgm[hour].flavors):
+            models.setdefault(gpu_model_key(model), model)
     return (
         next(iter(flavors)) if len(flavors) == 1 else "",
-        next(iter(models)) if len(models) == 1 else "",
+        next(iter(models.values())) if len(models) == 1 else "",
     )
 
 

@@ -8,7 +8,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Case, FloatField, IntegerField, Q, Value, When
+from django.db.models import Case, F, FloatField, Func, IntegerField, Q, Value, When
+from django.db.models.functions import Lower, Replace, Trim
+from django.db.models.lookups import Exact
 
 from ledger.chargeback.base import Charge, ceil_hour, to_decimal
 from ledger.choices import RateKind
@@ -22,13 +24,33 @@ logger = logging.getLogger("ledger.chargeback")
 _WARNED: set[tuple[str, str, str]] = set()
 
 
+def gpu_model_key(model: str) -> str:
+    """The form in which GPU models are compared. One model reaches the ledger spelled two ways:
+    DCGM's ``modelName`` ("NVIDIA H100 80GB HBM3", on rows of GPUs with telemetry) and GPU
+    Feature Discovery's ``nvidia.com/gpu.product`` node label ("NVIDIA-H100-80GB-HBM3", on rows
+    of pods without it), and a rate card may be typed either way, in any case."""
+    return model.strip().lower().replace(" ", "-").replace("_", "-")
+
+
+def gpu_model_key_sql(field: str = "gpu_model") -> Func:
+    """``gpu_model_key`` of a column, in SQL (the same steps, portable to SQLite)."""
+    dash = Value("-")
+    spaced = Replace(Trim(F(field)), Value(" "), dash)
+    return Lower(Replace(spaced, Value("_"), dash))
+
+
 # The rate-card precedence, written once: a flavor's card, else the GPU model's card (one that
-# names no flavor), else the default card (neither). Every price in the project goes through it:
-# ``card_in_force`` (the chargeback's ``Pricer``, the alerts' ``alerts.pricing.Prices``) and the
-# SQL CASE of ``Pricer.price_case`` (the workload list's cost sort), whose WHENs follow its order.
+# names no flavor; models compared by ``gpu_model_key``), else the default card (neither). Every
+# price in the project goes through it: ``card_in_force`` (the chargeback's ``Pricer``, the
+# alerts' ``alerts.pricing.Prices``, the serving pages) and the SQL CASE of
+# ``Pricer.price_case`` (the workload list's cost sort), whose WHENs follow its order.
 PRECEDENCE: tuple[Callable[[RateCard, str, str], bool], ...] = (
     lambda card, flavor, _model: bool(flavor) and card.flavor == flavor,
-    lambda card, _flavor, model: bool(model) and not card.flavor and card.gpu_model == model,
+    lambda card, _flavor, model: (
+        bool(gpu_model_key(model))
+        and not card.flavor
+        and gpu_model_key(card.gpu_model) == gpu_model_key(model)
+    ),
     lambda card, _flavor, _model: not card.flavor and not card.gpu_model,
 )
 
@@ -127,14 +149,19 @@ class Pricer:
                 {card.flavor for card in in_force if PRECEDENCE[0](card, card.flavor, "")}
             )
             models = sorted(
-                {card.gpu_model for card in in_force if PRECEDENCE[1](card, "", card.gpu_model)}
+                {
+                    gpu_model_key(card.gpu_model)
+                    for card in in_force
+                    if PRECEDENCE[1](card, "", card.gpu_model)
+                }
             )
             for flavor in flavors:
                 price = self.price(kind, flavor, "", segment)
                 whens.append(When(hours & Q(flavor=flavor), then=Value(float(price or 0))))
             for model in models:
                 price = self.price(kind, "", model, segment)
-                whens.append(When(hours & Q(gpu_model=model), then=Value(float(price or 0))))
+                same_model = Exact(gpu_model_key_sql(), Value(model))
+                whens.append(When(hours & same_model, then=Value(float(price or 0))))
             default = self.price(kind, "", "", segment)
             if default is not None:
                 whens.append(When(hours, then=Value(float(default))))

@@ -513,3 +513,44 @@ def test_a_row_with_hours_no_card_prices_is_unpriced(staff_client, scenario):
     records = {r["group"]: r for r in csv.DictReader(io.StringIO(csv_text.decode(), newline=""))}
     assert records["alpha"]["priced"] == "false"
     assert records["beta"]["priced"] == "true"
+
+
+# The A100's two spellings: DCGM's modelName on rows of GPUs with telemetry, the node's
+# nvidia.com/gpu.product label on rows of pods without it.
+DCGM_A100 = "NVIDIA A100-SXM4-80GB"
+LABEL_A100 = "NVIDIA-A100-SXM4-80GB"
+
+
+def _spell_a100_both_ways(card_spelling: str) -> None:
+    from ledger.models import HourlyRollup, RateCard
+
+    rows = HourlyRollup.objects.filter(gpu_model="A100").order_by("hour", "pk")
+    hours = sorted({row.hour for row in rows})
+    for row in rows:
+        row.gpu_model = DCGM_A100 if row.hour < hours[len(hours) // 2] else LABEL_A100
+        row.save(update_fields=["gpu_model"])
+    RateCard.objects.filter(gpu_model="A100").update(gpu_model=card_spelling)
+
+
+@pytest.mark.parametrize("card_spelling", [DCGM_A100, LABEL_A100, "nvidia a100_sxm4_80gb"])
+def test_a_gpu_model_card_prices_the_model_however_it_is_spelled(
+    staff_client, scenario, card_spelling
+):
+    """Beta's A100 hours carry both spellings: every one is priced by the A100 card (2.00),
+    not by the default card (1.00), in the chargeback and in the workload list's SQL price."""
+    from ledger.chargeback.pricing import Pricer
+    from ledger.choices import RateKind
+    from ledger.models import HourlyRollup
+
+    _spell_a100_both_ways(card_spelling)
+
+    rows = by_group(get(staff_client, group_by="team").json())
+    assert rows["beta"]["priced"] is True
+    assert rows["beta"]["cost"]["total"] == BETA_USAGE_COST
+
+    pricer = Pricer(START, END, "USD", "usage")
+    prices = HourlyRollup.objects.filter(scope="team", key="beta").annotate(
+        price=pricer.price_case(RateKind.ALLOCATED, None)
+    )
+    spellings = {(row.gpu_model, row.price) for row in prices}
+    assert spellings == {(DCGM_A100, 2.0), (LABEL_A100, 2.0)}
