@@ -71,6 +71,7 @@ def test_following_writes_a_window_a_minute_through_the_ingest_path(time_machine
     assert GpuUsage.objects.filter(window_end__lte=END).count() == history_rows
     # Each live window went through the DCGM and Kueue writers and the roll-up.
     for run in runs:
+        assert run.window_end is not None
         assert GpuUsage.objects.filter(window_end=run.window_end).exists()
         assert ClusterQueueSample.objects.filter(sampled_at=run.window_end).exists()
     assert HourlyRollup.objects.filter(hour=END).exists()
