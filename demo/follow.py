@@ -56,6 +56,9 @@ CATCH_UP = timedelta(hours=1)
 
 
 HOUR = timedelta(hours=1)
+# Between windows the follower wakes at least this often to see whether the process that started
+# it is gone: a check of its parent's pid, so it stops within a second of the server.
+PARENT_CHECK_SECONDS = 1.0
 
 
 @dataclass
@@ -233,5 +236,5 @@ def follow(cluster: Cluster, sim: FleetSimulator, *, max_windows: int | None = N
                 break
             continue
         wait = (cursor + timedelta(seconds=LIVE_SECONDS) - now).total_seconds()
-        stop.event.wait(min(max(wait, 0.1), 5.0))  # wake at least every 5 s to see the parent
+        stop.event.wait(min(max(wait, 0.1), PARENT_CHECK_SECONDS))
     return written

@@ -26,11 +26,19 @@ from tests.databases import child_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 END = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
-HISTORY = ["--days", "0.25", "--step", "900", "--seed", "5"]
+# Six hourly windows of history: what the follower goes on from (each window written costs a
+# few tenths of a second; the live windows are a minute each whatever the history's step).
+HISTORY = ["--days", "0.25", "--step", "3600", "--seed", "5"]
+# The history of a follower started in a process of its own: nine one-minute windows, so that
+# it ends on the minute the test picks (a coarser step would end it at the step before, and the
+# follower would first catch up every minute since).
+MINUTE_HISTORY = ["--days", "0.00625", "--step", "60", "--seed", "5"]
+# How often the tests look at the database or a process while they wait for a follower.
+POLL_SECONDS = 0.1
 
 
-def _simulate(*args: str) -> None:
-    call_command("simulate", *HISTORY, *args, verbosity=0)
+def _simulate(*args: str, history: list[str] = HISTORY) -> None:
+    call_command("simulate", *history, *args, verbosity=0)
 
 
 def _live_runs() -> list[IngestRun]:
@@ -63,6 +71,7 @@ def test_following_writes_a_window_a_minute_through_the_ingest_path(time_machine
     assert GpuUsage.objects.filter(window_end__lte=END).count() == history_rows
     # Each live window went through the DCGM and Kueue writers and the roll-up.
     for run in runs:
+        assert run.window_end is not None
         assert GpuUsage.objects.filter(window_end=run.window_end).exists()
         assert ClusterQueueSample.objects.filter(sampled_at=run.window_end).exists()
     assert HourlyRollup.objects.filter(hour=END).exists()
@@ -94,7 +103,7 @@ def _env() -> dict[str, str]:
 
 
 def _follower_args(end: datetime) -> list[str]:
-    return [sys.executable, "manage.py", "simulate", *HISTORY, "--end", end.isoformat()]
+    return [sys.executable, "manage.py", "simulate", *MINUTE_HISTORY, "--end", end.isoformat()]
 
 
 def _wait_for_live_window(end: datetime, timeout: float = 90.0) -> None:
@@ -105,21 +114,23 @@ def _wait_for_live_window(end: datetime, timeout: float = 90.0) -> None:
         )["end"]
         if newest is not None and newest > end:
             return
-        time.sleep(0.5)
+        time.sleep(POLL_SECONDS)
     raise AssertionError("the follower wrote no live window")
 
 
 @pytest.mark.django_db
 def test_following_collects_each_serving_hour_as_it_ends(time_machine) -> None:
-    # The history ends at 11:45; the serving hour from 11:00 is not over yet.
+    # The history (three quarter-hour windows) ends at 11:45; the serving hour from 11:00 is not
+    # over yet.
+    history = ["--days", str(45 / (24 * 60)), "--step", "900", "--seed", "5"]
     history_end = END - timedelta(minutes=15)
-    _simulate("--end", history_end.isoformat())
+    _simulate("--end", history_end.isoformat(), history=history)
     last_hour = END - timedelta(hours=1)
     assert not ServingHour.objects.filter(hour=last_hour).exists()
     time_machine.move_to(END + timedelta(minutes=1, seconds=5), tick=False)
 
     # Fifteen live windows: the last ends at 12:00, the hour's end.
-    _simulate("--end", history_end.isoformat(), "--follow", "--max-windows", "15")
+    _simulate("--end", history_end.isoformat(), "--follow", "--max-windows", "15", history=history)
 
     assert sorted(str(row.workload) for row in ServingHour.objects.filter(hour=last_hour)) == [
         "ml-serving/Deployment/vllm-llama-8b",
@@ -131,7 +142,7 @@ def test_following_collects_each_serving_hour_as_it_ends(time_machine) -> None:
 def test_the_follower_stops_cleanly_on_sigterm() -> None:
     # A history that ended two minutes ago: the follower catches up at once.
     end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=2)
-    call_command("simulate", *HISTORY, "--end", end.isoformat(), verbosity=0)
+    _simulate("--end", end.isoformat(), history=MINUTE_HISTORY)
     follower = subprocess.Popen(
         [*_follower_args(end), "--follow"],
         cwd=ROOT,
@@ -155,7 +166,7 @@ def test_the_follower_stops_cleanly_on_sigterm() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_the_follower_stops_when_the_process_that_started_it_is_gone() -> None:
     end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=2)
-    call_command("simulate", *HISTORY, "--end", end.isoformat(), verbosity=0)
+    _simulate("--end", end.isoformat(), history=MINUTE_HISTORY)
     command = " ".join([*_follower_args(end), "--follow"])
     # A shell that starts the follower in the background, as make demo does, then dies.
     shell = subprocess.Popen(
@@ -173,7 +184,7 @@ def test_the_follower_stops_when_the_process_that_started_it_is_gone() -> None:
         shell.wait(timeout=10)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and _alive(follower_pid):
-            time.sleep(0.5)
+            time.sleep(POLL_SECONDS)
         assert not _alive(follower_pid)
     finally:
         if _alive(follower_pid):
