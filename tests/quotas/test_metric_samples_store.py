@@ -210,3 +210,22 @@ def test_the_write_is_one_statement_whatever_the_number_of_queues(cluster):
         assert write_metric_samples(cluster, rows, AT, 60) == 0
 
     assert (len(first), len(rerun)) == (1, 1)
+
+
+@pytest.mark.django_db
+def test_an_array_literal_quotes_every_element_and_writes_none_as_null():
+    from django.db import connection
+
+    from quotas.store.samples import array_literal
+
+    values = ["cq-a", None, 'we"ird\\name', "a,b{c}", " spaced ", "NULL"]
+    literal = array_literal(values)
+
+    assert literal == '{"cq-a",NULL,"we\\"ird\\\\name","a,b{c}"," spaced ","NULL"}'
+    assert array_literal([]) == "{}"
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT %s::text[], %s::numeric(12,4)[]", [literal, array_literal(
+                [Decimal("1.5"), None, 3]
+            )])  # fmt: skip
+            assert cursor.fetchone() == (values, [Decimal("1.5000"), None, Decimal("3.0000")])
