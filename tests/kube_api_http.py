@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.kube_api_server import (
+    KUEUE_GROUP,
     SUBJECT_ACCESS_REVIEWS,
     VISIBILITY_GROUP,
     RecordedWrite,
@@ -197,14 +198,14 @@ class Handler(BaseHTTPRequestHandler):
         resource, api_version, namespace, name, sub = routed
         if method == "GET" and not name:
             if query.get("watch") in ("true", "1"):
-                self._watch(resource, namespace, query)
+                self._watch(resource, api_version, namespace, query)
                 return
             code, payload = api.list_page(resource, api_version, namespace, query)
             self._send(code, payload)
             return
         if method == "GET" and name and not sub:
             with api._lock:
-                encoded = api._stores[resource.plural].encoded.get((namespace, name))
+                encoded = api._stores[resource.key].encoded.get((namespace, name))
             if encoded is None:
                 self._status(404, f'{resource.plural} "{name}" not found', "NotFound")
             else:
@@ -228,7 +229,9 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, dumps(self.api.pending_workloads(unquote(parts[4]), query)))
         return True
 
-    def _watch(self, resource: Resource, namespace: str, query: dict[str, str]) -> None:
+    def _watch(
+        self, resource: Resource, api_version: str, namespace: str, query: dict[str, str]
+    ) -> None:
         timeout = float(query.get("timeoutSeconds") or 1800)
         deadline = time.monotonic() + timeout
         self.send_response(200)
@@ -249,9 +252,9 @@ class Handler(BaseHTTPRequestHandler):
                     "type": "BOOKMARK",
                     "object": {
                         "kind": resource.kind,
-                        "apiVersion": "v1"
-                        if not resource.group
-                        else f"{resource.group}/{self.api.kueue_versions[0]}",
+                        "apiVersion": api_version
+                        if resource.group != KUEUE_GROUP
+                        else f"{KUEUE_GROUP}/{self.api.kueue_versions[0]}",
                         "metadata": {"resourceVersion": str(self.api.resource_version)},
                     },
                 }

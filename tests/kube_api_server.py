@@ -15,8 +15,15 @@ connection) and ``misbehave`` (the upstream lies and hangs seen in the field: a 
 not the list, a response cut half-way, a server that never answers, one that drips its answer a
 byte at a time). Objects are kept as encoded JSON too, so a 50,000-object LIST is assembled from
 pre-serialized bytes and the server never dominates a benchmark. It binds to 127.0.0.1 on a free
-port; ``tests.kube_api_http`` holds its request handler, ``tests.kueue_fixtures`` the recorded
-fleet it usually serves.
+port; ``tests.kube_api_http`` holds its request handler, ``tests.kube_api_discovery`` its
+discovery documents, ``tests.kueue_fixtures`` the recorded fleet it usually serves.
+
+By default it serves Kueue's group and core Pods and Nodes, nothing else. Built with
+``volcano_versions`` (``scheduling.volcano.sh`` Queue, PodGroup), ``kai_versions``
+(``scheduling.run.ai`` Queue at v2, PodGroup at v2alpha2) or ``serve_resource_quotas`` (core
+ResourceQuota) it serves those too, with the same LIST / WATCH / PATCH protocol;
+``tests.scheduler_fixtures`` holds their recorded fleets. Volcano and KAI kinds are named
+``"Queue.scheduling.volcano.sh"`` etc. in ``load`` / ``add`` / ``modify`` / ``delete``.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from tests.kueue_fixtures import FIXTURES as FIXTURES
 from tests.kueue_fixtures import KUEUE_GROUP
 from tests.kueue_fixtures import fixture_items as fixture_items
 from tests.kueue_fixtures import load_fixtures as load_fixtures
+from tests.scheduler_fixtures import KAI_GROUP, VOLCANO_GROUP
 
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -51,14 +59,26 @@ class Resource:
     plural: str
     group: str  # "" for the core group
     namespaced: bool
+    # The versions of its group this kind is served at; empty: every version the group serves.
+    versions: tuple[str, ...] = ()
 
     @property
     def singular(self) -> str:
         return self.kind.lower()
 
+    @property
+    def key(self) -> str:
+        """Its name in ``RESOURCES``: the plural, qualified by the group outside core and Kueue
+        (Volcano and KAI both have ``queues`` and ``podgroups``)."""
+        return resource_key(self.group, self.plural)
+
+
+def resource_key(group: str, plural: str) -> str:
+    return plural if group in ("", KUEUE_GROUP) else f"{plural}.{group}"
+
 
 RESOURCES = {
-    r.plural: r
+    r.key: r
     for r in (
         Resource("ResourceFlavor", "resourceflavors", KUEUE_GROUP, False),
         Resource("Cohort", "cohorts", KUEUE_GROUP, False),
@@ -68,9 +88,19 @@ RESOURCES = {
         Resource("WorkloadPriorityClass", "workloadpriorityclasses", KUEUE_GROUP, False),
         Resource("Pod", "pods", "", True),
         Resource("Node", "nodes", "", False),
+        Resource("ResourceQuota", "resourcequotas", "", True),
+        Resource("Queue", "queues", VOLCANO_GROUP, False),
+        Resource("PodGroup", "podgroups", VOLCANO_GROUP, True),
+        Resource("Queue", "queues", KAI_GROUP, False, ("v2",)),
+        Resource("PodGroup", "podgroups", KAI_GROUP, True, ("v2alpha2",)),
     )
 }
-KIND_TO_PLURAL = {r.kind: r.plural for r in RESOURCES.values()}
+# Kinds as tests name them: plain for core and Kueue, "Kind.group" for Volcano and KAI.
+KIND_TO_PLURAL = {
+    (r.kind if r.key == r.plural else f"{r.kind}.{r.group}"): r.key for r in RESOURCES.values()
+}
+# Served only when the server is built to serve them, so the default API stays Kueue's.
+OPT_IN = {"resourcequotas"} | {k for k, r in RESOURCES.items() if r.key != r.plural}
 REASONS = {
     400: "BadRequest",
     401: "Unauthorized",
@@ -169,21 +199,39 @@ class FakeKubeAPI:
         *,
         kueue_versions: Iterable[str] = ("v1beta2",),
         visibility_versions: Iterable[str] = (),
+        volcano_versions: Iterable[str] = (),
+        kai_versions: Iterable[str] = (),
+        serve_resource_quotas: bool = False,
         served_kinds: Iterable[str] | None = None,
         token: str = "test-token",  # noqa: S107
         start_resource_version: int = 5_000_000,
     ) -> None:
         self.kueue_versions = tuple(kueue_versions)
         self.visibility_versions = tuple(visibility_versions)
-        self.served_plurals = (
-            {KIND_TO_PLURAL[k] for k in served_kinds}
-            if served_kinds is not None
-            else set(RESOURCES)
-        )
+        # The CRD groups served, each with its versions (the preferred one first).
+        self.group_versions = {
+            group: versions
+            for group, versions in (
+                (KUEUE_GROUP, self.kueue_versions),
+                (VOLCANO_GROUP, tuple(volcano_versions)),
+                (KAI_GROUP, tuple(kai_versions)),
+            )
+            if versions
+        }
+        if served_kinds is not None:
+            self.served_plurals = {KIND_TO_PLURAL[k] for k in served_kinds}
+        else:
+            self.served_plurals = {
+                key
+                for key, res in RESOURCES.items()
+                if key not in OPT_IN
+                or (key == "resourcequotas" and serve_resource_quotas)
+                or res.group in self.group_versions
+            }
         self.token = token
         self._rv = start_resource_version
         self._lock = threading.Condition()
-        self._stores = {plural: _Store(res) for plural, res in RESOURCES.items()}
+        self._stores = {key: _Store(res) for key, res in RESOURCES.items()}
         self._snapshots: dict[str, tuple[int, list[bytes]]] = {}
         self._snapshot_seq = 0
         self._failures: list[Failure] = []
@@ -342,22 +390,22 @@ class FakeKubeAPI:
 
     def watch_count(self, kind: str) -> int:
         """How many WATCH requests of a kind the server has answered so far."""
-        plural = KIND_TO_PLURAL[kind]
+        resource = RESOURCES[KIND_TO_PLURAL[kind]]
         with self._lock:
             return sum(
                 1
                 for method, path, query in self.requests
-                if method == "GET" and path.endswith(f"/{plural}") and query.get("watch") == "true"
+                if method == "GET" and _lists(resource, path) and query.get("watch") == "true"
             )
 
     def list_count(self, kind: str) -> int:
         """How many LIST requests (pages) of a kind the server has answered so far."""
-        plural = KIND_TO_PLURAL[kind]
+        resource = RESOURCES[KIND_TO_PLURAL[kind]]
         with self._lock:
             return sum(
                 1
                 for method, path, query in self.requests
-                if method == "GET" and path.endswith(f"/{plural}") and query.get("watch") != "true"
+                if method == "GET" and _lists(resource, path) and query.get("watch") != "true"
             )
 
     def delete(self, kind: str, name: str, namespace: str = "") -> None:
@@ -447,117 +495,35 @@ class FakeKubeAPI:
 
     # --- request handling --------------------------------------------------------------------
     def discovery(self, path: str) -> dict[str, Any] | None:
-        kueue_served = [p for p in self.served_plurals if RESOURCES[p].group == KUEUE_GROUP]
-        groups = []
-        if self.kueue_versions:
-            groups.append((KUEUE_GROUP, self.kueue_versions))
-        if self.visibility_versions:
-            groups.append((VISIBILITY_GROUP, self.visibility_versions))
+        """The discovery document at ``path`` (``/api``, ``/apis``, a group or group version)."""
+        from tests.kube_api_discovery import discovery
 
-        def group_doc(name: str, versions: tuple[str, ...]) -> dict[str, Any]:
-            return {
-                "name": name,
-                "versions": [{"groupVersion": f"{name}/{v}", "version": v} for v in versions],
-                "preferredVersion": {
-                    "groupVersion": f"{name}/{versions[0]}",
-                    "version": versions[0],
-                },
-            }
-
-        def resource_doc(res: Resource) -> dict[str, Any]:
-            return {
-                "name": res.plural,
-                "singularName": res.singular,
-                "namespaced": res.namespaced,
-                "kind": res.kind,
-                "verbs": ["delete", "get", "list", "patch", "update", "watch"],
-            }
-
-        if path == "/api":
-            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
-        if path == "/api/v1":
-            core = [RESOURCES[p] for p in ("pods", "nodes") if p in self.served_plurals]
-            return {
-                "kind": "APIResourceList",
-                "groupVersion": "v1",
-                "resources": [resource_doc(r) for r in core],
-            }
-        if path == "/apis":
-            return {
-                "kind": "APIGroupList",
-                "apiVersion": "v1",
-                "groups": [group_doc(n, v) for n, v in groups],
-            }
-        parts = path.strip("/").split("/")
-        if len(parts) == 2 and parts[0] == "apis":
-            for name, versions in groups:
-                if parts[1] == name:
-                    return {"kind": "APIGroup", "apiVersion": "v1", **group_doc(name, versions)}
-        if len(parts) == 3 and parts[0] == "apis":
-            group, version = parts[1], parts[2]
-            if group == KUEUE_GROUP and version in self.kueue_versions:
-                resources = []
-                for plural in sorted(kueue_served):
-                    resources.append(resource_doc(RESOURCES[plural]))
-                    if plural != "workloadpriorityclasses":
-                        resources.append(
-                            {
-                                "name": f"{plural}/status",
-                                "singularName": "",
-                                "namespaced": RESOURCES[plural].namespaced,
-                                "kind": RESOURCES[plural].kind,
-                                "verbs": ["get", "patch", "update"],
-                            }
-                        )
-                return {
-                    "kind": "APIResourceList",
-                    "apiVersion": "v1",
-                    "groupVersion": f"{group}/{version}",
-                    "resources": resources,
-                }
-            if group == VISIBILITY_GROUP and version in self.visibility_versions:
-                return {
-                    "kind": "APIResourceList",
-                    "apiVersion": "v1",
-                    "groupVersion": f"{group}/{version}",
-                    "resources": [
-                        {
-                            "name": "clusterqueues/pendingworkloads",
-                            "singularName": "",
-                            "namespaced": False,
-                            "kind": "PendingWorkloadsSummary",
-                            "verbs": ["get"],
-                        },
-                        {
-                            "name": "localqueues/pendingworkloads",
-                            "singularName": "",
-                            "namespaced": True,
-                            "kind": "PendingWorkloadsSummary",
-                            "verbs": ["get"],
-                        },
-                    ],
-                }
-        return None
+        return discovery(self, path)
 
     def route(self, path: str) -> tuple[Resource, str, str, str, str] | None:
         """(resource, apiVersion, namespace, name, subresource) for an object or list path."""
         parts = [unquote(p) for p in path.strip("/").split("/")]
         if parts[:2] == ["api", "v1"]:
-            api_version, rest = "v1", parts[2:]
-        elif len(parts) >= 3 and parts[0] == "apis" and parts[1] == KUEUE_GROUP:
-            if parts[2] not in self.kueue_versions:
+            group, api_version, rest = "", "v1", parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis" and parts[1] in self.group_versions:
+            group, version = parts[1], parts[2]
+            if version not in self.group_versions[group]:
                 return None
-            api_version, rest = f"{KUEUE_GROUP}/{parts[2]}", parts[3:]
+            api_version, rest = f"{group}/{version}", parts[3:]
         else:
             return None
         namespace = ""
         if len(rest) >= 2 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
-        if not rest or rest[0] not in RESOURCES or rest[0] not in self.served_plurals:
+        if not rest:
             return None
-        resource = RESOURCES[rest[0]]
-        expected_group = "" if api_version == "v1" else KUEUE_GROUP
-        if resource.group != expected_group:
+        key = resource_key(group, rest[0])
+        if key not in RESOURCES or key not in self.served_plurals:
+            return None
+        resource = RESOURCES[key]
+        if resource.group != group:
+            return None
+        if resource.versions and api_version.rsplit("/", 1)[-1] not in resource.versions:
             return None
         name = rest[1] if len(rest) > 1 else ""
         sub = rest[2] if len(rest) > 2 else ""
@@ -583,7 +549,7 @@ class FakeKubeAPI:
                         status_body(410, "The provided continue parameter is too old", "Expired")
                     )
             else:
-                store = self._stores[resource.plural]
+                store = self._stores[resource.key]
                 keys = sorted(k for k in store.encoded if not namespace or k[0] == namespace)
                 items = [store.encoded[k] for k in keys]
                 list_rv, offset = self._rv, 0
@@ -620,7 +586,7 @@ class FakeKubeAPI:
 
         Yields None last when ``close_watches`` cut the stream short.
         """
-        store = self._stores[resource.plural]
+        store = self._stores[resource.key]
         with self._lock:
             generation = self._watch_generation
             if since in ("", "0"):
@@ -776,6 +742,12 @@ class FakeKubeAPI:
         from tests.kube_api_writes import writes
 
         return writes(self, plural)
+
+
+def _lists(resource: Resource, path: str) -> bool:
+    """Whether ``path`` is the collection of ``resource`` (in one namespace or all)."""
+    prefix = "/api/v1/" if not resource.group else f"/apis/{resource.group}/"
+    return path.endswith(f"/{resource.plural}") and path.startswith(prefix)
 
 
 def write_kubeconfig(path: Path, url: str, token: str, context: str = "fake") -> Path:

@@ -188,7 +188,7 @@ def patch(
     if operation == "Apply" and not manager:
         return 400, status_body(400, "PATCH, application/apply-patch+yaml requires fieldManager")
     dry_run = query.get("dryRun") == "All"
-    store = api._stores[resource.plural]
+    store = api._stores[resource.key]
     with api._lock:
         current = store.objects.get((namespace, name))
         if current is None:
