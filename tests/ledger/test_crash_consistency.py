@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -196,11 +197,16 @@ def fork_server(django_db_setup, django_db_blocker):
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its group is the server and the run it forked
     )
     assert server.stdin is not None
     yield server
     server.stdin.close()
-    server.wait(timeout=30)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
 
 
 def run_until_killed(server: subprocess.Popen[str], job: dict, failpoint: str, log: Path) -> None:
@@ -210,7 +216,10 @@ def run_until_killed(server: subprocess.Popen[str], job: dict, failpoint: str, l
     stdin.write(json.dumps({**job, "failpoint": failpoint, "log": str(log)}) + "\n")
     stdin.flush()
     ready, _, _ = select.select([stdout], [], [], 120)
-    assert ready, f"{failpoint}: the run did not end within 120 s"
+    if not ready:
+        # the server and its child: no later test may read this run's answer
+        os.killpg(server.pid, signal.SIGKILL)
+        pytest.fail(f"{failpoint}: the run did not end within 120 s")
     ended = json.loads(stdout.readline())
     output = log.read_text()[-3000:] if log.exists() else ""
     assert ended["signal"] == 9, f"{failpoint} never fired ({ended}):\n{output}"
