@@ -238,6 +238,11 @@ def test_no_queue_sample_is_written_from_a_workload_list_that_failed(kube_api, k
 # --- WATCH events that lie -------------------------------------------------------------------
 
 
+# Long enough for the lie, sent once the watch is open, to arrive on a loaded machine: the
+# server ends the streams at the watch's end, and events read before that are applied.
+WATCH_SECONDS = 2.0
+
+
 def foreign_objects() -> dict[str, dict[str, Any]]:
     """Objects a Workload watch must not read as a Workload of that name going away."""
     pod = fixture_items("Pod")[0]
@@ -265,7 +270,7 @@ def test_a_deleted_event_of_another_kind_or_malformed_is_skipped(
         kube_api.send_event("Workload", "DELETED", obj)
 
     thread = while_watching(kube_api, "Workload", lie)
-    run = sync_cluster(kube_cluster.pk, watch_seconds=2.5)
+    run = sync_cluster(kube_cluster.pk, watch_seconds=WATCH_SECONDS)
     thread.join()
 
     assert state(kube_cluster) == before
@@ -283,7 +288,7 @@ def test_a_pod_deleted_event_on_the_node_watch_deletes_no_node(kube_api, kube_cl
     thread = while_watching(
         kube_api, "Node", lambda: kube_api.send_event("Node", "DELETED", {**pod, "kind": "Pod"})
     )
-    sync_cluster(kube_cluster.pk, watch_seconds=2.5)
+    sync_cluster(kube_cluster.pk, watch_seconds=WATCH_SECONDS)
     thread.join()
 
     assert Allocation.objects.filter(ended_at=None).count() == 21
