@@ -3,10 +3,12 @@
 A real Prometheus holds the generated "alpha" fleet (tests/fleet/conftest.py: two nodes, MIG, a
 time-sliced GPU, fallback activity, a pod without telemetry). The run to kill is
 ``manage.py collect_metrics --start --end`` (a backfill) or a live ``Collector.run``, in a
-subprocess on this test's database; ``GPULEDGER_FAILPOINT`` names the point where it dies with
-SIGKILL (core.failpoints). The rerun, in this process, takes the dead run's lease over once it
-expires (3 s), and then every HourlyRollup row, of every scope and every figure, must equal the
-rows of an uninterrupted run of the same windows.
+process of its own on this test's database; ``GPULEDGER_FAILPOINT`` names the point where it dies
+with SIGKILL (core.failpoints). Each such process is forked from one that set Django up once for
+the module (``FORK_SERVER``), so a kill point costs its run, not a Django start. The rerun, in
+this process, takes the dead run's lease over once it expires (LEASE_SECONDS, renewed every third
+of it by the dead run's heartbeat while it lived), and then every HourlyRollup row, of every scope
+and every figure, must equal the rows of an uninterrupted run of the same windows.
 
 The range, (T0 + 45 min, T0 + 75 min], is 30 windows: 15 in hour T0 and 15 in hour T0 + 1 h, so a
 kill can land in a complete hour, in the hour still being collected, or in either's rollup.
@@ -14,7 +16,10 @@ kill can land in a complete hour, in the hour still being collected, or in eithe
 
 from __future__ import annotations
 
+import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import time
@@ -37,7 +42,10 @@ from tests.fleet.conftest import T0, WINDOW_SECONDS
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
-LEASE_SECONDS = 3
+# Shorter than the 3 s that GPULEDGER_LEASE_SECONDS accepts from the environment: the fork server
+# sets it in its settings directly. Nothing competes with the run to kill while it lives, so a
+# renewal its heartbeat makes late costs nothing; the rerun waits this long after each kill.
+LEASE_SECONDS = 1.0
 START = T0 + timedelta(minutes=45)
 END = T0 + timedelta(minutes=75)
 WINDOWS = 30
@@ -53,18 +61,58 @@ FIGURES = tuple(
 )
 FLEET_KEY = "<fleet>"
 
-LIVE_RUN = """
+# Sets Django up once, then forks one child per line read: {"failpoint", "argv"} runs
+# ``collect_metrics argv`` (what ``manage.py collect_metrics argv`` runs), {"failpoint", "live":
+# [cluster, now]} a live ``Collector.run``. It answers each line with how the child ended.
+FORK_SERVER = """
+import json
+import os
 import sys
+import traceback
 from datetime import datetime
 
 import django
 
 django.setup()
+from django.conf import settings
+from django.core.management import call_command, load_command_class
+
 from fleet.models import Cluster
-from ledger.choices import RollupScope
 from ledger.collector import Collector
 
-Collector(Cluster.objects.get(name=sys.argv[1])).run(now=datetime.fromisoformat(sys.argv[2]))
+settings.GPULEDGER_LEASE_SECONDS = float(sys.argv[1])
+load_command_class("ledger", "collect_metrics")
+
+
+def run(job):
+    os.environ["GPULEDGER_FAILPOINT"] = job["failpoint"]
+    if "live" in job:
+        name, now = job["live"]
+        Collector(Cluster.objects.get(name=name)).run(now=datetime.fromisoformat(now))
+    else:
+        call_command("collect_metrics", *job["argv"])
+
+
+for line in sys.stdin:
+    job = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        code = 0
+        try:
+            run(job)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    print(json.dumps({"signal": signal, "code": code}), flush=True)
 """
 
 # (failpoint, hit): window n (1-30) is written by the n-th ``collect.write``; windows 1-15 are
@@ -129,21 +177,52 @@ def backfill(cluster: Cluster) -> str:
 PER_WINDOW_DAYS = 36500
 
 
-def run_until_killed(command: list[str], failpoint: str) -> None:
+@pytest.fixture(scope="module")
+def fork_server(django_db_setup, django_db_blocker):
+    with django_db_blocker.unblock():
+        database_url = child_database_url()
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings_test",
-        "DATABASE_URL": child_database_url(),
-        "GPULEDGER_LEASE_SECONDS": str(LEASE_SECONDS),
+        "DATABASE_URL": database_url,
         "GPULEDGER_LEASE_HEARTBEAT": "true",
         "GPULEDGER_COLLECT_SECONDS": str(WINDOW_SECONDS),
-        "GPULEDGER_FAILPOINT": failpoint,
         "GPULEDGER_USAGE_RETENTION_DAYS": str(PER_WINDOW_DAYS),
     }
-    done = subprocess.run(
-        [sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    env.pop("GPULEDGER_FAILPOINT", None)
+    server = subprocess.Popen(
+        [sys.executable, "-c", FORK_SERVER, str(LEASE_SECONDS)],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its group is the server and the run it forked
     )
-    assert done.returncode == -9, f"{failpoint} never fired:\n{done.stdout}\n{done.stderr[-3000:]}"
+    assert server.stdin is not None
+    yield server
+    server.stdin.close()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def run_until_killed(server: subprocess.Popen[str], job: dict, failpoint: str, log: Path) -> None:
+    """Run ``job`` in a child of the fork server; it must die by SIGKILL at ``failpoint``."""
+    stdin, stdout = server.stdin, server.stdout
+    assert stdin is not None and stdout is not None
+    stdin.write(json.dumps({**job, "failpoint": failpoint, "log": str(log)}) + "\n")
+    stdin.flush()
+    ready, _, _ = select.select([stdout], [], [], 120)
+    if not ready:
+        # the server and its child: no later test may read this run's answer
+        os.killpg(server.pid, signal.SIGKILL)
+        pytest.fail(f"{failpoint}: the run did not end within 120 s")
+    ended = json.loads(stdout.readline())
+    output = log.read_text()[-3000:] if log.exists() else ""
+    assert ended["signal"] == 9, f"{failpoint} never fired ({ended}):\n{output}"
 
 
 def retry_until_the_lease_expires(rerun):
@@ -179,14 +258,14 @@ def _collection_settings(settings):
 
 @pytest.mark.parametrize("failpoint", BACKFILL_KILLS)
 def test_a_backfill_killed_at_any_phase_and_run_again_rolls_up_like_a_clean_run(
-    alpha_prometheus, failpoint
+    alpha_prometheus, fork_server, tmp_path, failpoint
 ):
     expected = clean_rollups(alpha_prometheus.url)
     cluster = Cluster.objects.create(name="alpha", prometheus_url=alpha_prometheus.url)
-    command = ["manage.py", "collect_metrics", "--cluster", "alpha", "--no-progress"]
-    command += ["--start", START.isoformat(), "--end", END.isoformat()]
+    argv = ["--cluster", "alpha", "--no-progress"]
+    argv += ["--start", START.isoformat(), "--end", END.isoformat()]
 
-    run_until_killed(command, failpoint)
+    run_until_killed(fork_server, {"argv": argv}, failpoint, tmp_path / "run.log")
     out = retry_until_the_lease_expires(lambda: backfill(cluster))
 
     assert "windows collected" in out
@@ -199,7 +278,7 @@ def test_a_backfill_killed_at_any_phase_and_run_again_rolls_up_like_a_clean_run(
 
 @pytest.mark.parametrize("failpoint", LIVE_KILLS)
 def test_a_live_run_killed_at_any_phase_and_run_again_rolls_up_like_a_clean_run(
-    alpha_prometheus, failpoint
+    alpha_prometheus, fork_server, tmp_path, failpoint
 ):
     expected = clean_rollups(alpha_prometheus.url)
     cluster = Cluster.objects.create(name="alpha", prometheus_url=alpha_prometheus.url)
@@ -207,7 +286,8 @@ def test_a_live_run_killed_at_any_phase_and_run_again_rolls_up_like_a_clean_run(
         cluster=cluster, source=IngestSource.DCGM, last_window_end=START
     )
 
-    run_until_killed(["-c", LIVE_RUN, "alpha", LIVE_NOW.isoformat()], failpoint)
+    job = {"live": ["alpha", LIVE_NOW.isoformat()]}
+    run_until_killed(fork_server, job, failpoint, tmp_path / "run.log")
     retry_until_the_lease_expires(lambda: Collector(cluster).run(now=LIVE_NOW))
 
     assert_same_rollups(snapshot(cluster), expected)
