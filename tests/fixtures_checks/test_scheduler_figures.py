@@ -143,26 +143,6 @@ def volcano() -> dict[str, Any]:
     return {"queues": figures, "workloads": workloads, "raw": queues}
 
 
-def test_volcano_queue_figures_follow_from_the_objects() -> None:
-    derived = volcano()["queues"]
-    table = readme_table("volcano", "queue")
-    assert set(table) == set(derived)
-    for name, row in table.items():
-        for column, value in derived[name].items():
-            cell = row[column]
-            assert (cell if column == "parent" else number(cell)) == value, (name, column)
-
-
-def test_volcano_workload_figures_follow_from_the_objects() -> None:
-    derived = volcano()["workloads"]
-    table = readme_table("volcano", "workload")
-    assert set(table) == set(derived)
-    for name, row in table.items():
-        for column, value in derived[name].items():
-            expected = Decimal(row[column]) if isinstance(value, Decimal) else row[column]
-            assert expected == value, (name, column)
-
-
 def test_volcano_queue_status_counts_match_the_podgroups() -> None:
     groups = scheduler_items("volcano", f"PodGroup.{VOLCANO_GROUP}")
     counted: dict[tuple[str, str], int] = defaultdict(int)
@@ -253,26 +233,6 @@ def kai() -> dict[str, Any]:
     return {"queues": figures, "workloads": workloads, "raw": queues}
 
 
-def test_kai_queue_figures_follow_from_the_objects() -> None:
-    derived = kai()["queues"]
-    table = readme_table("kai", "queue")
-    assert set(table) == set(derived)
-    for name, row in table.items():
-        for column, value in derived[name].items():
-            cell = row[column]
-            assert (cell if column == "parent" else number(cell)) == value, (name, column)
-
-
-def test_kai_workload_figures_follow_from_the_objects() -> None:
-    derived = kai()["workloads"]
-    table = readme_table("kai", "workload")
-    assert set(table) == set(derived)
-    for name, row in table.items():
-        for column, value in derived[name].items():
-            expected = Decimal(row[column]) if isinstance(value, Decimal) else row[column]
-            assert expected == value, (name, column)
-
-
 def test_kai_exporter_samples_are_the_quota_and_the_allocated_gpus() -> None:
     raw, derived = kai()["raw"], kai()["queues"]
     found = samples("kai/metrics.sample.prom")
@@ -282,6 +242,32 @@ def test_kai_exporter_samples_are_the_quota_and_the_allocated_gpus() -> None:
         assert found[("kai_queue_deserved_gpus", labels)] == Decimal(str(gpu["quota"]))
         assert found[("kai_queue_allocated_gpus", labels)] == derived[name]["allocated"]
         assert found[("kai_queue_info", labels)] == 1
+
+
+def _derived(source: str) -> dict[str, Any]:
+    return volcano() if source == "volcano" else kai()
+
+
+@pytest.mark.parametrize("source", ["volcano", "kai"])
+def test_queue_figures_follow_from_the_objects(source: str) -> None:
+    derived = _derived(source)["queues"]
+    table = readme_table(source, "queue")
+    assert set(table) == set(derived)
+    for name, row in table.items():
+        for column, value in derived[name].items():
+            cell = row[column]
+            assert (cell if column == "parent" else number(cell)) == value, (name, column)
+
+
+@pytest.mark.parametrize("source", ["volcano", "kai"])
+def test_workload_figures_follow_from_the_objects(source: str) -> None:
+    derived = _derived(source)["workloads"]
+    table = readme_table(source, "workload")
+    assert set(table) == set(derived)
+    for name, row in table.items():
+        for column, value in derived[name].items():
+            expected = Decimal(row[column]) if isinstance(value, Decimal) else row[column]
+            assert expected == value, (name, column)
 
 
 # --- ResourceQuota -----------------------------------------------------------------------------
