@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from core.mig import GPU_RESOURCE, gpu_share
@@ -25,6 +25,8 @@ from quotas.constants import KUEUE_ANSWERS
 from quotas.ingest.metrics import PER_FLAVOR_INPUTS, PER_QUEUE_INPUTS, MetricFigures
 
 _Points = list[tuple[float, Any]]
+# The window of a timestamp, made on first use.
+_At = Callable[[float], MetricFigures]
 
 
 def read_range(
@@ -52,9 +54,9 @@ def read_range(
     for labels, points in series.get("info", []):
         queue = str(labels.get("cluster_queue") or "")
         parent = str(labels.get("parent_cohort") or "")
-        for ts, number in _numbers(points, at):
-            if queue and number is not None:
-                at(ts).cohorts[queue] = parent
+        for figures, _number in _numbers(points, at):
+            if queue:
+                figures.cohorts[queue] = parent
     return dict(sorted(windows.items()))
 
 
@@ -81,53 +83,53 @@ def _series_by_input(
     return by_input
 
 
-def _numbers(points: _Points, at: Any) -> Iterator[tuple[float, float | None]]:
-    """(timestamp, number) of each point, counted as read; None for NaN (no sample) and for a
-    value that is not a number (counted as malformed)."""
+def _numbers(points: _Points, at: _At) -> Iterator[tuple[MetricFigures, float]]:
+    """Each point's window and number, counted as read; a NaN (no sample) and a value that is not
+    a number (counted as malformed) are left out."""
     for ts, raw in points:
-        stats = at(ts).stats
-        stats.records_read += 1
+        figures = at(ts)
+        figures.stats.records_read += 1
         try:
             number = float(raw)
         except (TypeError, ValueError):
-            stats.skip("kueue_malformed_value")
-            yield ts, None
+            figures.stats.skip("kueue_malformed_value")
             continue
-        yield ts, None if math.isnan(number) else number
+        if not math.isnan(number):
+            yield figures, number
 
 
-def _read_per_flavor(name: str, labels: Mapping[str, Any], points: _Points, at: Any) -> None:
+def _read_per_flavor(name: str, labels: Mapping[str, Any], points: _Points, at: _At) -> None:
     queue = str(labels.get("cluster_queue") or "")
     flavor = str(labels.get("flavor") or "")
     resource = str(labels.get("resource") or GPU_RESOURCE)
     cohort = str(labels.get("cohort") or "")
     key = (queue, flavor, resource)
-    for ts, number in _numbers(points, at):
-        if number is None:
-            continue
-        figures = at(ts)
-        if not (queue and flavor):
-            figures.stats.skip("kueue_missing_labels")
-        elif gpu_share(resource) is None:
-            figures.stats.skip("kueue_not_a_gpu_resource")
+    # The series' labels decide for every one of its points.
+    unusable = (
+        "kueue_missing_labels"
+        if not (queue and flavor)
+        else "kueue_not_a_gpu_resource"
+        if gpu_share(resource) is None
+        else ""
+    )
+    for figures, number in _numbers(points, at):
+        if unusable:
+            figures.stats.skip(unusable)
         else:
             figures.cohorts.setdefault(queue, cohort)
             getattr(figures, name)[key] = number
 
 
-def _read_per_queue(name: str, labels: Mapping[str, Any], points: _Points, at: Any) -> None:
+def _read_per_queue(name: str, labels: Mapping[str, Any], points: _Points, at: _At) -> None:
     queue = str(labels.get("cluster_queue") or "")
-    for ts, number in _numbers(points, at):
-        if number is None:
-            continue
-        figures = at(ts)
+    for figures, number in _numbers(points, at):
         if queue:
             getattr(figures, name)[queue] = number
         else:
             figures.stats.skip("kueue_missing_labels")
 
 
-def _read_pending_workloads(series: list[tuple[Mapping[str, Any], _Points]], at: Any) -> None:
+def _read_pending_workloads(series: list[tuple[Mapping[str, Any], _Points]], at: _At) -> None:
     """``kueue_pending_workloads`` summed over its statuses per queue and window, as
     ``route_answers`` sums it; a value that is not a number is one malformed item."""
     summed: dict[float, dict[str, float]] = defaultdict(dict)
