@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -28,6 +28,7 @@ from fleet.models import Cluster
 from fleet.prometheus import PrometheusClient, PrometheusError
 from serving import constants as c
 from serving.choices import CollectionStatus
+from serving.dcgm import attach_activity
 from serving.ingest import ServingFigures, WorkloadKey, build_hour
 from serving.models import ServingCollection, ServingHour, ServingWorkload
 from serving.queries import hour_queries
@@ -99,6 +100,7 @@ def collect_hour(
         if own is not None:
             own.close()
     figures, stats = build_hour(answers)
+    attach_activity(cluster, hour, figures)
     if stats.skipped:
         logger.warning(
             "cluster %s: serving hour %s skipped %s",
@@ -149,7 +151,7 @@ def write_hour(
     ServingHour.objects.filter(cluster=cluster, hour=hour).delete()
     ServingHour.objects.bulk_create(
         [
-            ServingHour(cluster=cluster, hour=hour, workload_id=ids[key], **asdict(values))
+            ServingHour(cluster=cluster, hour=hour, workload_id=ids[key], **values.row_values())
             for key, values in figures.items()
         ],
         batch_size=1000,

@@ -9,14 +9,17 @@ telemetry"), never 0. A bounded number of queries whatever the number of deploym
 workloads, their hours, their namespaces' DCGM rollups (through the read layer,
 ``HourlyRollup.objects``), the rate cards, and the namespaces' teams.
 
-**Joining DCGM.** Serving hours carry no GPU identity; their GPUs are those their pods request.
-A deployment's GPUs are matched to the DCGM rollups of its namespace (scope ``namespace``, one
-row per hour, flavor and GPU model) hour by hour: an hour is *joined* when the namespace's
-allocated GPU-hours lie within ``JOIN_TOLERANCE`` of the deployment's own GPU-hours, i.e. the
-namespace held the deployment's GPUs and nothing else that hour (a training job or a second
-deployment beside it makes the hour unjoined). SM_ACTIVE over the range is the namespace's
-active ÷ telemetry GPU-hours over the joined hours (``core.ratios`` reading). The flavor and
-GPU model that price a deployment are its namespace's over the range, each when there is one.
+**Joining DCGM.** An hour's SM_ACTIVE is, first, that of the deployment's own pods' GPUs:
+the active and telemetry GPU-hours the serving collector summed from the per-window usage rows
+of its pods (``serving.dcgm``), so two deployments in one namespace each have their own. An
+hour collected without such rows (older than the per-window retention when it was collected)
+falls back to the DCGM rollups of its namespace (scope ``namespace``, one row per hour, flavor
+and GPU model): the hour is *joined* when the namespace's allocated GPU-hours lie within
+``JOIN_TOLERANCE`` of the deployment's own GPU-hours, i.e. the namespace held the deployment's
+GPUs and nothing else that hour (a training job or a second deployment beside it leaves the
+hour without SM_ACTIVE). SM_ACTIVE over the range is active ÷ telemetry GPU-hours over the
+hours that have it (``core.ratios`` reading). The flavor and GPU model that price a deployment
+are its namespace's over the range, each when there is one.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ HOUR_COLUMNS = (
     "replicas_seen",
     "replica_hours",
     "gpu_hours",
+    "active_gpu_hours",
+    "telemetry_gpu_hours",
     "requests_per_second",
     "prompt_tokens_per_second",
     "output_tokens_per_second",
@@ -92,8 +97,8 @@ class Hour:
     itl_p50_seconds: float | None
     itl_p95_seconds: float | None
     e2e_p95_seconds: float | None
-    # The namespace's SM_ACTIVE that hour when the hour is joined (module docstring), else
-    # None, and the GPU-hours with telemetry it is over.
+    # The deployment's SM_ACTIVE that hour (its own pods' GPUs, else its namespace's when the
+    # hour is joined: module docstring), else None, and the GPU-hours with telemetry it is over.
     sm_active: float | None = None
     sm_telemetry_gpu_hours: float = 0.0
 
@@ -297,6 +302,10 @@ def joins(gpu_hours: float | None, dcgm: _NamespaceHour | None) -> bool:
 
 def _hour(row: tuple[Any, ...], dcgm: _NamespaceHour | None) -> Hour:
     values = dict(zip(HOUR_COLUMNS[1:], row[1:], strict=True))
+    active, telemetry = values.pop("active_gpu_hours"), values.pop("telemetry_gpu_hours")
+    if telemetry:
+        # The deployment's own pods' GPUs (module docstring).
+        return Hour(**values, sm_active=active / telemetry, sm_telemetry_gpu_hours=telemetry)
     if dcgm is None or not joins(values["gpu_hours"], dcgm):
         return Hour(**values)
     return Hour(

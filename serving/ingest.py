@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from core.mig import gpu_share
@@ -40,6 +40,9 @@ class ServingFigures:
     replica_hours: float
     seconds_with_data: int
     gpu_hours: float | None = None
+    # Filled in by ``serving.dcgm.attach_activity`` from the usage store, not from these answers.
+    active_gpu_hours: float | None = None
+    telemetry_gpu_hours: float | None = None
     requests_per_second: float | None = None
     prompt_tokens_per_second: float | None = None
     output_tokens_per_second: float | None = None
@@ -52,6 +55,14 @@ class ServingFigures:
     itl_p50_seconds: float | None = None
     itl_p95_seconds: float | None = None
     e2e_p95_seconds: float | None = None
+    # The workload's pods in the hour (not a stored column: ``row_values`` leaves it out).
+    pods: tuple[PodKey, ...] = field(default=(), repr=False)
+
+    def row_values(self) -> dict[str, Any]:
+        """The figures as ``ServingHour`` fields."""
+        values = asdict(self)
+        del values["pods"]
+        return values
 
 
 @dataclass
@@ -294,6 +305,7 @@ def _workload_figures(
         replicas_seen=len(keys),
         replica_hours=replica_hours,
         seconds_with_data=round(max(pods[key].coverage for key in keys) * HOUR_SECONDS),
+        pods=tuple(sorted(keys)),
     )
     if any(key in gpus for key in keys):
         figures.gpu_hours = sum(gpus[key] * pods[key].coverage for key in keys if key in gpus)

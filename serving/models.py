@@ -101,6 +101,19 @@ class ServingHour(models.Model):
         blank=True,
         help_text="Σ GPUs requested x coverage (MIG at N/7); NULL without GPU requests.",
     )
+    active_gpu_hours = models.FloatField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Σ activity (SM_ACTIVE) x GPU-hours of the workload's own pods' GPUs in the hour, "
+            "from the per-window usage; NULL when no usage window names its pods."
+        ),
+    )
+    telemetry_gpu_hours = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="GPU-hours of its pods' GPUs with DCGM telemetry, the divisor of SM_ACTIVE.",
+    )
     requests_per_second = models.FloatField(null=True, blank=True)
     prompt_tokens_per_second = models.FloatField(null=True, blank=True)
     output_tokens_per_second = models.FloatField(null=True, blank=True)

@@ -49,6 +49,7 @@ ALLOWED = {
     "ledger/rollup/prune.py": "retention: counts of what it deletes",
     "quotas/now.py": "queue figures now: newest samples, admitted, pending and nominal now",
     "servicelevels/figures.py": "queue service levels: admissions per queue (the levels figure)",
+    "serving/dcgm.py": "serving hours: the registry's active and telemetry sums per serving pod",
     # Reads that are not figures of the pages' cards and tables.
     "fleet/api/views.py": "COUNT(*) of a correlated list for the API's pagination",
     "notifications/admin.py": "admin list: routes per receiver",
