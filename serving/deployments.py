@@ -490,6 +490,9 @@ class Measurement:
     """What the planner takes from a deployment's last ``MEASURED_DAYS`` (None: not measured)."""
 
     deployment: Deployment
+    request_rate: float | None
+    input_tokens: float | None
+    output_tokens: float | None
     replica_throughput_tokens_per_second: float | None
     replica_max_concurrency: int | None
     tensor_parallel: int | None
@@ -498,12 +501,15 @@ class Measurement:
 
 
 def measure(workload: ServingWorkload, span: HourSpan) -> Measurement:
-    """The planner's inputs measured at the deployment's knee over ``span``: its output
-    tokens/s per replica, the knee hour's mean running requests per replica rounded to a whole
-    number (at least 1), and its GPUs per replica when whole; the replicas it runs now are its
-    newest hour's replica-hours, rounded. KV-cache size is not measured (only its use)."""
+    """The planner's inputs measured on the deployment over ``span``: the request rate of its
+    busiest hour (a plan sized for the mean would queue every peak), its mean input and output
+    tokens per request (weighted by requests, over the hours that count both); at its knee, its
+    output tokens/s per replica and the knee hour's mean running requests per replica rounded to
+    a whole number (at least 1); and its GPUs per replica when whole. The replicas it runs now
+    are its newest hour's replica-hours, rounded. KV-cache size is not measured (only its use)."""
     d = deployment(workload, span)
     why: dict[str, str] = {}
+    request_rate, input_tokens, output_tokens = _request_shape(d.hours, why)
     throughput = concurrency = tensor_parallel = None
     if d.knee is None:
         reason = "not measured: no hour of the deployment's last 30 days is within its targets"
@@ -531,9 +537,39 @@ def measure(workload: ServingWorkload, span: HourSpan) -> Measurement:
     why["kv_cache_tokens"] = "not measured: the servers report KV-cache use, not its size"
     return Measurement(
         deployment=d,
+        request_rate=request_rate,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
         replica_throughput_tokens_per_second=throughput,
         replica_max_concurrency=concurrency,
         tensor_parallel=tensor_parallel,
         deployed_replicas=None if newest is None else max(0, round(newest.replica_hours)),
         why_not=why,
     )
+
+
+def _request_shape(
+    hours: list[Hour], why: dict[str, str]
+) -> tuple[float | None, float | None, float | None]:
+    """(requests/s of the busiest hour, mean input tokens, mean output tokens per request) over
+    ``hours``; each None with its reason in ``why`` when the servers do not count it."""
+    with_requests = [h for h in hours if h.requests_per_second]
+    if not with_requests:
+        reason = "not measured: its servers counted no finished requests"
+        why.update(request_rate=reason, input_tokens=reason, output_tokens=reason)
+        return None, None, None
+    rate = max(h.requests_per_second or 0.0 for h in with_requests)
+    per_request: list[float | None] = []
+    for name, counted in (
+        ("input_tokens", "prompt_tokens_per_second"),
+        ("output_tokens", "output_tokens_per_second"),
+    ):
+        both = [h for h in with_requests if getattr(h, counted) is not None]
+        tokens = sum(getattr(h, counted) for h in both)
+        requests = sum(h.requests_per_second or 0.0 for h in both)
+        if not both or (name == "output_tokens" and tokens <= 0):
+            why[name] = f"not measured: its servers count no {name.split('_')[0]} tokens"
+            per_request.append(None)
+        else:
+            per_request.append(tokens / requests)
+    return rate, per_request[0], per_request[1]

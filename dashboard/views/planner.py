@@ -100,6 +100,9 @@ def _bounds(plan: Plan) -> list[dict[str, object]]:
 
 
 MEASURED_LABELS = {
+    "request_rate": "λ {:,.2f} req/s (its busiest hour)",
+    "input_tokens": "{:,.0f} input tokens",
+    "output_tokens": "{:,.0f} output tokens",
     "replica_throughput_tokens_per_second": "replica throughput {:,.1f} tokens/s",
     "replica_max_concurrency": "max concurrency {:,}",
     "tensor_parallel": "tensor parallel {:,}",

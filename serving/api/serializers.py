@@ -18,6 +18,9 @@ from serving.pricing import Price, flavor_exists, price_now
 
 # The inputs a deployment's measurement may give (serving.deployments.measure), in form order.
 MEASURABLE = (
+    "request_rate",
+    "input_tokens",
+    "output_tokens",
     "replica_throughput_tokens_per_second",
     "replica_max_concurrency",
     "kv_cache_tokens",
@@ -56,10 +59,21 @@ def _whole(field: str, help_text: str, **kwargs: Any) -> serializers.IntegerFiel
 
 
 class CapacityPlanRequestSerializer(StrictSerializer):
-    request_rate = _number("request_rate", "Requests per second (λ), 0 or more.")
-    input_tokens = _number("input_tokens", "Mean input (prompt) tokens per request.")
+    request_rate = _number(
+        "request_rate",
+        "Requests per second (λ), 0 or more; with `workload`, its busiest hour's when omitted.",
+        required=False,
+    )
+    input_tokens = _number(
+        "input_tokens",
+        "Mean input (prompt) tokens per request; with `workload`, its measured mean when omitted.",
+        required=False,
+    )
     output_tokens = _number(
-        "output_tokens", "Mean output (generated) tokens per request, more than 0."
+        "output_tokens",
+        "Mean output (generated) tokens per request, more than 0; with `workload`, its "
+        "measured mean when omitted.",
+        required=False,
     )
     replica_throughput_tokens_per_second = _number(
         "replica_throughput_tokens_per_second",
@@ -111,9 +125,10 @@ class CapacityPlanRequestSerializer(StrictSerializer):
         required=False,
         allow_blank=True,
         help_text="A serving deployment, namespace/name (or cluster/namespace/kind/name when "
-        "that names several): the omitted throughput, max concurrency and tensor-parallel size "
-        f"are measured at its knee over its last {MEASURED_DAYS} days, its flavor prices the "
-        "plan, and the answer compares the plan with the replicas it runs.",
+        "that names several): the omitted request rate (its busiest hour's), token lengths, "
+        "throughput, max concurrency and tensor-parallel size are measured on it (the "
+        f"throughput and concurrency at its knee) over its last {MEASURED_DAYS} days, its "
+        "flavor prices the plan, and the answer compares the plan with the replicas it runs.",
     )
 
     # Set by validate(): the deployment's measurement and the fields it gave.

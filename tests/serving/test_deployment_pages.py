@@ -213,6 +213,28 @@ def test_the_plan_takes_the_knee_and_compares_with_what_runs(world):
     assert body["price_per_gpu_hour"] == pytest.approx(3.6)
 
 
+def test_the_request_rate_and_lengths_are_measured_when_omitted(world):
+    shape = ("request_rate", "input_tokens", "output_tokens")
+    plan = {k: v for k, v in PLAN.items() if k not in shape}
+    with time_machine.travel(NOW, tick=False):
+        body = (
+            api_of(world.alice)
+            .post("/api/v1/capacity-plan/", {**plan, "workload": LLAMA}, format="json")
+            .json()
+        )
+
+    assert body["measured"]["inputs"][:3] == list(shape)
+    assert [body["measured"]["values"][name] for name in shape] == [
+        pytest.approx(5.0),
+        pytest.approx(800.0),
+        pytest.approx(400.0),
+    ]
+    # The busiest hour's 5 req/s x 400 tokens ÷ 800 tokens/s a replica = 2.5 replicas: 3.
+    assert body["replicas_by_throughput"] == pytest.approx(2.5)
+    assert body["replicas"] == 3
+    assert body["comparison"]["text"].startswith("You run 2: 1 replica fewer than needed")
+
+
 def test_typed_inputs_override_the_measurement(world):
     with time_machine.travel(NOW, tick=False):
         body = (
@@ -284,9 +306,11 @@ def test_the_planner_page_opens_prefilled_from_the_deployment(world):
             )
         )
 
-    # The link: the example's request, the measured inputs left to the deployment; the KV-cache
-    # size is not measured, so it is asked for.
-    assert linked.context["form"].values["request_rate"] == "0.5"
+    # The link: the example's headroom and spares, the measured inputs (the request's shape
+    # included) left to the deployment; the KV-cache size is not measured, so it is asked for.
+    assert linked.context["form"].values["request_rate"] == ""
+    assert linked.context["form"].values["headroom"] == "0.3"
+    assert list(linked.context["form"].errors) == ["kv_cache_tokens"]
     assert "not measured" in linked.context["form"].errors["kv_cache_tokens"][0]
     body = typed.content.decode()
     assert typed.context["form"].plan.replicas == 1

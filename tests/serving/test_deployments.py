@@ -128,6 +128,20 @@ def test_the_planner_measures_the_knee_and_what_runs_now(world):
     assert measured.tensor_parallel == 1  # 2 GPU-hours over 2 replica-hours in H4
     assert measured.deployed_replicas == 2
     assert "kv_cache_tokens" in measured.why_not
+    # The busiest hour (H3) finished 5 requests/s; 5,100 output tokens/s over 12.75 requests/s
+    # in the five hours is 400 tokens a request, the prompts twice that.
+    assert measured.request_rate == pytest.approx(5.0)
+    assert measured.output_tokens == pytest.approx(400.0)
+    assert measured.input_tokens == pytest.approx(800.0)
+
+
+def test_a_deployment_counting_only_requests_has_its_rate_measured_and_not_its_tokens(world):
+    measured = measure(world.ranker, SPAN)
+
+    assert measured.request_rate == pytest.approx(20.0)
+    assert (measured.input_tokens, measured.output_tokens) == (None, None)
+    assert measured.why_not["output_tokens"] == "not measured: its servers count no output tokens"
+    assert measured.why_not["input_tokens"] == "not measured: its servers count no input tokens"
 
 
 def test_one_flavor_prices_a_namespace_whose_model_is_spelled_two_ways(world):
