@@ -258,6 +258,16 @@ def test_a_volcano_sync_writes_the_readme_queue_figures(volcano_api, volcano_clu
         assert float(quota["borrowing_limit"]) == number(figures["borrowing limit"]), name
         sample = ClusterQueueSample.objects.get(cluster_queue__name=name, resource=GPU)
         assert float(_unused_lendable(sample)) == number(figures["lendable"]), name
+        if name != "prod":  # reclaimable: what the guarantee leaves of the nominal is lendable
+            nominal, guarantee = Decimal(figures["nominal"]), Decimal(figures["guarantee"])
+            assert Decimal(quota["lending_limit"]) == max(0, nominal - guarantee), name
+    assert Decimal(listed["prod"]["quotas"][0]["lending_limit"]) == 0
+    # The README's Queue status counts: pending + inqueue wait, running are admitted.
+    for name, (waiting, admitted) in {"team-v1": (0, 2), "team-v2": (2, 1), "prod": (0, 1)}.items():
+        assert (listed[name]["pending_workloads"], listed[name]["admitted_workloads"]) == (
+            waiting,
+            admitted,
+        ), name
     # team-v1 borrows 8 within research, whose own quota is 0: its members lend them.
     assert sum(listed[n]["gpus_now"]["lent"] for n in ("team-v2", "team-v3")) == 8
 
