@@ -26,7 +26,7 @@ class ClusterAdmin(admin.ModelAdmin):
                 ]
             },
         ),
-        ("Kubernetes API", {"fields": ["kube_context", "kube_in_cluster"]}),
+        ("Kubernetes API", {"fields": ["kube_context", "kube_in_cluster", "quota_source"]}),
         (
             "Quota write-back",
             {"fields": ["quota_write_enabled", "quota_write_gitops_allowed"]},

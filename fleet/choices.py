@@ -23,6 +23,17 @@ class ActivitySource(models.TextChoices):
     NONE = "none", "No telemetry"
 
 
+class QuotaSource(models.TextChoices):
+    """Which scheduler's objects a cluster's quota sync reads (docs/architecture.md
+    "Quota sources"); "" detects it from the API server's discovery."""
+
+    DETECT = "", "Detect (Kueue when served, else Volcano)"
+    KUEUE = "kueue", "Kueue"
+    VOLCANO = "volcano", "Volcano"
+    KAI = "kai", "KAI Scheduler"
+    RESOURCEQUOTA = "resourcequota", "ResourceQuota"
+
+
 class IngestSource(models.TextChoices):
     DCGM = "dcgm", "Prometheus: DCGM + kube-state-metrics"
     KUEUE = "kueue", "Kubernetes API: Kueue, Pods, Nodes"

@@ -15,6 +15,7 @@ from fleet.choices import (
     IngestStatus,
     PodLabelStyle,
     PrometheusAuth,
+    QuotaSource,
 )
 from fleet.secrets import validate_secret_env_name
 
@@ -128,6 +129,13 @@ class Cluster(models.Model):
     )
     collect_enabled = models.BooleanField(default=True)
     sync_enabled = models.BooleanField(default=True)
+    quota_source = models.CharField(
+        max_length=16,
+        choices=QuotaSource.choices,
+        default=QuotaSource.DETECT,
+        blank=True,
+        help_text="Which scheduler's queues the quota sync reads; empty detects it.",
+    )
     quota_write_enabled = models.BooleanField(
         default=False,
         help_text=(

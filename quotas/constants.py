@@ -48,6 +48,12 @@ LABEL_JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
 LABEL_CLUSTER_QUEUE = "kueue.x-k8s.io/cluster-queue-name"
 LABEL_LOCAL_QUEUE = "kueue.x-k8s.io/local-queue-name"
 LABEL_PODSET = "kueue.x-k8s.io/podset"
+# Volcano's pod annotation naming its PodGroup (docs/architecture.md "Quota sources").
+VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"
+# The label a quota source's translated objects carry: which scheduler they were read from
+# (quotas/sources). Objects without it are Kueue's own.
+LABEL_SCHEDULER = "gpu-ledger.io/scheduler"
+DEFAULT_SCHEDULER = "kueue"
 
 # Workload condition types and the reasons that change how we read them.
 COND_QUOTA_RESERVED = "QuotaReserved"

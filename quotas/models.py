@@ -153,6 +153,11 @@ class Cohort(KueueObject):
     )
     parent_name = models.CharField(max_length=253, blank=True)
     implicit = models.BooleanField(default=False)
+    scheduler = models.CharField(
+        max_length=16,
+        default="kueue",
+        help_text="The scheduler whose objects this row was read from (Cluster.quota_source).",
+    )
     fair_weight = models.DecimalField(
         max_digits=12,
         decimal_places=4,
@@ -193,6 +198,11 @@ class ClusterQueue(KueueObject):
         on_delete=models.SET_NULL,
     )
     cohort_name = models.CharField(max_length=253, blank=True)
+    scheduler = models.CharField(
+        max_length=16,
+        default="kueue",
+        help_text="The scheduler whose objects this row was read from (Cluster.quota_source).",
+    )
     team = models.ForeignKey(
         Team,
         related_name="cluster_queues",
@@ -354,6 +364,11 @@ class Workload(KueueObject):
 
     namespace = models.CharField(max_length=253)
     name = models.CharField(max_length=253)
+    scheduler = models.CharField(
+        max_length=16,
+        default="kueue",
+        help_text="The scheduler whose objects this row was read from (Cluster.quota_source).",
+    )
     owner_kind = models.CharField(max_length=100, blank=True)
     owner_name = models.CharField(max_length=253, blank=True)
     owner_uid = models.CharField(max_length=64, blank=True)

@@ -1,8 +1,9 @@
 """Pods that request GPUs -> rows, each joined to its Workload when it can be.
 
 The join, first match wins: the ``kueue.x-k8s.io/workload`` annotation, then the prebuilt
-workload or pod group name, then the owner chain (an owner's, the JobSet's or the pod's own UID
-against the Workloads' job UIDs and owner pods).
+workload or pod group name, then Volcano's ``scheduling.k8s.io/group-name`` annotation (the
+PodGroup a translated Workload stands for, quotas/sources), then the owner chain (an owner's,
+the JobSet's or the pod's own UID against the Workloads' job UIDs and owner pods).
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ class PodJoiner:
     def __init__(self, workloads: list[WorkloadRow]) -> None:
         self.by_name = {row.key: row for row in workloads}
         self.by_job_uid: dict[tuple[str, str], WorkloadRow] = {}
+        # Volcano: the PodGroup name a translated Workload stands for (quotas/sources).
+        self.by_pod_group = {
+            (row.meta.namespace, row.pod_group): row for row in workloads if row.pod_group
+        }
         for row in workloads:
             if row.job_uid:
                 self.by_job_uid.setdefault((row.meta.namespace, row.job_uid), row)
@@ -45,6 +50,13 @@ class PodJoiner:
             group = meta.annotations.get(key) or meta.labels.get(key)
             if group and (namespace, group) in self.by_name:
                 return group, key, self.by_name[(namespace, group)]
+        pod_group = meta.annotations.get(c.VOLCANO_GROUP_NAME)
+        if pod_group:
+            row = self.by_pod_group.get((namespace, pod_group)) or self.by_name.get(
+                (namespace, pod_group)
+            )
+            if row is not None:
+                return row.meta.name, c.VOLCANO_GROUP_NAME, row
         candidates = [("owner", ref.get("uid") or "") for ref in meta.owner_references] + [
             ("jobset", meta.labels.get(c.LABEL_JOBSET_UID, "")),
             ("pod_uid", meta.uid),

@@ -115,7 +115,13 @@ def parse_cohort(item: dict, meta: ObjectMeta) -> CohortRow:
         resource_groups=read_list(spec.get("resourceGroups"), "spec.resourceGroups"),
         quotas=_resource_groups(spec),
         quota_manager=latest_quota_manager(item),
+        scheduler=scheduler_of(meta),
     )
+
+
+def scheduler_of(meta: ObjectMeta) -> str:
+    """The scheduler an object was read from: its ``LABEL_SCHEDULER``, else Kueue."""
+    return meta.labels.get(c.LABEL_SCHEDULER) or c.DEFAULT_SCHEDULER
 
 
 def _usage(entries: object, what: str) -> list[QueueUsageRow]:
@@ -186,6 +192,7 @@ def parse_cluster_queue(
         usage=_usage(status.get("flavorsUsage"), "status.flavorsUsage"),
         reservation=_usage(status.get("flavorsReservation"), "status.flavorsReservation"),
         quota_manager=latest_quota_manager(item),
+        scheduler=scheduler_of(meta),
     )
 
 
@@ -201,6 +208,9 @@ def with_implicit_cohorts(
         {cq.cohort_name for cq in cluster_queues if cq.cohort_name}
         | {row.parent_name for row in explicit if row.parent_name}
     )
+    scheduler_of_cohort = {
+        cq.cohort_name: cq.scheduler for cq in sorted(cluster_queues, key=lambda r: r.meta.name)
+    }
     implicit = [
         CohortRow(
             meta=ObjectMeta(name=name),
@@ -210,6 +220,7 @@ def with_implicit_cohorts(
             weighted_share=None,
             resource_groups=[],
             quotas=[],
+            scheduler=scheduler_of_cohort.get(name, c.DEFAULT_SCHEDULER),
         )
         for name in named
         if name not in known

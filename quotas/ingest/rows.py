@@ -99,6 +99,8 @@ class CohortRow:
     quotas: list[QuotaRow]
     # The field manager that last wrote spec.resourceGroups (managedFields).
     quota_manager: str = ""
+    # Which scheduler's object this row was read from (quotas/sources).
+    scheduler: str = "kueue"
 
 
 @dataclass
@@ -125,6 +127,8 @@ class ClusterQueueRow:
     reservation: list[QueueUsageRow]
     # The field manager that last wrote spec.resourceGroups / stopPolicy (managedFields).
     quota_manager: str = ""
+    # Which scheduler's object this row was read from (quotas/sources).
+    scheduler: str = "kueue"
 
 
 @dataclass
@@ -177,6 +181,10 @@ class WorkloadRow:
     borrowed_gpus: float = 0.0
     # status.schedulingStats.evictions, summed: evictions whose times the conditions may not show.
     evictions_total: int = 0
+    # Which scheduler's object this row was read from (quotas/sources).
+    scheduler: str = "kueue"
+    # The PodGroup a translated Workload stands for (Volcano), whose pods name it.
+    pod_group: str = ""
 
     @property
     def key(self) -> tuple[str, str]:

@@ -266,7 +266,10 @@ def parse_workload(
         owner_uid=read_str(owner.get("uid"), "ownerReference.uid"),
         job_uid=meta.labels.get(c.LABEL_JOB_UID, ""),
         queue_name=queue_name,
-        cluster_queue_name=admitted_cq or lq_targets.get((meta.namespace, queue_name), ""),
+        # A source without LocalQueues (Volcano) names the ClusterQueue on the Workload itself.
+        cluster_queue_name=admitted_cq
+        or lq_targets.get((meta.namespace, queue_name), "")
+        or meta.labels.get(c.LABEL_CLUSTER_QUEUE, ""),
         priority=priority if priority is not None else class_values.get(class_name, 0),
         priority_class_name=class_name,
         active=active,
@@ -296,6 +299,8 @@ def parse_workload(
             ref.get("uid") or "" for ref in meta.owner_references if ref.get("kind") == "Pod"
         ),
         evictions_total=_evictions_total(status),
+        scheduler=meta.labels.get(c.LABEL_SCHEDULER) or c.DEFAULT_SCHEDULER,
+        pod_group=meta.annotations.get(c.VOLCANO_GROUP_NAME, ""),
     )
     return row, _transitions(meta, conditions, requeue_at)
 

@@ -81,11 +81,18 @@ class Discovery:
     kueue_version: str | None
     kueue_plurals: frozenset[str]
     visibility_version: str | None
+    # Every API group served, with its versions (``/apis``): which quota source the cluster
+    # runs (quotas/sources) and at which version.
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def serves(self, kind: Kind) -> bool:
         if not kind.group:
             return True
         return self.kueue_version is not None and kind.plural in self.kueue_plurals
+
+    def group_versions(self, group: str) -> tuple[str, ...]:
+        """The versions of ``group`` the server serves (preferred first); empty when none."""
+        return dict(self.groups).get(group, ())
 
 
 class KueueClient:
@@ -110,6 +117,8 @@ class KueueClient:
         self.apis = k8s.ApisApi(api_client)
         self._discovery: Discovery | None = None
         self._lock = threading.Lock()
+        # Whether a cluster without Kueue is worth a warning (not when another source serves).
+        self.expects_kueue = True
 
     @classmethod
     def for_cluster(
@@ -280,10 +289,13 @@ class KueueClient:
         groups_doc = self._fetch_json("discovery /apis", deadline, self.apis.get_api_versions)
         if not isinstance(groups_doc, dict) or groups_doc.get("kind") != "APIGroupList":
             raise KubeError("discovery /apis: answer is not an APIGroupList", None, False)
-        served: dict[str, set[str]] = {}
+        served: dict[str, tuple[str, ...]] = {}
         for group in groups_doc.get("groups") or []:
-            versions = {v.get("version") for v in group.get("versions") or []}
-            served[group.get("name", "")] = {v for v in versions if v}
+            preferred = (group.get("preferredVersion") or {}).get("version")
+            versions = [str(v.get("version") or "") for v in group.get("versions") or []]
+            ordered: list[str] = [preferred] if preferred in versions else []
+            ordered += [v for v in versions if v and v not in ordered]
+            served[group.get("name", "")] = tuple(ordered)
         kueue_version = next((v for v in KUEUE_VERSIONS if v in served.get(KUEUE_GROUP, ())), None)
         plurals: frozenset[str] = frozenset()
         if kueue_version is not None:
@@ -298,7 +310,7 @@ class KueueClient:
                 for r in resources.get("resources") or []
                 if "/" not in r.get("name", "")
             )
-        else:
+        elif self.expects_kueue:
             logger.warning(
                 "cluster %s serves no Kueue version we read (%s); Kueue kinds are skipped",
                 self.name,
@@ -307,7 +319,7 @@ class KueueClient:
         visibility = next(
             (v for v in VISIBILITY_VERSIONS if v in served.get(VISIBILITY_GROUP, ())), None
         )
-        discovery = Discovery(kueue_version, plurals, visibility)
+        discovery = Discovery(kueue_version, plurals, visibility, tuple(sorted(served.items())))
         with self._lock:
             self._discovery = discovery
         return discovery
@@ -343,7 +355,12 @@ class KueueClient:
                 True,
                 reason="NotServed",
             )
-        version = discovery.kueue_version or "v1"
+        return self.list_kind(kind, discovery.kueue_version or "v1", deadline=deadline)
+
+    def list_kind(
+        self, kind: Kind, version: str, *, deadline: Deadline | None = None
+    ) -> ListResult:
+        """``list_objects`` of any kind (a quota source's too, quotas/sources) at ``version``."""
         items: list[dict[str, Any]] = []
         token: str | None = None
         tokens: set[str] = set()
@@ -412,7 +429,26 @@ class KueueClient:
         """
         kind = KINDS_BY_NAME[kind_name]
         discovery = self.discover(deadline=deadline)
-        version = discovery.kueue_version or "v1"
+        yield from self.watch_kind(
+            kind,
+            discovery.kueue_version or "v1",
+            resource_version,
+            timeout_seconds,
+            stop=stop,
+            deadline=deadline,
+        )
+
+    def watch_kind(
+        self,
+        kind: Kind,
+        version: str,
+        resource_version: str,
+        timeout_seconds: int,
+        *,
+        stop: threading.Event | None = None,
+        deadline: Deadline | None = None,
+    ) -> Iterator[WatchEvent]:
+        """``watch`` of any kind (a quota source's too, quotas/sources) at ``version``."""
         func, args, params = self._list_call(
             kind,
             version,

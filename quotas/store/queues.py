@@ -89,6 +89,7 @@ def _cohort_fields(w: SnapshotWriter, row: Any) -> dict[str, Any]:
         "fair_weight": row.fair_weight,
         "weighted_share": row.weighted_share,
         "resource_groups": row.resource_groups,
+        "scheduler": row.scheduler,
     }
 
 
@@ -123,6 +124,7 @@ def write_cluster_queues(
             **w.meta_fields(row.meta),
             "cohort_id": cohorts.get(row.cohort_name) if row.cohort_name else None,
             "cohort_name": row.cohort_name,
+            "scheduler": row.scheduler,
             "team_id": team_id,
             "namespace_selector": row.namespace_selector,
             "queueing_strategy": row.queueing_strategy,

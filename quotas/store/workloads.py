@@ -39,6 +39,7 @@ def write_workloads(
             queue_id = lq_queue_id
         rows[row.key] = {
             **w.meta_fields(row.meta),
+            "scheduler": row.scheduler,
             "owner_kind": row.owner_kind,
             "owner_name": row.owner_name,
             "owner_uid": row.owner_uid,

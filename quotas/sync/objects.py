@@ -14,7 +14,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from quotas.constants import LIST_KINDS
+from quotas.constants import LABEL_CLUSTER_QUEUE, LIST_KINDS
 from quotas.ingest import KueueBatch, KueueSnapshot
 from quotas.kueue import KINDS
 
@@ -205,7 +205,8 @@ class ObjectLists:
         return KueueSnapshot(observed_at=timezone.now(), complete=frozenset(self.complete), **lists)
 
     def workload_queue(self, obj: dict[str, Any]) -> str:
-        """The ClusterQueue a Workload object belongs to (admission, else its LocalQueue)."""
+        """The ClusterQueue a Workload object belongs to (admission, else the ClusterQueue its
+        labels name, else its LocalQueue's)."""
         status = obj.get("status")
         if isinstance(status, dict):
             admission = status.get("admission")
@@ -215,6 +216,10 @@ class ObjectLists:
         meta = obj.get("metadata")
         if not isinstance(spec, dict) or not isinstance(meta, dict):
             return ""
+        labels = meta.get("labels")
+        if isinstance(labels, dict) and labels.get(LABEL_CLUSTER_QUEUE):
+            # A source without LocalQueues (Volcano) names the ClusterQueue on the Workload.
+            return str(labels[LABEL_CLUSTER_QUEUE])
         local_queue = self.objects["LocalQueue"].get(
             (str(meta.get("namespace") or ""), str(spec.get("queueName") or ""))
         )

@@ -23,6 +23,7 @@ from fleet.choices import IngestSource, IngestStatus
 from fleet.leases import Lease, holder_identity
 from fleet.models import Cluster, IngestRun
 from quotas.kueue import KubeError, KueueClient
+from quotas.sources import SourceClient
 from quotas.sync.cluster import ClusterSync
 from quotas.sync.tally import Tally
 
@@ -71,7 +72,8 @@ def sync_cluster(
     own_client = client is None
     try:
         if client is None:
-            client = KueueClient.for_cluster(cluster, kubeconfig=kubeconfig, context=context)
+            # Kueue's kinds from the cluster's quota source (docs/architecture.md "Quota sources").
+            client = SourceClient.for_cluster(cluster, kubeconfig=kubeconfig, context=context)
         sync = ClusterSync(cluster, client, run, deadline)
         sync.relist()
         if watch_until is not None:

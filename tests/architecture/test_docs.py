@@ -44,6 +44,7 @@ ARCHITECTURE_SECTIONS = [
     "Layers",
     "Data flow",
     "Upstream facts",
+    "Quota sources",
     "Time model and storage",
     "Figures",
     "Write path",
