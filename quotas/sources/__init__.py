@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from core.deadlines import Deadline
@@ -55,6 +56,12 @@ def detect_source(discovery: Discovery, configured: str = "") -> str:
     return QuotaSource.KUEUE
 
 
+def _pod_group_key(pod_group: dict[str, Any]) -> tuple[str, str]:
+    meta = pod_group.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
 def _not_served(what: str) -> KubeError:
     return KubeError(f"{what}: not served by this API server", 404, True, reason="NotServed")
 
@@ -70,6 +77,13 @@ class SourceClient(KueueClient):
         # Per product kind: the Volcano queues as of the last LIST or event the sync saw.
         self._queues: dict[str, dict[str, dict[str, Any]]] = {}
         self._queues_lock = threading.Lock()
+        # Per PodGroup (namespace, name) that is Inqueue: (its queue, the GPUs it reserves), as
+        # of the last PodGroup LIST or event; a ClusterQueue's usage counts them.
+        self._reservations: dict[tuple[str, str], tuple[str, Decimal]] = {}
+        # The PodGroup LIST a ClusterQueue LIST made, for this sync's Workload LIST to use.
+        self._pod_groups: ListResult | None = None
+        # Per product kind: the reservations its objects were last translated with.
+        self._translated_with: dict[str, dict[str, Decimal]] = {}
 
     @classmethod
     def for_cluster(cls, cluster: Cluster, **kwargs: Any) -> SourceClient:
@@ -122,17 +136,49 @@ class SourceClient(KueueClient):
             raise _not_served(f"{kind_name} (Volcano has none)")
         version = self._volcano_version(deadline)
         if kind_name in VOLCANO_QUEUE_KINDS:
+            if kind_name == "ClusterQueue":
+                # Their usage counts the Inqueue PodGroups' reservations: list those first.
+                self._pod_groups = self._list_pod_groups(version, deadline)
             listed = self.list_kind(volcano.QUEUE, version, deadline=deadline)
             queues = {volcano.name_of(q): q for q in listed.items if volcano.name_of(q)}
             with self._queues_lock:
                 self._queues[kind_name] = queues
-            items = list(volcano.queues_as(kind_name, queues.values()).values())
+                reserved = self._translated_with[kind_name] = self._reserved()
+            items = list(volcano.queues_as(kind_name, queues.values(), reserved).values())
         elif kind_name == "Workload":
-            listed = self.list_kind(volcano.POD_GROUP, version, deadline=deadline)
+            # The PodGroups the ClusterQueue LIST of this sync read, else a LIST of its own.
+            listed = self._pod_groups or self._list_pod_groups(version, deadline)
+            self._pod_groups = None
             items = [volcano.pod_group_to_workload(g) for g in listed.items]
         else:
             raise _not_served(kind_name)
         return ListResult(kind_name, items, listed.resource_version, listed.pages, listed.filtered)
+
+    def _list_pod_groups(self, version: str, deadline: Deadline | None) -> ListResult:
+        """A complete PodGroup LIST; the reservations become its Inqueue PodGroups'."""
+        listed = self.list_kind(volcano.POD_GROUP, version, deadline=deadline)
+        reservations = {}
+        for group in listed.items:
+            found = volcano.reservation(group)
+            if found is not None:
+                reservations[_pod_group_key(group)] = found
+        with self._queues_lock:
+            self._reservations = reservations
+        return listed
+
+    def _note_reservation(self, event: WatchEvent) -> None:
+        """Keep the reservations up to date with a PodGroup event."""
+        key = _pod_group_key(event.object)
+        found = None if event.type == "DELETED" else volcano.reservation(event.object)
+        with self._queues_lock:
+            if found is None:
+                self._reservations.pop(key, None)
+            else:
+                self._reservations[key] = found
+
+    def _reserved(self) -> dict[str, Decimal]:
+        """Per queue, the GPUs its Inqueue PodGroups reserve (call with the lock held)."""
+        return volcano.reserved_gpus(self._reservations.values())
 
     # --- WATCH -------------------------------------------------------------------------------
     def watch(
@@ -162,6 +208,9 @@ class SourceClient(KueueClient):
                 if event.type in ("BOOKMARK", "INVALID"):
                     yield event
                 else:
+                    # A queue's usage follows on its next event (Volcano's controller updates
+                    # the queue's status counts whenever one of its PodGroups changes phase).
+                    self._note_reservation(event)
                     translated = volcano.pod_group_to_workload(event.object)
                     yield WatchEvent(event.type, translated, event.resource_version)
             return
@@ -203,11 +252,14 @@ class SourceClient(KueueClient):
                 raise ResourceExpired(
                     f"Volcano queue {name} changes which queues are parents; relisting {kind_name}"
                 )
-            old = volcano.queues_as(kind_name, known.values())
-            new = volcano.queues_as(kind_name, after.values())
-            known = after
             with self._queues_lock:
+                reserved = self._reserved()
+                before = self._translated_with.get(kind_name, reserved)
+                old = volcano.queues_as(kind_name, known.values(), before)
+                new = volcano.queues_as(kind_name, after.values(), reserved)
+                known = after
                 self._queues[kind_name] = known
+                self._translated_with[kind_name] = reserved
             changed = False
             for key in sorted(old.keys() | new.keys()):
                 if old.get(key) == new.get(key):

@@ -11,13 +11,18 @@ Pure functions on the API server's dicts; nothing here talks to a server.
 * Every other queue is a **ClusterQueue** under its parent (``root`` when it names none), one
   resource group of ``nvidia.com/gpu`` in ``FLAVOR``: nominal = deserved (absent: 0),
   borrowingLimit = capability - deserved (no capability: no limit), lendingLimit = 0 when
-  ``reclaimable: false``, else deserved - guarantee; ``status.flavorsUsage`` from
-  ``status.allocated``, borrowed = max(0, allocated - deserved).
+  ``reclaimable: false``, else deserved - guarantee; ``status.flavorsUsage``: the quota in use,
+  ``status.allocated`` (the GPUs of its bound pods) plus the ``minResources`` of its Inqueue
+  PodGroups (``reserved_gpus``: reserved, no pod bound yet), as Kueue's usage counts every
+  quota reservation; borrowed = max(0, quota in use - deserved).
 * A ``PodGroup`` is a **Workload** named like the PodGroup without the ``-<job uid>`` a Volcano
   Job appends; its ClusterQueue is ``spec.queue`` (label ``LABEL_CLUSTER_QUEUE``: Volcano has no
-  LocalQueues). Pending and Inqueue are pending demand (``spec.minResources``), Running and
-  Unknown hold their ``minResources`` (QuotaReserved and Admitted at the ``Scheduled``
-  condition's time), Completed is finished.
+  LocalQueues). Pending is pending demand (``spec.minResources``). Inqueue (Volcano's enqueue
+  admitted the gang against its queue's capability; its pods are not bound yet) reserves its
+  ``minResources``: QuotaReserved without Admitted, Kueue's own reading of a reservation whose
+  pods have not started, so a gang that stays Inqueue with no pod running is a ghost
+  reservation like any other. Running and Unknown hold their ``minResources`` (QuotaReserved and
+  Admitted at the ``Scheduled`` condition's time), Completed is finished.
 
 Queue ``weight`` becomes ``spec.fairSharing.weight``; weight and ``status.state`` are also kept
 as the labels ``WEIGHT_LABEL`` and ``STATE_LABEL`` (stored with the row's labels), and a Closed
@@ -52,7 +57,8 @@ STATE_LABEL = "gpu-ledger.io/volcano-state"
 PHASE_ANNOTATION = "gpu-ledger.io/volcano-phase"
 CLOSED_STATES = frozenset({"Closed", "Closing"})
 HOLDING_PHASES = frozenset({"Running", "Unknown"})
-PENDING_PHASES = frozenset({"Pending", "Inqueue"})
+RESERVING_PHASE = "Inqueue"
+PENDING_PHASES = frozenset({"Pending"})
 FINISHED_PHASES = frozenset({"Completed"})
 
 
@@ -178,8 +184,11 @@ def queue_to_cohort(queue: Mapping[str, Any], children: list[Mapping[str, Any]])
     return {"apiVersion": KUEUE_VERSION, "kind": "Cohort", "metadata": metadata, "spec": spec}
 
 
-def queue_to_cluster_queue(queue: Mapping[str, Any]) -> dict[str, Any]:
-    """A leaf queue as a Kueue ClusterQueue (see the module docstring)."""
+def queue_to_cluster_queue(
+    queue: Mapping[str, Any], reserved: Decimal = Decimal(0)
+) -> dict[str, Any]:
+    """A leaf queue as a Kueue ClusterQueue, ``reserved`` GPUs of Inqueue PodGroups in its
+    usage (see the module docstring)."""
     spec = _dict(queue.get("spec"))
     status = _dict(queue.get("status"))
     nominal = deserved(queue)
@@ -192,11 +201,11 @@ def queue_to_cluster_queue(queue: Mapping[str, Any]) -> dict[str, Any]:
     else:
         guarantee = gpus(_dict(spec.get("guarantee")).get("resource")) or Decimal(0)
         resource["lendingLimit"] = text(max(Decimal(0), nominal - guarantee))
-    allocated = gpus(status.get("allocated")) or Decimal(0)
+    in_use = (gpus(status.get("allocated")) or Decimal(0)) + reserved
     used = {
         "name": GPU_RESOURCE,
-        "total": text(allocated),
-        "borrowed": text(max(Decimal(0), allocated - nominal)),
+        "total": text(in_use),
+        "borrowed": text(max(Decimal(0), in_use - nominal)),
     }
     kueue_spec: dict[str, Any] = {
         "cohortName": parent_of(queue),
@@ -217,17 +226,19 @@ def queue_to_cluster_queue(queue: Mapping[str, Any]) -> dict[str, Any]:
         "spec": kueue_spec,
         "status": {
             "flavorsUsage": [{"name": FLAVOR, "resources": [used]}],
-            "pendingWorkloads": count("pending", "inqueue"),
-            "reservingWorkloads": count("running"),
+            "pendingWorkloads": count("pending"),
+            "reservingWorkloads": count("inqueue", "running"),
             "admittedWorkloads": count("running"),
         },
     }
 
 
 def translate_queues(
-    queues: Iterable[Mapping[str, Any]],
+    queues: Iterable[Mapping[str, Any]], reserved: Mapping[str, Decimal] | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(Cohorts, ClusterQueues) of a complete list of Volcano queues, each by name."""
+    """(Cohorts, ClusterQueues) of a complete list of Volcano queues, each by name, with the
+    ``reserved`` GPUs of each queue's Inqueue PodGroups (``reserved_gpus``) in its usage."""
+    reserved = reserved or {}
     listed = sorted((q for q in queues if name_of(q)), key=name_of)
     parents = parent_names(listed)
     children: dict[str, list[Mapping[str, Any]]] = {}
@@ -236,13 +247,21 @@ def translate_queues(
     cohorts = [
         queue_to_cohort(q, children.get(name_of(q), [])) for q in listed if name_of(q) in parents
     ]
-    cluster_queues = [queue_to_cluster_queue(q) for q in listed if name_of(q) not in parents]
+    cluster_queues = [
+        queue_to_cluster_queue(q, reserved.get(name_of(q), Decimal(0)))
+        for q in listed
+        if name_of(q) not in parents
+    ]
     return cohorts, cluster_queues
 
 
-def queues_as(kind: str, queues: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def queues_as(
+    kind: str,
+    queues: Iterable[Mapping[str, Any]],
+    reserved: Mapping[str, Decimal] | None = None,
+) -> dict[str, dict[str, Any]]:
     """The queues translated to ``kind`` ("Cohort" or "ClusterQueue"), by name."""
-    cohorts, cluster_queues = translate_queues(queues)
+    cohorts, cluster_queues = translate_queues(queues, reserved)
     return {name_of(obj): obj for obj in (cohorts if kind == "Cohort" else cluster_queues)}
 
 
@@ -293,19 +312,23 @@ def _conditions(pod_group: Mapping[str, Any], phase: str) -> list[dict[str, Any]
     created = _dict(pod_group.get("metadata")).get("creationTimestamp")
     if phase in PENDING_PHASES:
         why = unschedulable or {}
-        message = str(why.get("message") or "")
-        if phase == "Inqueue":
-            message = "Inqueue: admitted by Volcano's enqueue, pods not bound yet" + (
-                f"; {message}" if message else ""
-            )
         return [
             _condition(
                 c.COND_QUOTA_RESERVED,
                 "False",
-                phase if phase == "Inqueue" else str(why.get("reason") or "Pending"),
-                message,
+                str(why.get("reason") or "Pending"),
+                str(why.get("message") or ""),
                 why.get("lastTransitionTime") or created,
             )
+        ]
+    if phase == RESERVING_PHASE:
+        # Volcano records no Inqueue condition: the reservation dates from the newest one it has.
+        times = [str(x.get("lastTransitionTime")) for x in own if x.get("lastTransitionTime")]
+        at = max(times, default=created)
+        waiting = "admitted by Volcano's enqueue, pods not bound yet"
+        return [
+            _condition(c.COND_QUOTA_RESERVED, "True", RESERVING_PHASE, waiting, at),
+            _condition(c.COND_ADMITTED, "False", RESERVING_PHASE, waiting, at),
         ]
     at = (scheduled or {}).get("lastTransitionTime") or created
     reason = str((scheduled or {}).get("reason") or "Scheduled")[:200]
@@ -381,3 +404,21 @@ def pod_group_to_workload(pod_group: Mapping[str, Any]) -> dict[str, Any]:
         "spec": workload_spec,
         "status": workload_status,
     }
+
+
+def reservation(pod_group: Mapping[str, Any]) -> tuple[str, Decimal] | None:
+    """(its queue, its ``minResources`` GPUs) for an Inqueue PodGroup, else None."""
+    if _dict(pod_group.get("status")).get("phase") != RESERVING_PHASE:
+        return None
+    spec = _dict(pod_group.get("spec"))
+    queue = spec.get("queue") if isinstance(spec.get("queue"), str) else ""
+    return queue or "default", gpus(spec.get("minResources")) or Decimal(0)
+
+
+def reserved_gpus(reservations: Iterable[tuple[str, Decimal] | None]) -> dict[str, Decimal]:
+    """Per queue, the GPUs its Inqueue PodGroups reserve."""
+    found: dict[str, Decimal] = {}
+    for entry in reservations:
+        if entry is not None:
+            found[entry[0]] = found.get(entry[0], Decimal(0)) + entry[1]
+    return found

@@ -104,23 +104,28 @@ def volcano() -> dict[str, Any]:
             running[group["metadata"]["name"]] += 1
     own_alloc: dict[str, Decimal] = defaultdict(Decimal)
     own_pending: dict[str, Decimal] = defaultdict(Decimal)
+    own_in_use: dict[str, Decimal] = defaultdict(Decimal)
     workloads = {}
     for name, group in group_of.items():
         queue = group["spec"]["queue"]
         phase = group["status"]["phase"]
-        waiting = gpus(group["spec"]["minResources"]) if phase in ("Pending", "Inqueue") else 0
+        waiting = gpus(group["spec"]["minResources"]) if phase == "Pending" else 0
+        reserved = gpus(group["spec"]["minResources"]) if phase in ("Inqueue", "Running") else 0
         own_alloc[queue] += held[name]
         own_pending[queue] += waiting
+        own_in_use[queue] += held[name] + (reserved if phase == "Inqueue" else 0)
         key = f"{group['metadata']['namespace']}/{UUID_SUFFIX.sub('', name)}"
         workloads[key] = {
             "queue": queue,
             "minMember": str(group["spec"]["minMember"]),
             "phase": phase,
             "GPUs held": held[name],
+            "GPUs reserved": Decimal(reserved),
             "GPUs pending": Decimal(waiting),
             "running pods": Decimal(running[name]),
         }
     allocated = rolled_up(own_alloc, parent_of)
+    in_use = rolled_up(own_in_use, parent_of)
     pending = rolled_up(own_pending, parent_of)
     figures = {}
     for name, q in queues.items():
@@ -128,14 +133,15 @@ def volcano() -> dict[str, Any]:
         nominal = gpus(spec.get("deserved"))
         capability = spec.get("capability")
         guarantee = gpus((spec.get("guarantee") or {}).get("resource"))
-        lendable = max(Decimal(0), nominal - max(allocated[name], guarantee))
+        lendable = max(Decimal(0), nominal - max(in_use[name], guarantee))
         figures[name] = {
             "parent": parent_of[name] or "–",
             "nominal": nominal,
             "borrowing limit": None if capability is None else gpus(capability) - nominal,
             "guarantee": guarantee,
             "allocated": allocated[name],
-            "borrowed": max(Decimal(0), allocated[name] - nominal),
+            "in use": in_use[name],
+            "borrowed": max(Decimal(0), in_use[name] - nominal),
             "lendable": lendable if spec.get("reclaimable", True) else Decimal(0),
             "pending": pending[name],
         }

@@ -146,11 +146,17 @@ def test_pod_groups_become_workloads_by_phase() -> None:
     assert requests["requests"][GPU] == "4"
     assert running["status"]["admission"]["podSetAssignments"][0]["resourceUsage"][GPU] == "16"
     assert {c["type"] for c in running["status"]["conditions"]} == {"QuotaReserved", "Admitted"}
-    for pending in ("protein-fold", "ddp-smoke"):
-        assert "admission" not in by_name[pending]["status"]
-        (condition,) = by_name[pending]["status"]["conditions"]
-        assert (condition["type"], condition["status"]) == ("QuotaReserved", "False")
-    assert by_name["ddp-smoke"]["status"]["conditions"][0]["reason"] == "Inqueue"
+    pending = by_name["protein-fold"]["status"]
+    assert "admission" not in pending
+    (condition,) = pending["conditions"]
+    assert (condition["type"], condition["status"]) == ("QuotaReserved", "False")
+    # Inqueue: the enqueue action reserved its quota; no pod of it is bound yet.
+    inqueue = by_name["ddp-smoke"]["status"]
+    assert inqueue["admission"]["podSetAssignments"][0]["resourceUsage"][GPU] == "2"
+    assert {(c["type"], c["status"], c["reason"]) for c in inqueue["conditions"]} == {
+        ("QuotaReserved", "True", "Inqueue"),
+        ("Admitted", "False", "Inqueue"),
+    }
     finished = by_name["tokenizer-bench"]["status"]["conditions"]
     assert ("Finished", "Succeeded") in {(c["type"], c["reason"]) for c in finished}
 
@@ -251,7 +257,7 @@ def test_a_volcano_sync_writes_the_readme_queue_figures(volcano_api, volcano_clu
         assert queue["scheduler"] == "volcano"
         assert queue["cohort_name"] == figures["parent"], name
         assert now["nominal"] == number(figures["nominal"]), name
-        assert now["total"] == number(figures["allocated"]), name
+        assert now["total"] == number(figures["in use"]), name
         assert now["borrowed"] == number(figures["borrowed"]), name
         assert now["pending"] == number(figures["pending"]), name
         (quota,) = queue["quotas"]
@@ -262,8 +268,8 @@ def test_a_volcano_sync_writes_the_readme_queue_figures(volcano_api, volcano_clu
             nominal, guarantee = Decimal(figures["nominal"]), Decimal(figures["guarantee"])
             assert Decimal(quota["lending_limit"]) == max(0, nominal - guarantee), name
     assert Decimal(listed["prod"]["quotas"][0]["lending_limit"]) == 0
-    # The README's Queue status counts: pending + inqueue wait, running are admitted.
-    for name, (waiting, admitted) in {"team-v1": (0, 2), "team-v2": (2, 1), "prod": (0, 1)}.items():
+    # The README's Queue status counts: pending wait, running are admitted (inqueue reserve).
+    for name, (waiting, admitted) in {"team-v1": (0, 2), "team-v2": (1, 1), "prod": (0, 1)}.items():
         assert (listed[name]["pending_workloads"], listed[name]["admitted_workloads"]) == (
             waiting,
             admitted,
@@ -299,7 +305,7 @@ def test_a_volcano_sync_writes_the_readme_parent_queue_figures(
         assert cohort.parent_name == ("" if figures["parent"] == "–" else figures["parent"])
         subtree = totals[(name, volcano.FLAVOR)]
         assert float(subtree["nominal"]) == number(figures["nominal"]), name
-        assert float(subtree["total"]) == number(figures["allocated"]), name
+        assert float(subtree["total"]) == number(figures["in use"]), name
         assert max(0, subtree["total"] - subtree["nominal"]) == Decimal(figures["borrowed"])
         below = Q(cluster_queue__cohort_id__in=_subtree(cohort))
         pending = sum(d.gpus for d in pending_gpus(below, "cluster_queue__cluster_id").values())
@@ -310,7 +316,7 @@ def test_a_volcano_sync_writes_the_readme_parent_queue_figures(
     nominal = members_nominal(direct)[research.pk] + sum(cohort_pool(research).values())
     assert nominal == number(QUEUES["research"]["nominal"])
     held = holding_gpus(direct, "cluster_queue__cohort_id")[research.pk]
-    assert held == number(QUEUES["research"]["allocated"])
+    assert held == number(QUEUES["research"]["in use"])
 
 
 def test_a_volcano_sync_writes_the_readme_workload_figures(volcano_api, volcano_cluster) -> None:
@@ -328,13 +334,14 @@ def test_a_volcano_sync_writes_the_readme_workload_figures(volcano_api, volcano_
         assert found.cluster_queue is not None and found.cluster_queue.name == figures["queue"]
         assert found.pod_sets[0]["count"] == int(figures["minMember"]), key
         assert groups[name]["status"]["phase"] == figures["phase"]
-        assert held.get(found.pk, 0.0) == number(figures["GPUs held"]), key
+        assert held.get(found.pk, 0.0) == number(figures["GPUs reserved"]), key
         assert getattr(waiting.get(found.pk), "gpus", 0.0) == number(figures["GPUs pending"]), key
         running = [a for a in workload_allocations(found) if a.ended_at is None and a.node_name]
         assert len(running) == int(figures["running pods"]), key
     tokenizer = Workload.objects.get(cluster=volcano_cluster, name="tokenizer-bench")
     assert tokenizer.state == "succeeded"
-    assert Workload.objects.get(name="ddp-smoke").state_reason == "Inqueue"
+    ddp_smoke = Workload.objects.get(name="ddp-smoke")
+    assert (ddp_smoke.state, ddp_smoke.state_reason) == ("quota_reserved", "Inqueue")
 
 
 def test_a_kueue_sync_marks_its_rows_kueue(kube_api, kube_cluster) -> None:
@@ -403,6 +410,42 @@ def test_watch_events_translate_and_a_new_parent_relists(volcano_api, volcano_cl
     research = Cohort.objects.get(cluster=volcano_cluster, name="research")
     assert cohort_pool(research) == {volcano.FLAVOR: 12.0}
     assert volcano_api.list_count(QUEUE) >= 3  # Cohort and ClusterQueue, then a relist
+
+
+def _gpus_in_use(cluster_queue: dict[str, Any]) -> str:
+    (flavor,) = cluster_queue["status"]["flavorsUsage"]
+    return next(r["total"] for r in flavor["resources"] if r["name"] == GPU)
+
+
+def test_an_inqueue_gang_that_starts_moves_from_reserved_to_allocated(
+    volcano_api, volcano_cluster
+) -> None:
+    """ddp-smoke (2 GPUs Inqueue) starts: its PodGroup turns Running, then Volcano's controller
+    updates team-v2's status (allocated 8 -> 10). Quota in use is 10 before and after, the
+    2 GPUs counted once: reserved, then allocated."""
+    ddp = next(n for n in pod_groups() if n.startswith("ddp-smoke"))
+
+    def running(group: dict[str, Any]) -> None:
+        group["status"] = {**group["status"], "phase": "Running", "running": 2}
+
+    def allocated(queue: dict[str, Any]) -> None:
+        queue["status"]["allocated"][GPU] = "10"
+        queue["status"]["running"], queue["status"]["inqueue"] = 2, 0
+
+    with SourceClient.for_cluster(volcano_cluster) as client:
+        queues_listed = client.list_objects("ClusterQueue")
+        groups_listed = client.list_objects("Workload")
+        before = {q["metadata"]["name"]: q for q in queues_listed.items}
+        volcano_api.modify(POD_GROUP, ddp, running, namespace="team-v2")
+        volcano_api.modify(QUEUE, "team-v2", allocated)
+        group_events = list(client.watch("Workload", groups_listed.resource_version, 1))
+        queue_events = list(client.watch("ClusterQueue", queues_listed.resource_version, 1))
+
+    assert _gpus_in_use(before["team-v2"]) == "10"  # 8 allocated + 2 reserved
+    (started,) = [e.object for e in group_events if e.type == "MODIFIED"]
+    assert {c["type"]: c["status"] for c in started["status"]["conditions"]}["Admitted"] == "True"
+    (changed,) = [e.object for e in queue_events if e.type == "MODIFIED"]
+    assert (changed["metadata"]["name"], _gpus_in_use(changed)) == ("team-v2", "10")
 
 
 def test_a_failed_queue_list_deletes_nothing(volcano_api, volcano_cluster) -> None:
