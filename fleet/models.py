@@ -133,6 +133,8 @@ class Cluster(models.Model):
         max_length=16,
         choices=QuotaSource.choices,
         default=QuotaSource.DETECT,
+        # A database default too: rows written by a release older than the column still insert.
+        db_default=QuotaSource.DETECT,
         blank=True,
         help_text="Which scheduler's queues the quota sync reads; empty detects it.",
     )

@@ -156,6 +156,7 @@ class Cohort(KueueObject):
     scheduler = models.CharField(
         max_length=16,
         default="kueue",
+        db_default="kueue",
         help_text="The scheduler whose objects this row was read from (Cluster.quota_source).",
     )
     fair_weight = models.DecimalField(
@@ -201,6 +202,7 @@ class ClusterQueue(KueueObject):
     scheduler = models.CharField(
         max_length=16,
         default="kueue",
+        db_default="kueue",
         help_text="The scheduler whose objects this row was read from (Cluster.quota_source).",
     )
     team = models.ForeignKey(
@@ -367,6 +369,7 @@ class Workload(KueueObject):
     scheduler = models.CharField(
         max_length=16,
         default="kueue",
+        db_default="kueue",
         help_text="The scheduler whose objects this row was read from (Cluster.quota_source).",
     )
     owner_kind = models.CharField(max_length=100, blank=True)
