@@ -50,6 +50,9 @@ LABEL_LOCAL_QUEUE = "kueue.x-k8s.io/local-queue-name"
 LABEL_PODSET = "kueue.x-k8s.io/podset"
 # Volcano's pod annotation naming its PodGroup (docs/architecture.md "Quota sources").
 VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"
+# KAI Scheduler's pod annotation naming its PodGroup, and its label naming the pod's queue.
+KAI_GROUP_NAME = "pod-group-name"
+KAI_QUEUE_LABEL = "kai.scheduler/queue"
 # The label a quota source's translated objects carry: which scheduler they were read from
 # (quotas/sources). Objects without it are Kueue's own.
 LABEL_SCHEDULER = "gpu-ledger.io/scheduler"

@@ -1,9 +1,11 @@
 """Pods that request GPUs -> rows, each joined to its Workload when it can be.
 
 The join, first match wins: the ``kueue.x-k8s.io/workload`` annotation, then the prebuilt
-workload or pod group name, then Volcano's ``scheduling.k8s.io/group-name`` annotation (the
-PodGroup a translated Workload stands for, quotas/sources), then the owner chain (an owner's,
-the JobSet's or the pod's own UID against the Workloads' job UIDs and owner pods).
+workload or pod group name, then Volcano's ``scheduling.k8s.io/group-name`` or KAI Scheduler's
+``pod-group-name`` annotation (the PodGroup a translated Workload stands for, quotas/sources),
+then the owner chain (an owner's, the JobSet's or the pod's own UID against the Workloads' job
+UIDs and owner pods). A pod's ClusterQueue: its ``kueue.x-k8s.io/cluster-queue-name`` label,
+else its Workload's, else KAI's ``kai.scheduler/queue`` label (a KAI queue is a ClusterQueue).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class PodJoiner:
     def __init__(self, workloads: list[WorkloadRow]) -> None:
         self.by_name = {row.key: row for row in workloads}
         self.by_job_uid: dict[tuple[str, str], WorkloadRow] = {}
-        # Volcano: the PodGroup name a translated Workload stands for (quotas/sources).
+        # Volcano, KAI: the PodGroup name a translated Workload stands for (quotas/sources).
         self.by_pod_group = {
             (row.meta.namespace, row.pod_group): row for row in workloads if row.pod_group
         }
@@ -50,13 +52,14 @@ class PodJoiner:
             group = meta.annotations.get(key) or meta.labels.get(key)
             if group and (namespace, group) in self.by_name:
                 return group, key, self.by_name[(namespace, group)]
-        pod_group = meta.annotations.get(c.VOLCANO_GROUP_NAME)
-        if pod_group:
-            row = self.by_pod_group.get((namespace, pod_group)) or self.by_name.get(
-                (namespace, pod_group)
-            )
+        for key in (c.VOLCANO_GROUP_NAME, c.KAI_GROUP_NAME):
+            pod_group = meta.annotations.get(key)
+            if not pod_group:
+                continue
+            found = (namespace, pod_group)
+            row = self.by_pod_group.get(found) or self.by_name.get(found)
             if row is not None:
-                return row.meta.name, c.VOLCANO_GROUP_NAME, row
+                return row.meta.name, key, row
         candidates = [("owner", ref.get("uid") or "") for ref in meta.owner_references] + [
             ("jobset", meta.labels.get(c.LABEL_JOBSET_UID, "")),
             ("pod_uid", meta.uid),
@@ -109,7 +112,8 @@ def parse_pod(item: dict, meta: ObjectMeta, joiner: PodJoiner) -> PodRow | None:
         workload_name=workload_name,
         joined_by=joined_by,
         cluster_queue_name=meta.labels.get(c.LABEL_CLUSTER_QUEUE)
-        or (workload.cluster_queue_name if workload else ""),
+        or (workload.cluster_queue_name if workload else "")
+        or meta.labels.get(c.KAI_QUEUE_LABEL, ""),
         local_queue_name=meta.labels.get(c.LABEL_LOCAL_QUEUE)
         or (workload.queue_name if workload else ""),
         podset=podset,

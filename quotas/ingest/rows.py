@@ -183,7 +183,7 @@ class WorkloadRow:
     evictions_total: int = 0
     # Which scheduler's object this row was read from (quotas/sources).
     scheduler: str = "kueue"
-    # The PodGroup a translated Workload stands for (Volcano), whose pods name it.
+    # The PodGroup a translated Workload stands for (Volcano, KAI), whose pods name it.
     pod_group: str = ""
 
     @property

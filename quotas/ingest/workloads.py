@@ -266,7 +266,7 @@ def parse_workload(
         owner_uid=read_str(owner.get("uid"), "ownerReference.uid"),
         job_uid=meta.labels.get(c.LABEL_JOB_UID, ""),
         queue_name=queue_name,
-        # A source without LocalQueues (Volcano) names the ClusterQueue on the Workload itself.
+        # A source without LocalQueues (Volcano, KAI) names the ClusterQueue on the Workload.
         cluster_queue_name=admitted_cq
         or lq_targets.get((meta.namespace, queue_name), "")
         or meta.labels.get(c.LABEL_CLUSTER_QUEUE, ""),
@@ -300,7 +300,8 @@ def parse_workload(
         ),
         evictions_total=_evictions_total(status),
         scheduler=meta.labels.get(c.LABEL_SCHEDULER) or c.DEFAULT_SCHEDULER,
-        pod_group=meta.annotations.get(c.VOLCANO_GROUP_NAME, ""),
+        pod_group=meta.annotations.get(c.VOLCANO_GROUP_NAME)
+        or meta.annotations.get(c.KAI_GROUP_NAME, ""),
     )
     return row, _transitions(meta, conditions, requeue_at)
 

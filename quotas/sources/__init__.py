@@ -4,19 +4,23 @@ serves the sync Kueue's kinds whatever the source (docs/architecture.md "Quota s
 The sync (``quotas.sync``), ingest, store and read layer know Kueue's objects only. For another
 source the translation happens at the client boundary: ``SourceClient`` is a ``KueueClient``
 whose ``list_objects`` and ``watch`` of the product's kinds read the source's own kinds and hand
-back Kueue-shaped (v1beta2) objects (``quotas.sources.volcano``), so a complete LIST, a failed
-one and a ``410 Gone`` mean what they mean for Kueue: nothing of a kind whose LIST failed is
-marked deleted.
+back Kueue-shaped (v1beta2) objects (``quotas.sources.volcano``, ``quotas.sources.kai``), so a
+complete LIST, a failed one and a ``410 Gone`` mean what they mean for Kueue: nothing of a kind
+whose LIST failed is marked deleted.
 
 * ``detect_source``: ``Cluster.quota_source`` when set, else from discovery: Kueue's group
-  served -> kueue, else ``scheduling.volcano.sh`` -> volcano, else kueue (its kinds then count as
-  not served, as before).
-* Volcano: Cohort and ClusterQueue from ``queues``, Workload from ``podgroups``; Pods and Nodes as
-  for Kueue; ResourceFlavor, LocalQueue and WorkloadPriorityClass are not served (404
-  ``NotServed``: known empty, nothing to delete). Which queues are Cohorts depends on the whole
-  queue list, so a queue event that would turn a Cohort into a ClusterQueue or back ends that
-  WATCH with ``ResourceExpired``: the sync relists the kind and turns the difference into changes
-  (``quotas.sync.listing.Lister.relist_kind``).
+  served -> kueue, else ``scheduling.volcano.sh`` -> volcano, else ``scheduling.run.ai`` -> kai,
+  else kueue (its kinds then count as not served, as before).
+* Volcano and KAI (``SOURCES``, each a ``quotas.sources.common.Source``): Cohort and
+  ClusterQueue from ``queues``, Workload from ``podgroups``; Pods and Nodes as for Kueue;
+  ResourceFlavor, LocalQueue and WorkloadPriorityClass are not served (404 ``NotServed``: known
+  empty, nothing to delete). Which queues are Cohorts depends on the whole queue list, so a queue
+  event that would turn a Cohort into a ClusterQueue or back ends that WATCH with
+  ``ResourceExpired``: the sync relists the kind and turns the difference into changes
+  (``quotas.sync.listing.Lister.relist_kind``). A queue's translation also takes what its
+  PodGroups tell it (``Source.group_facts``: Volcano's Inqueue reservations, KAI's workload
+  counts): the PodGroups are listed before the queues, that LIST is reused by the Workload LIST
+  of the same sync, and PodGroup events keep the facts current.
 """
 
 from __future__ import annotations
@@ -24,25 +28,26 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from core.deadlines import Deadline
 from fleet.choices import QuotaSource
 from quotas.constants import KUEUE_GROUP
 from quotas.kueue import Discovery, KubeError, KueueClient, ListResult, ResourceExpired, WatchEvent
-from quotas.sources import volcano
+from quotas.sources import kai, volcano
+from quotas.sources.common import Source, key_of, name_of
 
 if TYPE_CHECKING:
     from fleet.models import Cluster
 
 logger = logging.getLogger(__name__)
 
-# The product's kinds a Volcano cluster serves from its own kinds.
-VOLCANO_QUEUE_KINDS = frozenset({"Cohort", "ClusterQueue"})
-VOLCANO_UNSERVED = frozenset({"ResourceFlavor", "LocalQueue", "WorkloadPriorityClass"})
+# The product's kinds a Volcano or KAI cluster serves from its queues.
+QUEUE_KINDS = frozenset({"Cohort", "ClusterQueue"})
+# The sources translated at the client boundary, by QuotaSource, in detection order.
+SOURCES: dict[str, Source] = {QuotaSource.VOLCANO: volcano.SOURCE, QuotaSource.KAI: kai.SOURCE}
 # Sources read so far; the others are known choices without a reader yet.
-READ_SOURCES = frozenset({QuotaSource.KUEUE, QuotaSource.VOLCANO})
+READ_SOURCES = frozenset({QuotaSource.KUEUE, *SOURCES})
 
 
 def detect_source(discovery: Discovery, configured: str = "") -> str:
@@ -51,15 +56,10 @@ def detect_source(discovery: Discovery, configured: str = "") -> str:
         return configured
     if discovery.group_versions(KUEUE_GROUP):
         return QuotaSource.KUEUE
-    if discovery.group_versions(volcano.VOLCANO_GROUP):
-        return QuotaSource.VOLCANO
+    for name, source in SOURCES.items():
+        if discovery.group_versions(source.group):
+            return name
     return QuotaSource.KUEUE
-
-
-def _pod_group_key(pod_group: dict[str, Any]) -> tuple[str, str]:
-    meta = pod_group.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
 def _not_served(what: str) -> KubeError:
@@ -74,16 +74,17 @@ class SourceClient(KueueClient):
         self.configured_source = source
         self.expects_kueue = source == QuotaSource.KUEUE
         self._source: str | None = source or None
-        # Per product kind: the Volcano queues as of the last LIST or event the sync saw.
+        # Per product kind: the source's queues as of the last LIST or event the sync saw.
         self._queues: dict[str, dict[str, dict[str, Any]]] = {}
         self._queues_lock = threading.Lock()
-        # Per PodGroup (namespace, name) that is Inqueue: (its queue, the GPUs it reserves), as
-        # of the last PodGroup LIST or event; a ClusterQueue's usage counts them.
-        self._reservations: dict[tuple[str, str], tuple[str, Decimal]] = {}
+        # Per PodGroup (namespace, name) that tells its queue something (``Source.group_facts``),
+        # as of the last PodGroup LIST or event.
+        self._facts: dict[tuple[str, str], Any] = {}
         # The PodGroup LIST a ClusterQueue LIST made, for this sync's Workload LIST to use.
         self._pod_groups: ListResult | None = None
-        # Per product kind: the reservations its objects were last translated with.
-        self._translated_with: dict[str, dict[str, Decimal]] = {}
+        # Per product kind: the per-queue summary of the facts its objects were last translated
+        # with (``Source.summarize``).
+        self._translated_with: dict[str, dict[str, Any]] = {}
 
     @classmethod
     def for_cluster(cls, cluster: Cluster, **kwargs: Any) -> SourceClient:
@@ -106,7 +107,7 @@ class SourceClient(KueueClient):
                 f"cluster {self.name}: quota source {source} is not read yet", None, True
             )
         if source == QuotaSource.KUEUE and not discovery.kueue_version:
-            logger.warning("cluster %s serves neither Kueue nor Volcano", self.name)
+            logger.warning("cluster %s serves neither Kueue, Volcano nor KAI", self.name)
         self._source = source
         return discovery
 
@@ -121,64 +122,68 @@ class SourceClient(KueueClient):
         """The source as rows name it (``scheduler``), once known."""
         return self._source or QuotaSource.KUEUE
 
-    def _volcano_version(self, deadline: Deadline | None) -> str:
-        served = self.discover(deadline=deadline).group_versions(volcano.VOLCANO_GROUP)
-        version = next((v for v in volcano.VOLCANO_VERSIONS if v in served), None)
+    def _translated(self, deadline: Deadline | None) -> Source | None:
+        """The source translated at this boundary; None for Kueue itself."""
+        return SOURCES.get(self.source(deadline))
+
+    def _version(self, source: Source, kind: str, deadline: Deadline | None) -> str:
+        """The version of the source's ``kind`` ("queue" or "pod_group") to read."""
+        wanted = source.queue_versions if kind == "queue" else source.pod_group_versions
+        served = self.discover(deadline=deadline).group_versions(source.group)
+        version = next((v for v in wanted if v in served), None)
         if version is None:
-            raise _not_served(f"{volcano.VOLCANO_GROUP} {'/'.join(volcano.VOLCANO_VERSIONS)}")
+            raise _not_served(f"{source.group} {'/'.join(wanted)}")
         return version
 
     # --- LIST --------------------------------------------------------------------------------
     def list_objects(self, kind_name: str, *, deadline: Deadline | None = None) -> ListResult:
-        if self.source(deadline) != QuotaSource.VOLCANO or kind_name in ("Pod", "Node"):
+        source = self._translated(deadline)
+        if source is None or kind_name in ("Pod", "Node"):
             return super().list_objects(kind_name, deadline=deadline)
-        if kind_name in VOLCANO_UNSERVED:
-            raise _not_served(f"{kind_name} (Volcano has none)")
-        version = self._volcano_version(deadline)
-        if kind_name in VOLCANO_QUEUE_KINDS:
+        if kind_name in source.unserved:
+            raise _not_served(f"{kind_name} ({source.name} has none)")
+        if kind_name in QUEUE_KINDS:
             if kind_name == "ClusterQueue":
-                # Their usage counts the Inqueue PodGroups' reservations: list those first.
-                self._pod_groups = self._list_pod_groups(version, deadline)
-            listed = self.list_kind(volcano.QUEUE, version, deadline=deadline)
-            queues = {volcano.name_of(q): q for q in listed.items if volcano.name_of(q)}
+                # Their translation takes what the PodGroups tell: list those first.
+                self._pod_groups = self._list_pod_groups(source, deadline)
+            version = self._version(source, "queue", deadline)
+            listed = self.list_kind(source.queue, version, deadline=deadline)
+            queues = {name_of(q): q for q in listed.items if name_of(q)}
             with self._queues_lock:
                 self._queues[kind_name] = queues
-                reserved = self._translated_with[kind_name] = self._reserved()
-            items = list(volcano.queues_as(kind_name, queues.values(), reserved).values())
+                summary = self._translated_with[kind_name] = source.summarize(self._facts.values())
+            items = list(source.queues_as(kind_name, queues.values(), summary).values())
         elif kind_name == "Workload":
             # The PodGroups the ClusterQueue LIST of this sync read, else a LIST of its own.
-            listed = self._pod_groups or self._list_pod_groups(version, deadline)
+            listed = self._pod_groups or self._list_pod_groups(source, deadline)
             self._pod_groups = None
-            items = [volcano.pod_group_to_workload(g) for g in listed.items]
+            items = [source.pod_group_to_workload(g) for g in listed.items]
         else:
             raise _not_served(kind_name)
         return ListResult(kind_name, items, listed.resource_version, listed.pages, listed.filtered)
 
-    def _list_pod_groups(self, version: str, deadline: Deadline | None) -> ListResult:
-        """A complete PodGroup LIST; the reservations become its Inqueue PodGroups'."""
-        listed = self.list_kind(volcano.POD_GROUP, version, deadline=deadline)
-        reservations = {}
+    def _list_pod_groups(self, source: Source, deadline: Deadline | None) -> ListResult:
+        """A complete PodGroup LIST; the facts become its PodGroups'."""
+        version = self._version(source, "pod_group", deadline)
+        listed = self.list_kind(source.pod_group, version, deadline=deadline)
+        facts = {}
         for group in listed.items:
-            found = volcano.reservation(group)
+            found = source.group_facts(group)
             if found is not None:
-                reservations[_pod_group_key(group)] = found
+                facts[key_of(group)] = found
         with self._queues_lock:
-            self._reservations = reservations
+            self._facts = facts
         return listed
 
-    def _note_reservation(self, event: WatchEvent) -> None:
-        """Keep the reservations up to date with a PodGroup event."""
-        key = _pod_group_key(event.object)
-        found = None if event.type == "DELETED" else volcano.reservation(event.object)
+    def _note_facts(self, source: Source, event: WatchEvent) -> None:
+        """Keep the facts up to date with a PodGroup event."""
+        key = key_of(event.object)
+        found = None if event.type == "DELETED" else source.group_facts(event.object)
         with self._queues_lock:
             if found is None:
-                self._reservations.pop(key, None)
+                self._facts.pop(key, None)
             else:
-                self._reservations[key] = found
-
-    def _reserved(self) -> dict[str, Decimal]:
-        """Per queue, the GPUs its Inqueue PodGroups reserve (call with the lock held)."""
-        return volcano.reserved_gpus(self._reservations.values())
+                self._facts[key] = found
 
     # --- WATCH -------------------------------------------------------------------------------
     def watch(
@@ -190,16 +195,16 @@ class SourceClient(KueueClient):
         stop: threading.Event | None = None,
         deadline: Deadline | None = None,
     ) -> Iterator[WatchEvent]:
-        if self.source(deadline) != QuotaSource.VOLCANO or kind_name in ("Pod", "Node"):
+        source = self._translated(deadline)
+        if source is None or kind_name in ("Pod", "Node"):
             yield from super().watch(
                 kind_name, resource_version, timeout_seconds, stop=stop, deadline=deadline
             )
             return
-        version = self._volcano_version(deadline)
         if kind_name == "Workload":
             for event in self.watch_kind(
-                volcano.POD_GROUP,
-                version,
+                source.pod_group,
+                self._version(source, "pod_group", deadline),
                 resource_version,
                 timeout_seconds,
                 stop=stop,
@@ -208,58 +213,61 @@ class SourceClient(KueueClient):
                 if event.type in ("BOOKMARK", "INVALID"):
                     yield event
                 else:
-                    # A queue's usage follows on its next event (Volcano's controller updates
-                    # the queue's status counts whenever one of its PodGroups changes phase).
-                    self._note_reservation(event)
-                    translated = volcano.pod_group_to_workload(event.object)
+                    # A queue's translation follows on its next event (Volcano's and KAI's
+                    # controllers update the queue's status whenever one of its PodGroups
+                    # changes).
+                    self._note_facts(source, event)
+                    translated = source.pod_group_to_workload(event.object)
                     yield WatchEvent(event.type, translated, event.resource_version)
             return
-        if kind_name not in VOLCANO_QUEUE_KINDS:
-            raise _not_served(f"{kind_name} (Volcano has none)")
+        if kind_name not in QUEUE_KINDS:
+            raise _not_served(f"{kind_name} ({source.name} has none)")
         yield from self._watch_queues(
-            kind_name, version, resource_version, timeout_seconds, stop, deadline
+            source, kind_name, resource_version, timeout_seconds, stop, deadline
         )
 
     def _watch_queues(
         self,
+        source: Source,
         kind_name: str,
-        version: str,
         resource_version: str,
         timeout_seconds: int,
         stop: threading.Event | None,
         deadline: Deadline | None,
     ) -> Iterator[WatchEvent]:
         """Queue events as events of ``kind_name``: every translated object an event changes
-        (a child's deserved changes its parent Cohort's own quota); ``ResourceExpired`` when
-        the event changes which queues are Cohorts."""
+        (a child's quota changes its parent Cohort's own quota); ``ResourceExpired`` when the
+        event changes which queues are Cohorts."""
         with self._queues_lock:
             known = self._queues.get(kind_name)
         if known is None:
-            raise ResourceExpired(f"{kind_name}: no Volcano queue list to watch from; relist")
+            raise ResourceExpired(f"{kind_name}: no {source.name} queue list to watch from; relist")
+        version = self._version(source, "queue", deadline)
         for event in self.watch_kind(
-            volcano.QUEUE, version, resource_version, timeout_seconds, stop=stop, deadline=deadline
+            source.queue, version, resource_version, timeout_seconds, stop=stop, deadline=deadline
         ):
             if event.type in ("BOOKMARK", "INVALID"):
                 yield event
                 continue
-            name = volcano.name_of(event.object)
+            name = name_of(event.object)
             after = dict(known)
             if event.type == "DELETED":
                 after.pop(name, None)
             else:
                 after[name] = event.object
-            if volcano.parent_names(after.values()) != volcano.parent_names(known.values()):
+            if source.parent_names(after.values()) != source.parent_names(known.values()):
                 raise ResourceExpired(
-                    f"Volcano queue {name} changes which queues are parents; relisting {kind_name}"
+                    f"{source.name} queue {name} changes which queues are parents; "
+                    f"relisting {kind_name}"
                 )
             with self._queues_lock:
-                reserved = self._reserved()
-                before = self._translated_with.get(kind_name, reserved)
-                old = volcano.queues_as(kind_name, known.values(), before)
-                new = volcano.queues_as(kind_name, after.values(), reserved)
+                summary = source.summarize(self._facts.values())
+                before = self._translated_with.get(kind_name, summary)
+                old = source.queues_as(kind_name, known.values(), before)
+                new = source.queues_as(kind_name, after.values(), summary)
                 known = after
                 self._queues[kind_name] = known
-                self._translated_with[kind_name] = reserved
+                self._translated_with[kind_name] = summary
             changed = False
             for key in sorted(old.keys() | new.keys()):
                 if old.get(key) == new.get(key):
@@ -275,7 +283,7 @@ class SourceClient(KueueClient):
                 rv = event.resource_version
                 yield WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": rv}}, rv)
 
-    # --- what Volcano does not serve here ----------------------------------------------------
+    # --- what Volcano and KAI do not serve here ------------------------------------------------
     def pending_workloads(
         self, cluster_queue: str, *, deadline: Deadline | None = None
     ) -> list[dict[str, Any]]:
@@ -307,4 +315,4 @@ class SourceClient(KueueClient):
         )
 
 
-__all__ = ["READ_SOURCES", "SourceClient", "detect_source", "volcano"]
+__all__ = ["READ_SOURCES", "SOURCES", "SourceClient", "detect_source", "kai", "volcano"]

@@ -27,6 +27,8 @@ Pure functions on the API server's dicts; nothing here talks to a server.
 Queue ``weight`` becomes ``spec.fairSharing.weight``; weight and ``status.state`` are also kept
 as the labels ``WEIGHT_LABEL`` and ``STATE_LABEL`` (stored with the row's labels), and a Closed
 or Closing queue gets ``stopPolicy: Hold`` (it admits nothing new; what runs keeps running).
+The parent/child classification, the own-quota rule and the Workload shape are
+``quotas.sources.common``'s, shared with KAI.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ from decimal import Decimal
 from typing import Any
 
 from core.mig import GPU_RESOURCE
-from core.quantity import parse_quantity
 from quotas import constants as c
 from quotas.kueue.payloads import Kind
+from quotas.sources import common
+from quotas.sources.common import FLAVOR as FLAVOR
+from quotas.sources.common import KUEUE_VERSION, as_dict, gpus, name_of, quantity, text
 
 VOLCANO_GROUP = "scheduling.volcano.sh"
 # Versions read, preferred first.
@@ -48,10 +52,6 @@ POD_GROUP = Kind("PodGroup", "podgroups", VOLCANO_GROUP, True)
 SCHEDULER = "volcano"
 # Volcano's top queue: the scheduler creates it, and a queue without a parent hangs under it.
 ROOT = "root"
-# Volcano quotas name no node pool: every queue's GPUs are one flavor, named as Kueue's
-# single-flavor setups usually name theirs. No ResourceFlavor object is served for it.
-FLAVOR = "default-flavor"
-KUEUE_VERSION = "kueue.x-k8s.io/v1beta2"
 WEIGHT_LABEL = "gpu-ledger.io/volcano-weight"
 STATE_LABEL = "gpu-ledger.io/volcano-state"
 PHASE_ANNOTATION = "gpu-ledger.io/volcano-phase"
@@ -62,44 +62,13 @@ PENDING_PHASES = frozenset({"Pending"})
 FINISHED_PHASES = frozenset({"Completed"})
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def name_of(obj: Mapping[str, Any]) -> str:
-    name = _dict(obj.get("metadata")).get("name")
-    return name if isinstance(name, str) else ""
-
-
-def quantity(value: Any) -> Decimal | None:
-    """A quantity as a Decimal; None when absent or unreadable."""
-    if value is None:
-        return None
-    try:
-        return parse_quantity(value)
-    except ValueError:
-        return None
-
-
-def gpus(resources: Any) -> Decimal | None:
-    """``nvidia.com/gpu`` of a resource list; None when it names none."""
-    return quantity(_dict(resources).get(GPU_RESOURCE))
-
-
-def text(amount: Decimal) -> str:
-    """A Decimal as a plain Kubernetes quantity: ``16``, ``0.5``, never ``1.6E+1``."""
-    if amount == amount.to_integral_value():
-        return str(int(amount))
-    return format(amount.normalize(), "f")
-
-
 # --- queues ----------------------------------------------------------------------------------
 
 
 def parent_of(queue: Mapping[str, Any]) -> str:
     """The queue's parent: ``spec.parent``, else ``root`` (``root`` itself has none)."""
     name = name_of(queue)
-    parent = _dict(queue.get("spec")).get("parent")
+    parent = as_dict(queue.get("spec")).get("parent")
     if isinstance(parent, str) and parent and parent != name:
         return parent
     return "" if name == ROOT else ROOT
@@ -107,81 +76,37 @@ def parent_of(queue: Mapping[str, Any]) -> str:
 
 def parent_names(queues: Iterable[Mapping[str, Any]]) -> frozenset[str]:
     """The queues that are Cohorts: those another queue names as parent, and ``root``."""
-    listed = list(queues)
-    names = {name_of(q) for q in listed}
-    parents = {parent_of(q) for q in listed} - {""}
-    if ROOT in names:
-        parents.add(ROOT)
-    return frozenset(parents)
+    return common.parent_names(queues, parent_of, (ROOT,))
 
 
 def deserved(queue: Mapping[str, Any]) -> Decimal:
     """``spec.deserved[nvidia.com/gpu]``, 0 when absent."""
-    return gpus(_dict(queue.get("spec")).get("deserved")) or Decimal(0)
+    return gpus(as_dict(queue.get("spec")).get("deserved")) or Decimal(0)
 
 
 def _labels(queue: Mapping[str, Any]) -> dict[str, str]:
-    meta = _dict(queue.get("metadata"))
-    spec = _dict(queue.get("spec"))
-    labels = {str(k): str(v) for k, v in _dict(meta.get("labels")).items()}
-    labels[c.LABEL_SCHEDULER] = SCHEDULER
+    spec = as_dict(queue.get("spec"))
+    labels = common.labels_of(queue, SCHEDULER)
     if spec.get("weight") is not None:
         labels[WEIGHT_LABEL] = str(spec["weight"])
-    state = _dict(queue.get("status")).get("state")
+    state = as_dict(queue.get("status")).get("state")
     if isinstance(state, str) and state:
         labels[STATE_LABEL] = state
     return labels
 
 
-def _metadata(obj: Mapping[str, Any], labels: dict[str, str], **extra: Any) -> dict[str, Any]:
-    meta = _dict(obj.get("metadata"))
-    kept: dict[str, Any] = {
-        key: meta[key]
-        for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-        if key in meta
-    }
-    return {**kept, "labels": labels, **extra}
-
-
-def _newest_version(versions: Iterable[Any]) -> str:
-    """The highest numeric resourceVersion of these (a cohort changes with its children)."""
-    numbers = [int(v) for v in versions if isinstance(v, str) and v.isdigit()]
-    return str(max(numbers)) if numbers else ""
-
-
-def _fair_sharing(queue: Mapping[str, Any]) -> dict[str, Any]:
-    weight = quantity(_dict(queue.get("spec")).get("weight"))
-    return {"fairSharing": {"weight": text(weight)}} if weight is not None else {}
-
-
-def _group(resource: dict[str, Any]) -> list[dict[str, Any]]:
-    return [
-        {
-            "coveredResources": [GPU_RESOURCE],
-            "flavors": [{"name": FLAVOR, "resources": [resource]}],
-        }
-    ]
+def _weight(queue: Mapping[str, Any]) -> Decimal | None:
+    return quantity(as_dict(queue.get("spec")).get("weight"))
 
 
 def queue_to_cohort(queue: Mapping[str, Any], children: list[Mapping[str, Any]]) -> dict[str, Any]:
     """A parent queue as a Kueue Cohort whose own quota tops its children's up to its
     deserved."""
-    own = max(Decimal(0), deserved(queue) - sum((deserved(q) for q in children), Decimal(0)))
-    meta = _dict(queue.get("metadata"))
-    version = _newest_version(
-        [meta.get("resourceVersion")]
-        + [_dict(q.get("metadata")).get("resourceVersion") for q in children]
+    own = common.own_quota(deserved(queue), (deserved(q) for q in children))
+    resource = {"name": GPU_RESOURCE, "nominalQuota": text(own)}
+    return common.cohort(
+        queue, children, resource, _labels(queue), parent_of(queue), _weight(queue)
     )
-    metadata = _metadata(queue, _labels(queue))
-    if version:
-        metadata["resourceVersion"] = version
-    spec: dict[str, Any] = {
-        **_fair_sharing(queue),
-        "resourceGroups": _group({"name": GPU_RESOURCE, "nominalQuota": text(own)}),
-    }
-    if parent_of(queue):
-        spec["parentName"] = parent_of(queue)
-    return {"apiVersion": KUEUE_VERSION, "kind": "Cohort", "metadata": metadata, "spec": spec}
 
 
 def queue_to_cluster_queue(
@@ -189,8 +114,8 @@ def queue_to_cluster_queue(
 ) -> dict[str, Any]:
     """A leaf queue as a Kueue ClusterQueue, ``reserved`` GPUs of Inqueue PodGroups in its
     usage (see the module docstring)."""
-    spec = _dict(queue.get("spec"))
-    status = _dict(queue.get("status"))
+    spec = as_dict(queue.get("spec"))
+    status = as_dict(queue.get("status"))
     nominal = deserved(queue)
     resource: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": text(nominal)}
     capability = gpus(spec.get("capability"))
@@ -199,19 +124,14 @@ def queue_to_cluster_queue(
     if spec.get("reclaimable") is False:
         resource["lendingLimit"] = "0"
     else:
-        guarantee = gpus(_dict(spec.get("guarantee")).get("resource")) or Decimal(0)
+        guarantee = gpus(as_dict(spec.get("guarantee")).get("resource")) or Decimal(0)
         resource["lendingLimit"] = text(max(Decimal(0), nominal - guarantee))
     in_use = (gpus(status.get("allocated")) or Decimal(0)) + reserved
-    used = {
-        "name": GPU_RESOURCE,
-        "total": text(in_use),
-        "borrowed": text(max(Decimal(0), in_use - nominal)),
-    }
     kueue_spec: dict[str, Any] = {
         "cohortName": parent_of(queue),
         "namespaceSelector": {},
-        **_fair_sharing(queue),
-        "resourceGroups": _group(resource),
+        **common.fair_sharing(_weight(queue)),
+        "resourceGroups": common.resource_groups(resource),
     }
     if status.get("state") in CLOSED_STATES:
         kueue_spec["stopPolicy"] = "Hold"
@@ -222,10 +142,10 @@ def queue_to_cluster_queue(
     return {
         "apiVersion": KUEUE_VERSION,
         "kind": "ClusterQueue",
-        "metadata": _metadata(queue, _labels(queue)),
+        "metadata": common.metadata(queue, _labels(queue)),
         "spec": kueue_spec,
         "status": {
-            "flavorsUsage": [{"name": FLAVOR, "resources": [used]}],
+            "flavorsUsage": common.usage(in_use, nominal),
             "pendingWorkloads": count("pending"),
             "reservingWorkloads": count("inqueue", "running"),
             "admittedWorkloads": count("running"),
@@ -238,21 +158,14 @@ def translate_queues(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(Cohorts, ClusterQueues) of a complete list of Volcano queues, each by name, with the
     ``reserved`` GPUs of each queue's Inqueue PodGroups (``reserved_gpus``) in its usage."""
-    reserved = reserved or {}
-    listed = sorted((q for q in queues if name_of(q)), key=name_of)
-    parents = parent_names(listed)
-    children: dict[str, list[Mapping[str, Any]]] = {}
-    for queue in listed:
-        children.setdefault(parent_of(queue), []).append(queue)
-    cohorts = [
-        queue_to_cohort(q, children.get(name_of(q), [])) for q in listed if name_of(q) in parents
-    ]
-    cluster_queues = [
-        queue_to_cluster_queue(q, reserved.get(name_of(q), Decimal(0)))
-        for q in listed
-        if name_of(q) not in parents
-    ]
-    return cohorts, cluster_queues
+    found = reserved or {}
+    return common.translate_queues(
+        queues,
+        parent_of,
+        queue_to_cohort,
+        lambda q: queue_to_cluster_queue(q, found.get(name_of(q), Decimal(0))),
+        (ROOT,),
+    )
 
 
 def queues_as(
@@ -261,8 +174,7 @@ def queues_as(
     reserved: Mapping[str, Decimal] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The queues translated to ``kind`` ("Cohort" or "ClusterQueue"), by name."""
-    cohorts, cluster_queues = translate_queues(queues, reserved)
-    return {name_of(obj): obj for obj in (cohorts if kind == "Cohort" else cluster_queues)}
+    return common.objects_of(kind, translate_queues(queues, reserved))
 
 
 # --- PodGroups -------------------------------------------------------------------------------
@@ -271,49 +183,31 @@ def queues_as(
 def workload_name(pod_group: Mapping[str, Any]) -> str:
     """The PodGroup's name without the ``-<job uid>`` a Volcano Job appends (the controller
     owner's uid); other PodGroups keep their name."""
-    name = name_of(pod_group)
-    for ref in _dict(pod_group.get("metadata")).get("ownerReferences") or []:
-        uid = _dict(ref).get("uid")
-        if isinstance(uid, str) and uid and name.endswith(f"-{uid}") and len(name) > len(uid) + 1:
-            return name[: -len(uid) - 1]
-    return name
+    refs = as_dict(pod_group.get("metadata")).get("ownerReferences") or []
+    return common.strip_uid(name_of(pod_group), (as_dict(ref).get("uid") for ref in refs))
 
 
 def _pod_set(spec: Mapping[str, Any]) -> dict[str, Any]:
     """One pod set of ``minMember`` pods sharing ``minResources`` evenly (the gang)."""
-    member = spec.get("minMember")
-    count = member if isinstance(member, int) and member > 0 else 1
-    per_pod: dict[str, str] = {}
-    for resource, value in sorted(_dict(spec.get("minResources")).items()):
-        amount = quantity(value)
-        if amount is not None and amount > 0:
-            per_pod[str(resource)] = text(amount / count)
-    tasks = _dict(spec.get("minTaskMember"))
+    tasks = as_dict(spec.get("minTaskMember"))
     name = next(iter(tasks)) if len(tasks) == 1 else "main"
-    container = {"name": name, "resources": {"requests": per_pod}} if per_pod else {"name": name}
-    return {"name": name, "count": count, "template": {"spec": {"containers": [container]}}}
-
-
-def _condition(kind: str, status: str, reason: str, message: str, at: Any) -> dict[str, Any]:
-    condition = {"type": kind, "status": status, "reason": reason, "message": message}
-    if isinstance(at, str) and at:
-        condition["lastTransitionTime"] = at
-    return condition
+    return common.gang_pod_set(name, spec.get("minMember"), as_dict(spec.get("minResources")))
 
 
 def _conditions(pod_group: Mapping[str, Any], phase: str) -> list[dict[str, Any]]:
     """Kueue conditions for a PodGroup phase, at the times its own conditions give."""
-    status = _dict(pod_group.get("status"))
-    own = [_dict(cond) for cond in status.get("conditions") or []]
+    status = as_dict(pod_group.get("status"))
+    own = [as_dict(cond) for cond in status.get("conditions") or []]
     scheduled = next((x for x in own if x.get("type") == "Scheduled"), None)
     unschedulable = next(
         (x for x in own if x.get("type") == "Unschedulable" and x.get("status") == "True"), None
     )
-    created = _dict(pod_group.get("metadata")).get("creationTimestamp")
+    created = as_dict(pod_group.get("metadata")).get("creationTimestamp")
+    condition = common.condition
     if phase in PENDING_PHASES:
         why = unschedulable or {}
         return [
-            _condition(
+            condition(
                 c.COND_QUOTA_RESERVED,
                 "False",
                 str(why.get("reason") or "Pending"),
@@ -327,20 +221,20 @@ def _conditions(pod_group: Mapping[str, Any], phase: str) -> list[dict[str, Any]
         at = max(times, default=created)
         waiting = "admitted by Volcano's enqueue, pods not bound yet"
         return [
-            _condition(c.COND_QUOTA_RESERVED, "True", RESERVING_PHASE, waiting, at),
-            _condition(c.COND_ADMITTED, "False", RESERVING_PHASE, waiting, at),
+            condition(c.COND_QUOTA_RESERVED, "True", RESERVING_PHASE, waiting, at),
+            condition(c.COND_ADMITTED, "False", RESERVING_PHASE, waiting, at),
         ]
     at = (scheduled or {}).get("lastTransitionTime") or created
     reason = str((scheduled or {}).get("reason") or "Scheduled")[:200]
     conditions = [
-        _condition(c.COND_QUOTA_RESERVED, "True", "Scheduled", reason, at),
-        _condition(c.COND_ADMITTED, "True", "Scheduled", reason, at),
+        condition(c.COND_QUOTA_RESERVED, "True", "Scheduled", reason, at),
+        condition(c.COND_ADMITTED, "True", "Scheduled", reason, at),
     ]
     if phase in FINISHED_PHASES:
         failed = status.get("failed")
         succeeded = not (isinstance(failed, int) and failed > 0)
         conditions.append(
-            _condition(
+            condition(
                 c.COND_FINISHED,
                 "True",
                 c.FINISHED_SUCCEEDED if succeeded else "Failed",
@@ -353,64 +247,26 @@ def _conditions(pod_group: Mapping[str, Any], phase: str) -> list[dict[str, Any]
 
 def pod_group_to_workload(pod_group: Mapping[str, Any]) -> dict[str, Any]:
     """A PodGroup as a Kueue Workload (see the module docstring)."""
-    spec = _dict(pod_group.get("spec"))
-    status = _dict(pod_group.get("status"))
-    phase = str(status.get("phase") or "Pending")
+    spec = as_dict(pod_group.get("spec"))
+    phase = str(as_dict(pod_group.get("status")).get("phase") or "Pending")
     queue = spec.get("queue") if isinstance(spec.get("queue"), str) else ""
-    meta = _dict(pod_group.get("metadata"))
-    labels = {str(k): str(v) for k, v in _dict(meta.get("labels")).items()}
-    labels[c.LABEL_SCHEDULER] = SCHEDULER
-    labels[c.LABEL_CLUSTER_QUEUE] = queue or "default"
-    annotations = {c.VOLCANO_GROUP_NAME: name_of(pod_group), PHASE_ANNOTATION: phase}
-    metadata = _metadata(
+    return common.workload(
         pod_group,
-        labels,
-        annotations=annotations,
-        ownerReferences=list(meta.get("ownerReferences") or []),
+        name=workload_name(pod_group),
+        queue=queue or "default",
+        labels=common.labels_of(pod_group, SCHEDULER),
+        annotations={c.VOLCANO_GROUP_NAME: name_of(pod_group), PHASE_ANNOTATION: phase},
+        pod_set=_pod_set(spec),
+        conditions=_conditions(pod_group, phase),
+        held=None if phase in PENDING_PHASES else as_dict(spec.get("minResources")),
     )
-    metadata["name"] = workload_name(pod_group)
-    pod_set = _pod_set(spec)
-    workload_spec: dict[str, Any] = {
-        "queueName": labels[c.LABEL_CLUSTER_QUEUE],
-        "podSets": [pod_set],
-    }
-    if isinstance(spec.get("priorityClassName"), str) and spec["priorityClassName"]:
-        workload_spec["priorityClassRef"] = {
-            "group": "scheduling.k8s.io",
-            "kind": "PriorityClass",
-            "name": spec["priorityClassName"],
-        }
-    workload_status: dict[str, Any] = {"conditions": _conditions(pod_group, phase)}
-    if phase not in PENDING_PHASES:
-        usage = {
-            resource: text(quantity(value) or Decimal(0))
-            for resource, value in sorted(_dict(spec.get("minResources")).items())
-        }
-        workload_status["admission"] = {
-            "clusterQueue": labels[c.LABEL_CLUSTER_QUEUE],
-            "podSetAssignments": [
-                {
-                    "name": pod_set["name"],
-                    "flavors": {GPU_RESOURCE: FLAVOR} if GPU_RESOURCE in usage else {},
-                    "resourceUsage": usage,
-                    "count": pod_set["count"],
-                }
-            ],
-        }
-    return {
-        "apiVersion": KUEUE_VERSION,
-        "kind": "Workload",
-        "metadata": metadata,
-        "spec": workload_spec,
-        "status": workload_status,
-    }
 
 
 def reservation(pod_group: Mapping[str, Any]) -> tuple[str, Decimal] | None:
     """(its queue, its ``minResources`` GPUs) for an Inqueue PodGroup, else None."""
-    if _dict(pod_group.get("status")).get("phase") != RESERVING_PHASE:
+    if as_dict(pod_group.get("status")).get("phase") != RESERVING_PHASE:
         return None
-    spec = _dict(pod_group.get("spec"))
+    spec = as_dict(pod_group.get("spec"))
     queue = spec.get("queue") if isinstance(spec.get("queue"), str) else ""
     return queue or "default", gpus(spec.get("minResources")) or Decimal(0)
 
@@ -422,3 +278,18 @@ def reserved_gpus(reservations: Iterable[tuple[str, Decimal] | None]) -> dict[st
         if entry is not None:
             found[entry[0]] = found.get(entry[0], Decimal(0)) + entry[1]
     return found
+
+
+SOURCE = common.Source(
+    name=SCHEDULER,
+    group=VOLCANO_GROUP,
+    queue=QUEUE,
+    pod_group=POD_GROUP,
+    queue_versions=VOLCANO_VERSIONS,
+    pod_group_versions=VOLCANO_VERSIONS,
+    parent_names=parent_names,
+    queues_as=queues_as,
+    pod_group_to_workload=pod_group_to_workload,
+    group_facts=reservation,
+    summarize=reserved_gpus,
+)

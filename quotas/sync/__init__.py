@@ -18,9 +18,9 @@ the writer (``quotas.store``), as docs/architecture.md "Data flow" describes:
   end (``floor_time(now, GPULEDGER_COLLECT_SECONDS)``), so syncs every 30 s still leave exactly one
   sample per window, and pending positions from the visibility API when it is served.
 
-The client is ``quotas.sources.SourceClient``: on a cluster whose quota source is Volcano it
-serves the same kinds, translated from Volcano's queues and PodGroups (docs/architecture.md
-"Quota sources"), so nothing here knows the difference.
+The client is ``quotas.sources.SourceClient``: on a cluster whose quota source is Volcano or KAI
+Scheduler it serves the same kinds, translated from that scheduler's queues and PodGroups
+(docs/architecture.md "Quota sources"), so nothing here knows the difference.
 
 Every run leaves an ``IngestRun`` (source ``kueue``). Two syncs of one cluster never overlap: a
 sync claims the cluster's ``CollectionCursor`` with a conditional UPDATE whose rowcount is checked.

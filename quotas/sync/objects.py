@@ -218,7 +218,7 @@ class ObjectLists:
             return ""
         labels = meta.get("labels")
         if isinstance(labels, dict) and labels.get(LABEL_CLUSTER_QUEUE):
-            # A source without LocalQueues (Volcano) names the ClusterQueue on the Workload.
+            # A source without LocalQueues (Volcano, KAI) names the ClusterQueue on the Workload.
             return str(labels[LABEL_CLUSTER_QUEUE])
         local_queue = self.objects["LocalQueue"].get(
             (str(meta.get("namespace") or ""), str(spec.get("queueName") or ""))

@@ -5,7 +5,6 @@ store and the read layer, checked against that README's expected figures."""
 from __future__ import annotations
 
 import copy
-import threading
 import time
 from decimal import Decimal
 from typing import Any
@@ -28,6 +27,7 @@ from quotas.now import holding_gpus, pending_gpus
 from quotas.sources import SourceClient, detect_source, volcano
 from quotas.sync import ClusterSync, sync_cluster
 from tests.fixtures_checks.test_scheduler_figures import readme_table
+from tests.quotas.source_helpers import resource, subtree_ids, when_watching
 from tests.scheduler_fixtures import VOLCANO_GROUP, load_scheduler_fixtures, scheduler_items
 
 GPU = "nvidia.com/gpu"
@@ -47,16 +47,6 @@ def queues() -> list[dict[str, Any]]:
 
 def pod_groups() -> dict[str, dict[str, Any]]:
     return {g["metadata"]["name"]: g for g in scheduler_items("volcano", POD_GROUP)}
-
-
-def resource(obj: dict[str, Any]) -> dict[str, Any]:
-    """The single GPU quota of a translated Cohort or ClusterQueue."""
-    (group,) = obj["spec"]["resourceGroups"]
-    (flavor,) = group["flavors"]
-    assert flavor["name"] == volcano.FLAVOR
-    (found,) = flavor["resources"]
-    assert found["name"] == GPU
-    return found
 
 
 # --- pure translators ------------------------------------------------------------------------
@@ -224,10 +214,10 @@ def test_the_real_client_detects_volcano_from_discovery(volcano_api, volcano_clu
 def test_a_cluster_set_to_a_source_not_read_yet_fails_permanently(
     volcano_api, volcano_cluster
 ) -> None:
-    volcano_cluster.quota_source = QuotaSource.KAI
+    volcano_cluster.quota_source = QuotaSource.RESOURCEQUOTA
     volcano_cluster.save()
 
-    with pytest.raises(Exception, match="kai is not read yet") as raised:
+    with pytest.raises(Exception, match="resourcequota is not read yet") as raised:
         sync_cluster(volcano_cluster.pk)
 
     assert getattr(raised.value, "permanent", False)
@@ -278,15 +268,6 @@ def test_a_volcano_sync_writes_the_readme_queue_figures(volcano_api, volcano_clu
     assert sum(listed[n]["gpus_now"]["lent"] for n in ("team-v2", "team-v3")) == 8
 
 
-def _subtree(cohort: Cohort) -> list[int]:
-    found, todo = [], [cohort]
-    while todo:
-        node = todo.pop()
-        found.append(node.pk)
-        todo.extend(Cohort.objects.filter(parent=node))
-    return found
-
-
 def test_a_volcano_sync_writes_the_readme_parent_queue_figures(
     volcano_api, volcano_cluster
 ) -> None:
@@ -307,7 +288,7 @@ def test_a_volcano_sync_writes_the_readme_parent_queue_figures(
         assert float(subtree["nominal"]) == number(figures["nominal"]), name
         assert float(subtree["total"]) == number(figures["in use"]), name
         assert max(0, subtree["total"] - subtree["nominal"]) == Decimal(figures["borrowed"])
-        below = Q(cluster_queue__cohort_id__in=_subtree(cohort))
+        below = Q(cluster_queue__cohort_id__in=subtree_ids(cohort))
         pending = sum(d.gpus for d in pending_gpus(below, "cluster_queue__cluster_id").values())
         assert pending == number(figures["pending"]), name
     # research has only ClusterQueues below it: the cohort pages' own sums agree.
@@ -354,23 +335,6 @@ def test_a_kueue_sync_marks_its_rows_kueue(kube_api, kube_cluster) -> None:
 # --- WATCH and failed LISTs ------------------------------------------------------------------
 
 
-def _when_watching(api: Any, action: Any) -> threading.Thread:
-    """Run ``action`` once the sync watches PodGroups and both queue kinds (Cohort and
-    ClusterQueue each watch Volcano's queues)."""
-
-    def wait_then_act() -> None:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and (
-            api.watch_count(QUEUE) < 2 or api.watch_count(POD_GROUP) < 1
-        ):
-            time.sleep(0.02)
-        action()
-
-    thread = threading.Thread(target=wait_then_act, daemon=True)
-    thread.start()
-    return thread
-
-
 def test_watch_events_translate_and_a_new_parent_relists(volcano_api, volcano_cluster) -> None:
     llama = next(n for n in pod_groups() if n.startswith("llama-pretrain-"))
 
@@ -392,7 +356,7 @@ def test_watch_events_translate_and_a_new_parent_relists(volcano_api, volcano_cl
         child["spec"]["parent"] = "team-v3"
         volcano_api.add(QUEUE, child)
 
-    thread = _when_watching(volcano_api, change)
+    thread = when_watching(volcano_api, QUEUE, POD_GROUP, change)
     run = sync_cluster(volcano_cluster.pk, watch_seconds=4)
     thread.join()
 
