@@ -103,7 +103,7 @@ def serving_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int)
     points = {
         "type": "scatter",
         "mode": "markers",
-        "name": "Hours joined to DCGM",
+        "name": "Hours with DCGM telemetry",
         "x": [plotting.percent(h.sm_active) for h in joined],
         "y": [
             rounded(
@@ -131,7 +131,7 @@ def serving_activity_chart(request: HttpRequest, time_range: TimeRange, pk: int)
     return plotting.figure(
         [points],
         layout,
-        empty_message="No hour of this range joined to DCGM.",
+        empty_message="No hour of this range has DCGM telemetry of its GPUs.",
     )
 
 

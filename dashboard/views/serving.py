@@ -145,9 +145,10 @@ def _stats(d: Deployment) -> list[dict[str, Any]]:
             "SM_ACTIVE",
             percent(d.sm_active),
             "%" if d.sm_active is not None else "",
-            f"over {d.sm_active_hours} hour{'' if d.sm_active_hours == 1 else 's'} joined to DCGM"
+            f"over {d.sm_active_hours} hour{'' if d.sm_active_hours == 1 else 's'} with DCGM "
+            "telemetry of its GPUs"
             if d.sm_active is not None
-            else "no hour joins its namespace's DCGM figures",
+            else "no hour has DCGM telemetry of its GPUs",
             tone=utilization_tone(d.sm_active),
             testid="stat-sm-active",
         ),
@@ -220,8 +221,9 @@ def _charts(workload: ServingWorkload, query: str) -> list[dict[str, str]]:
         ),
         (
             "activity",
-            "SM_ACTIVE of its GPUs against output tokens/s per GPU, one point per hour joined "
-            "to DCGM: an hour its namespace held its GPUs and no others.",
+            "SM_ACTIVE of its own pods' GPUs against output tokens/s per GPU, one point per hour "
+            "with their DCGM telemetry (older hours: its namespace's, when the namespace held its "
+            "GPUs and no others).",
         ),
         ("latency", "p95 time to first token and inter-token latency against the targets."),
         ("saturation", "KV-cache use (mean, max), and requests waiting and running per replica."),
