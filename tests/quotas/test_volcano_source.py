@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import time
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -15,6 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from alerts.reading import HOLD_FIELDS, hold_of
 from dashboard.queries.cohorts import cohort_pool, members_nominal
 from dashboard.queries.workloads import workload_allocations
 from fleet.choices import IngestSource, IngestStatus, QuotaSource
@@ -323,6 +325,30 @@ def test_a_volcano_sync_writes_the_readme_workload_figures(volcano_api, volcano_
     assert tokenizer.state == "succeeded"
     ddp_smoke = Workload.objects.get(name="ddp-smoke")
     assert (ddp_smoke.state, ddp_smoke.state_reason) == ("quota_reserved", "Inqueue")
+
+
+def test_an_inqueue_gang_holds_quota_as_the_ghost_rule_reads_it(
+    volcano_api, volcano_cluster
+) -> None:
+    """ddp-smoke is Inqueue with its 2 pods unbound: the hold the ghost-reservation rule reads
+    (``alerts.reading.hold_of``) holds 2 GPUs for a gang of 2 from its reservation on, and no
+    pod of it runs; the running gang beside it has all its pods running."""
+    sync_cluster(volcano_cluster.pk)
+
+    rows = Workload.objects.filter(cluster=volcano_cluster, name__in=["ddp-smoke", "vit-sweep"])
+    holds = {row[0]: hold_of(*row[1:]) for row in rows.values_list("name", *HOLD_FIELDS[1:])}
+    inqueue = holds["ddp-smoke"]
+    assert (inqueue.gpus, inqueue.pods_expected, inqueue.ended) == (2.0, 2, False)
+    assert inqueue.start is not None
+    later = inqueue.start + timedelta(hours=1)
+    assert inqueue.through(later, later + timedelta(minutes=1))
+    running = {
+        workload.name: sum(
+            1 for a in workload_allocations(workload) if a.ended_at is None and a.node_name
+        )
+        for workload in rows
+    }
+    assert running == {"ddp-smoke": 0, "vit-sweep": holds["vit-sweep"].pods_expected}
 
 
 def test_a_kueue_sync_marks_its_rows_kueue(kube_api, kube_cluster) -> None:
