@@ -82,6 +82,9 @@ class SourceClient(KueueClient):
         self._facts: dict[tuple[str, str], Any] = {}
         # The PodGroup LIST a ClusterQueue LIST made, for this sync's Workload LIST to use.
         self._pod_groups: ListResult | None = None
+        # Set once a WATCH starts: the sync's LIST pass is over, and a later relist of one kind
+        # (after 410 Gone) must not leave a PodGroup LIST for another kind's relist to reuse.
+        self._watching = False
         # Per product kind: the per-queue summary of the facts its objects were last translated
         # with (``Source.summarize``).
         self._translated_with: dict[str, dict[str, Any]] = {}
@@ -145,7 +148,8 @@ class SourceClient(KueueClient):
         if kind_name in QUEUE_KINDS:
             if kind_name == "ClusterQueue":
                 # Their translation takes what the PodGroups tell: list those first.
-                self._pod_groups = self._list_pod_groups(source, deadline)
+                pod_groups = self._list_pod_groups(source, deadline)
+                self._pod_groups = None if self._watching else pod_groups
             version = self._version(source, "queue", deadline)
             listed = self.list_kind(source.queue, version, deadline=deadline)
             queues = {name_of(q): q for q in listed.items if name_of(q)}
@@ -195,6 +199,8 @@ class SourceClient(KueueClient):
         stop: threading.Event | None = None,
         deadline: Deadline | None = None,
     ) -> Iterator[WatchEvent]:
+        self._watching = True
+        self._pod_groups = None
         source = self._translated(deadline)
         if source is None or kind_name in ("Pod", "Node"):
             yield from super().watch(

@@ -438,6 +438,26 @@ def test_an_inqueue_gang_that_starts_moves_from_reserved_to_allocated(
     assert (changed["metadata"]["name"], _gpus_in_use(changed)) == ("team-v2", "10")
 
 
+def test_a_relist_while_watching_reads_the_pod_groups_afresh(volcano_api, volcano_cluster) -> None:
+    """After the LIST pass, a ClusterQueue relist (410 Gone) leaves no PodGroup LIST behind for
+    a later Workload relist: that one reads the PodGroups as they are then."""
+    llama = next(n for n in pod_groups() if n.startswith("llama-pretrain-"))
+
+    def complete(group: dict[str, Any]) -> None:
+        group["status"] = {**group["status"], "phase": "Completed", "succeeded": 4}
+
+    with SourceClient.for_cluster(volcano_cluster) as client:
+        client.list_objects("ClusterQueue")
+        listed = client.list_objects("Workload")
+        list(client.watch("Workload", listed.resource_version, 1))
+        client.list_objects("ClusterQueue")  # a relist after 410 Gone
+        volcano_api.modify(POD_GROUP, llama, complete, namespace="team-v1")
+        relisted = {w["metadata"]["name"]: w for w in client.list_objects("Workload").items}
+
+    conditions = relisted["llama-pretrain"]["status"]["conditions"]
+    assert ("Finished", "True") in {(c["type"], c["status"]) for c in conditions}
+
+
 def test_a_failed_queue_list_deletes_nothing(volcano_api, volcano_cluster) -> None:
     sync_cluster(volcano_cluster.pk)
     volcano_api.delete(QUEUE, "team-v3")
