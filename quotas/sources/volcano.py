@@ -52,6 +52,8 @@ POD_GROUP = Kind("PodGroup", "podgroups", VOLCANO_GROUP, True)
 SCHEDULER = "volcano"
 # Volcano's top queue: the scheduler creates it, and a queue without a parent hangs under it.
 ROOT = "root"
+# The name Volcano gives the PodGroup of a pod that names none: ``podgroup-<owner or pod uid>``.
+BARE_POD_GROUP_PREFIX = "podgroup"
 WEIGHT_LABEL = "gpu-ledger.io/volcano-weight"
 STATE_LABEL = "gpu-ledger.io/volcano-state"
 PHASE_ANNOTATION = "gpu-ledger.io/volcano-phase"
@@ -182,9 +184,19 @@ def queues_as(
 
 def workload_name(pod_group: Mapping[str, Any]) -> str:
     """The PodGroup's name without the ``-<job uid>`` a Volcano Job appends (the controller
-    owner's uid); other PodGroups keep their name."""
-    refs = as_dict(pod_group.get("metadata")).get("ownerReferences") or []
-    return common.strip_uid(name_of(pod_group), (as_dict(ref).get("uid") for ref in refs))
+    owner's uid). Volcano's PodGroup controller names the group of a pod that names none
+    ``podgroup-<uid>``, the uid of the pod's controller (a ReplicaSet, a Job) or of the pod
+    itself, and gives the group the same owner: such a group is named after that owner, or
+    every bare pod's group in a namespace would be "podgroup". Other PodGroups keep their
+    name."""
+    refs = [as_dict(ref) for ref in as_dict(pod_group.get("metadata")).get("ownerReferences") or []]
+    name = name_of(pod_group)
+    stripped = common.strip_uid(name, (ref.get("uid") for ref in refs))
+    if stripped == BARE_POD_GROUP_PREFIX:
+        uid = name[len(BARE_POD_GROUP_PREFIX) + 1 :]
+        owner = next((ref.get("name") for ref in refs if ref.get("uid") == uid), None)
+        return owner if isinstance(owner, str) and owner else name
+    return stripped
 
 
 def _pod_set(spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -474,3 +474,28 @@ def test_a_failed_queue_list_deletes_nothing(volcano_api, volcano_cluster) -> No
     volcano_api.clear_failures()
     assert sync_cluster(volcano_cluster.pk).status == IngestStatus.SUCCESS
     assert ClusterQueue.objects.get(name="team-v3").deleted_at is not None
+
+
+def test_the_pod_group_volcano_makes_for_a_bare_pod_or_a_deployment_is_named_after_its_owner() -> (
+    None
+):
+    # Volcano's PodGroup controller: "podgroup-" + the uid of the pod's controller, or of the
+    # pod itself; the group is owned by the same object.
+    def group(uid: str, kind: str, name: str) -> dict:
+        ref = {"apiVersion": "v1", "kind": kind, "name": name, "uid": uid, "controller": True}
+        return {
+            "metadata": {"name": f"podgroup-{uid}", "namespace": "x", "ownerReferences": [ref]},
+            "spec": {"minMember": 1, "queue": "team-v3", "minResources": {GPU: "1"}},
+            "status": {"phase": "Running"},
+        }
+
+    notebook = group("0b7e5f7c-8d61-4a5e-9a43-000000000001", "Pod", "notebook-ana")
+    other = group("0b7e5f7c-8d61-4a5e-9a43-000000000002", "Pod", "notebook-bo")
+    serve = group("0b7e5f7c-8d61-4a5e-9a43-000000000003", "ReplicaSet", "triton-7d9f8")
+
+    names = [volcano.pod_group_to_workload(g)["metadata"]["name"] for g in (notebook, other, serve)]
+
+    assert names == ["notebook-ana", "notebook-bo", "triton-7d9f8"]
+    # The pods still join by the group's own name.
+    annotations = volcano.pod_group_to_workload(notebook)["metadata"]["annotations"]
+    assert annotations["scheduling.k8s.io/group-name"] == notebook["metadata"]["name"]
