@@ -43,17 +43,23 @@ static/vendor/plotly.min.js: $(VENV)/.installed
 
 vendor: static/vendor/plotly.min.js
 
-## demo: venv, install, migrate, simulate a 7-day fleet, create a demo admin, serve on :8000
-## while the fleet keeps moving (one simulated window a minute, stopped with the server)
-# One end for the history and the follower, so the follower replays the same fleet.
+## demo: venv, install, migrate, simulate a 7-day fleet on two clusters (one on Kueue, one on
+## Volcano), create demo users, serve on :8000 while both fleets keep moving (one simulated
+## window a minute, stopped with the server)
+# One end for the histories and the followers, so each follower replays the same fleet.
 DEMO_END := $(shell date -u +%Y-%m-%dT%H:%M:%S+00:00)
 DEMO_SIM = simulate --days $(DEMO_DAYS) --seed $(DEMO_SEED) --end $(DEMO_END)
+DEMO_VOLCANO_SEED ?= 43
+DEMO_VOLCANO = simulate --days $(DEMO_DAYS) --seed $(DEMO_VOLCANO_SEED) --end $(DEMO_END) \
+	--cluster demo-volcano --scheduler volcano
 demo: venv vendor .demo-secret-key
 	$(DEV_ENV) $(MANAGE) migrate --no-input
 	$(DEV_ENV) $(MANAGE) $(DEMO_SIM) --reset
+	$(DEV_ENV) $(MANAGE) $(DEMO_VOLCANO) --reset
 	$(DEV_ENV) $(MANAGE) demo_users --url http://$(HOST):$(PORT)/
 	$(DEV_ENV) $(MANAGE) $(DEMO_SIM) --follow & follower=$$!; \
-	trap 'kill -TERM $$follower 2>/dev/null; wait $$follower' EXIT; \
+	$(DEV_ENV) $(MANAGE) $(DEMO_VOLCANO) --follow & volcano=$$!; \
+	trap 'kill -TERM $$follower $$volcano 2>/dev/null; wait $$follower $$volcano' EXIT; \
 	$(DEV_ENV) $(MANAGE) runserver $(HOST):$(PORT)
 
 ## run: the web server on the current database

@@ -25,6 +25,7 @@ from dashboard.charts.parts import (
 )
 from dashboard.decorators import chart_view
 from dashboard.queries.cluster_queues import evictions_per_hour, queue_hours
+from dashboard.words import KUEUE, words_for
 from quotas.choices import TransitionKind
 
 
@@ -37,8 +38,12 @@ def cluster_queue_usage_chart(
     span = time_range.covered_hours()
     hours = span.starts()
     by_flavor = queue_hours(queue, span)
+    words = words_for(queue.scheduler)
+    # Another scheduler's queue names no node pool: its allocation is one series.
     names, allocated = stacked(
-        by_flavor, lambda flavor: flavor or "no flavor", "allocated_gpu_hours"
+        by_flavor,
+        (lambda flavor: flavor or "no flavor") if words is KUEUE else (lambda flavor: "GPUs"),
+        "allocated_gpu_hours",
     )
     totals = added_up(
         by_flavor,
@@ -65,7 +70,7 @@ def cluster_queue_usage_chart(
     ]
     return borrowing_figure(
         time_range,
-        f"ClusterQueue {queue.name}: usage and borrowing",
+        f"{words.queue} {queue.name}: usage and borrowing",
         data,
         hours,
         borrowed,

@@ -20,6 +20,7 @@ from dashboard.access import allowed_team_ids, get_cluster_queue_for_user, get_t
 from dashboard.charts.parts import MAX_SERIES, legend_room, range_layout, x_axis
 from dashboard.decorators import chart_view, choice_param
 from dashboard.queries import queue_levels as queries
+from dashboard.words import words_for
 from servicelevels.figures import GROUP_BY, LevelRow
 
 WAIT_AXIS = "Wait for quota ({unit})"
@@ -184,7 +185,8 @@ def cluster_queue_waits_chart(
         cluster=queue.cluster.name,
         group=queue.name,
     )
-    return waits_figure(time_range, every, f"ClusterQueue {queue.name}: wait for quota")
+    title = f"{words_for(queue.scheduler).queue} {queue.name}: wait for quota"
+    return waits_figure(time_range, every, title)
 
 
 @chart_view

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 from django import template
 
+from dashboard.words import Words, words_for
+
 if TYPE_CHECKING:
     from dashboard.queries.gpu_states import GpuLike
 
@@ -85,3 +87,10 @@ def gpu_label(gpu: GpuLike) -> str:
 def queue_place(position: int | None) -> str:
     """Kueue's ``positionInClusterQueue`` (0 = next to be admitted) as people count: 1 is next."""
     return DASH if position is None else f"{position + 1:,}"
+
+
+@register.filter
+def words(scheduler: str | None) -> Words:
+    """What ``scheduler`` calls the product's concepts (``dashboard.words``):
+    ``{% with w=queue.scheduler|words %}{{ w.queue }}{% endwith %}``."""
+    return words_for(scheduler)

@@ -18,6 +18,7 @@ from dashboard.frame import paginate, plural, range_query, stat, utilization_ton
 from dashboard.queries import cluster_queues as queries
 from dashboard.queries.queue_levels import slo_status
 from dashboard.templatetags.formatting import duration, figure, percent, quantity
+from dashboard.words import KUEUE, Words, quota_text, words_for
 from quotas.access import leads_team
 from quotas.choices import TransitionKind
 from quotas.models import ClusterQueue, Workload
@@ -37,6 +38,21 @@ from quotas.writeback.service import can_apply
 from servicelevels.estimate import estimates_in_queue
 
 
+def _quota_cell(words: Words, quota: Any) -> dict[str, str]:
+    """One GPU quota of a queue, and how the queue's scheduler writes it (``dashboard.words``)."""
+    limit = quota.borrowing_limit
+    cell = {
+        "flavor": quota_label(quota),
+        "nominal": quantity(quota.nominal, quota.resource),
+        "borrowing_limit": quantity(limit, quota.resource),
+    }
+    ceiling = "" if limit is None else quantity(quota.nominal + limit, quota.resource)
+    cell["text"] = quota_text(
+        words, cell["flavor"], cell["nominal"], cell["borrowing_limit"], ceiling
+    )
+    return cell
+
+
 @dashboard_page(uses_range=False)
 def cluster_queue_list(request: HttpRequest) -> HttpResponse:
     allowed = allowed_team_ids(request)
@@ -53,17 +69,12 @@ def cluster_queue_list(request: HttpRequest) -> HttpResponse:
         found = samples.get(queue.pk)
         nominal = nominal_gpus(quotas.get(queue.pk, []))
         used = holding.get(queue.pk, 0.0)
+        words = words_for(queue.scheduler)
         rows.append(
             {
                 "queue": queue,
-                "quotas": [
-                    {
-                        "flavor": quota_label(q),
-                        "nominal": quantity(q.nominal, q.resource),
-                        "borrowing_limit": quantity(q.borrowing_limit, q.resource),
-                    }
-                    for q in quotas.get(queue.pk, [])
-                ],
+                "words": words,
+                "quotas": [_quota_cell(words, q) for q in quotas.get(queue.pk, [])],
                 "nominal": figure(nominal),
                 "usage": figure(used),
                 "usage_share": round(100 * min(1.0, allocation_rate(used, nominal) or 0.0), 1),
@@ -71,9 +82,14 @@ def cluster_queue_list(request: HttpRequest) -> HttpResponse:
                 "borrowing": bool(found and found.borrowed > 0),
             }
         )
+    schedulers = set(
+        queries.cluster_queues(search, allowed).order_by().values_list("scheduler", flat=True)
+    )
     context = {
         "nav": "queues",
-        "page_title": "ClusterQueues",
+        "page_title": "ClusterQueues" if schedulers <= {"kueue"} else "Queues",
+        # Several schedulers on the page: each row says which kind of queue it is.
+        "mixed": len(schedulers) > 1,
         "rows": rows,
         "page_obj": page,
         "page_query": page_query,
@@ -88,6 +104,7 @@ def cluster_queue_detail(
     request: HttpRequest, time_range: TimeRange, cluster: str, name: str
 ) -> HttpResponse:
     queue = get_cluster_queue_for_user(request, cluster, name)
+    words = words_for(queue.scheduler)
     allowed = allowed_team_ids(request)
     now = timezone.now()
     queue_filter = Q(cluster_queue=queue)
@@ -110,17 +127,19 @@ def cluster_queue_detail(
     # Nominal now in GPUs: whole GPUs and MIG instances at slices/7 (quotas.now.quota_gpus).
     gpu_quota = gpu_quotas(queue_filter).get(queue.pk, [])
     stats = _stats(
-        gpu_quota, admitted_now, pending_now, found, figures, eviction_counts, time_range
+        gpu_quota, admitted_now, pending_now, found, figures, eviction_counts, time_range, words
     )
     context = {
         "nav": "queues",
-        "page_title": f"ClusterQueue {queue.name}",
+        "page_title": f"{words.queue} {queue.name}",
         "queue": queue,
+        "words": words,
+        "scheduler_fields": scheduler_fields(queue),
         # Quota changes: admins with the permission change, the team's leads request.
         "may_change_quota": can_apply(request.user) or leads_team(request.user, queue.team_id),
         "cohort_visible": queue.cohort is not None,
         "stats": stats,
-        "quota_rows": _quota_rows(queue),
+        "quota_rows": _quota_rows(queue, words),
         "holding": holding,
         "holding_more": holding_more,
         "pending_rows": pending_rows,
@@ -135,18 +154,38 @@ def cluster_queue_detail(
     return render(request, "dashboard/cluster_queue_detail.html", context)
 
 
-def _quota_rows(queue: ClusterQueue) -> list[dict[str, Any]]:
-    """The queue's quotas as written in Kueue, flavor by flavor."""
-    return [
-        {
-            "flavor": q.flavor_name,
-            "resource": q.resource,
-            "nominal": quantity(q.nominal, q.resource),
-            "borrowing_limit": quantity(q.borrowing_limit, q.resource),
-            "lending_limit": quantity(q.lending_limit, q.resource),
-        }
-        for q in queue.quotas.order_by("resource", "position", "flavor_name")
-    ]
+def _quota_rows(queue: ClusterQueue, words: Words) -> list[dict[str, Any]]:
+    """The queue's quotas as written in Kueue, flavor by flavor; for another scheduler also as
+    it writes them: the cap (nominal + borrowing limit: Volcano's ``capability``, KAI's
+    ``limit``) and the part never lent (nominal − lending limit: Volcano's ``guarantee``)."""
+    rows = []
+    for q in queue.quotas.order_by("resource", "position", "flavor_name"):
+        borrow, lend = q.borrowing_limit, q.lending_limit
+        rows.append(
+            {
+                "flavor": q.flavor_name,
+                "resource": q.resource,
+                "nominal": quantity(q.nominal, q.resource),
+                "borrowing_limit": quantity(borrow, q.resource),
+                "lending_limit": quantity(lend, q.resource),
+                "ceiling": words.no_ceiling
+                if borrow is None
+                else quantity(q.nominal + borrow, q.resource),
+                "kept": "0" if lend is None else quantity(max(q.nominal - lend, 0), q.resource),
+            }
+        )
+    return rows
+
+
+def scheduler_fields(queue: ClusterQueue) -> list[tuple[str, str]]:
+    """The scheduler's own queue fields the translation kept as labels (``weight``, ``state``,
+    ``priority``, ``gpu-quota`` …; docs/architecture.md "Quota sources"), by name."""
+    prefix = f"gpu-ledger.io/{queue.scheduler}-"
+    return sorted(
+        (key[len(prefix) :], str(value))
+        for key, value in (queue.labels or {}).items()
+        if key.startswith(prefix)
+    )
 
 
 def _pending_row(
@@ -179,16 +218,18 @@ def _stats(
     figures: Any,
     eviction_counts: dict[str, int],
     time_range: TimeRange,
+    words: Words = KUEUE,
 ) -> list[Any]:
     """The figures across the queue page's top."""
+    by_flavor = nominal_by_flavor(gpu_quota)
     return [
         stat(
             "Nominal quota",
             figure(nominal_gpus(gpu_quota)),
             "GPUs",
-            ", ".join(
-                f"{flavor} {figure(gpus)}" for flavor, gpus in nominal_by_flavor(gpu_quota).items()
-            ),
+            ", ".join(f"{flavor} {figure(gpus)}" for flavor, gpus in by_flavor.items())
+            if words is KUEUE
+            else f"{words.scheduler} {words.nominal}",
             testid="stat-nominal",
         ),
         stat(

@@ -20,6 +20,7 @@ from dashboard.frame import paginate, plural, range_query, stat
 from dashboard.queries import cohorts as queries
 from dashboard.queries.flows import POOL, BorrowingFlows, borrowing_flows
 from dashboard.templatetags.formatting import figure
+from dashboard.words import words_for
 from ledger.range_figures import Figures
 from quotas.access import ANOTHER_TEAMS_QUEUE, ANOTHER_TEAMS_WORKLOAD, other_members_label
 from quotas.models import ClusterQueue, Cohort, Workload
@@ -283,12 +284,13 @@ def _cohort_stats(
 ) -> list[dict[str, Any]]:
     """The cohort page's cards: members, quota, GPUs admitted, borrowed, lent and pending now."""
     nominal_total = sum(nominal_gpus(rows) for rows in quotas.values())
+    words = words_for(cohort.scheduler)
     return [
         stat(
             "Members",
             str(member_count),
-            "ClusterQueues",
-            cohort.parent_name and f"parent cohort {cohort.parent_name}" or "",
+            f"{words.queue}s",
+            cohort.parent_name and f"parent {words.cohort.split()[-1]} {cohort.parent_name}" or "",
         ),
         stat(
             "Nominal quota",
@@ -333,6 +335,7 @@ def cohort_detail(
     request: HttpRequest, time_range: TimeRange, cluster: str, name: str
 ) -> HttpResponse:
     cohort = get_cohort_for_user(request, cluster, name)
+    words = words_for(cohort.scheduler)
     allowed = allowed_team_ids(request)
     now = timezone.now()
     members = queries.cohort_members(cohort)
@@ -359,8 +362,9 @@ def cohort_detail(
     stats = _cohort_stats(cohort, len(members), quotas, pool, holding, samples, pending)
     context = {
         "nav": "cohorts",
-        "page_title": f"Cohort {cohort.name}",
+        "page_title": f"{words.cohort[:1].upper()}{words.cohort[1:]} {cohort.name}",
         "cohort": cohort,
+        "words": words,
         "stats": stats,
         "pool": pool,
         "member_rows": _member_rows(

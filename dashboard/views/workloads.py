@@ -25,6 +25,7 @@ from dashboard.queries.now import held_now
 from dashboard.queries.teams import PENDING_STATES
 from dashboard.queries.workload_list import workload_charges
 from dashboard.templatetags.formatting import duration, figure, percent
+from dashboard.words import words_for
 from ledger.chargeback import Charge
 from ledger.range_figures import Figures
 from ledger.window_detail import window_detail
@@ -294,6 +295,7 @@ def workload_detail(request: HttpRequest, time_range: TimeRange, pk: int) -> Htt
     context = {
         "nav": "teams",
         "page_title": f"{workload.namespace}/{workload.name}",
+        "words": words_for(workload.scheduler),
         "life_query": "" if life is not None else _life_query(workload, end),
         "whole_life": life,
         "range_chosen_by_page": life is not None,

@@ -22,6 +22,7 @@ from demo.follow import finish_run, follow, history_written, ingest_window, simu
 from demo.objectives import seed_queue_objective
 from demo.rates import seed_rate_cards
 from demo.simulation import FleetSimulator
+from fleet.choices import QuotaSource
 from fleet.ingest import IngestStats
 from fleet.models import Cluster
 from ledger.rollup import roll_up_range
@@ -42,6 +43,14 @@ class Command(BaseCommand):
             "GPULEDGER_COLLECT_SECONDS).",
         )
         parser.add_argument("--cluster", default="demo", help="Cluster name (default demo).")
+        parser.add_argument(
+            "--scheduler",
+            choices=[QuotaSource.KUEUE, QuotaSource.VOLCANO],
+            default=QuotaSource.KUEUE,
+            help="The cluster's queueing layer (default kueue). A volcano cluster's API server "
+            "serves Volcano Queues and PodGroups, read through the Volcano quota source; it has "
+            "no Kueue metrics, so its sync runs over the whole history.",
+        )
         parser.add_argument(
             "--sync-days",
             type=float,
@@ -84,15 +93,28 @@ class Command(BaseCommand):
         end = self._parse_end(options["end"])
         if options["reset"]:
             self._reset(options["cluster"])
+        scheduler = options["scheduler"]
         cluster, _ = Cluster.objects.get_or_create(
             name=options["cluster"],
-            defaults={"display_name": "Simulated fleet"},
+            defaults={
+                "display_name": "Simulated fleet"
+                if scheduler == QuotaSource.KUEUE
+                else f"Simulated fleet ({QuotaSource(scheduler).label})",
+                "quota_source": scheduler,
+            },
         )
+        if cluster.quota_source != scheduler:
+            raise CommandError(
+                f"cluster {cluster.name} reads {cluster.quota_source or 'a detected source'}, not "
+                f"{scheduler}: pick another --cluster, or --reset it"
+            )
         if options["verbosity"] < 2:
             # One progress bar instead of a log line per window and per hour.
             for name in ("fleet", "quotas", "ledger"):
                 logging.getLogger(name).setLevel(logging.WARNING)
-        sim = FleetSimulator(seed=options["seed"], end=end, days=days, step_seconds=step)
+        sim = FleetSimulator(
+            seed=options["seed"], end=end, days=days, step_seconds=step, scheduler=scheduler
+        )
         if options["follow"] and not options["reset"] and history_written(cluster, sim):
             # make demo: the history is in the tables; replay it in memory and go on live.
             for window in sim.windows():
@@ -101,6 +123,8 @@ class Command(BaseCommand):
             return
         windows = list(sim.windows())
         sync_days = options["sync_days"]
+        if scheduler != QuotaSource.KUEUE:
+            sync_days = days  # no Kueue metrics to backfill the quota history from
         synced_from = sim.end - timedelta(days=days / 2 if sync_days is None else sync_days)
         # The rate cards first: alert episodes evaluated on the simulated history cost under them.
         cards = seed_rate_cards(sim.start, sim.end)
