@@ -23,6 +23,7 @@ from dashboard.charts.parts import (
 )
 from dashboard.decorators import chart_view
 from dashboard.queries.teams import team_hours, team_queue_hours
+from dashboard.words import KUEUE, words_for
 
 
 @chart_view
@@ -63,9 +64,17 @@ def team_queues_chart(request: HttpRequest, time_range: TimeRange, name: str) ->
     span = time_range.covered_hours()
     series_by_queue = team_queue_hours(team, span, ("allocated_gpu_hours", "nominal_gpu_hours"))
 
-    def label(group: tuple[str, str]) -> str:
-        queue, flavor = group
-        return f"{queue} · {flavor or 'no flavor'}"
+    clusters = {group[0] for group in series_by_queue}
+
+    def label(group: tuple[str, str, str, str]) -> str:
+        """``queue · flavor``; the cluster first when the team's queues span several (two
+        clusters may each have a queue of the name). Another scheduler's queue names no node
+        pool: one line per queue."""
+        cluster, queue, scheduler, flavor = group
+        named = f"{cluster}/{queue}" if len(clusters) > 1 else queue
+        if words_for(scheduler) is not KUEUE:
+            return named
+        return f"{named} · {flavor or 'no flavor'}"
 
     names, allocated = stacked(series_by_queue, label, "allocated_gpu_hours")
     _, nominal = stacked(series_by_queue, label, "nominal_gpu_hours")
@@ -98,7 +107,7 @@ def team_queues_chart(request: HttpRequest, time_range: TimeRange, name: str) ->
             data.append(band)
     layout = range_layout(
         time_range,
-        "Allocated GPUs per ClusterQueue and flavor (dotted: its nominal; wide: borrowing)",
+        "Allocated GPUs per queue and flavor (dotted: its nominal; wide: borrowing)",
         GPUS_AXIS,
     )
     legend_room(layout, sum(1 for trace in data if trace.get("showlegend", True)), per_row=3)

@@ -148,11 +148,21 @@ def team_hours(team: Team, span: HourSpan) -> list[Figures | None]:
 
 def team_queue_hours(
     team: Team, span: HourSpan, names: tuple[str, ...]
-) -> dict[tuple[str, str], list[Figures | None]]:
-    """Per (ClusterQueue name, flavor) of the team: a ``Figures`` or None per hour of the span,
-    with the figures ``names`` the chart plots (see ``cohorts.member_hours``)."""
+) -> dict[tuple[str, str, str, str], list[Figures | None]]:
+    """Per (cluster, ClusterQueue name, its scheduler, flavor) of the team: a ``Figures`` or None
+    per hour of the span, with the figures ``names`` the chart plots (see
+    ``cohorts.member_hours``)."""
     return (
         HourlyRollup.objects.for_scope(RollupScope.CLUSTER_QUEUE)
         .filter(cluster_queue__team=team)
-        .series(span, ("cluster_queue__name", "flavor"), names=names)
+        .series(
+            span,
+            (
+                "cluster_queue__cluster__name",
+                "cluster_queue__name",
+                "cluster_queue__scheduler",
+                "flavor",
+            ),
+            names=names,
+        )
     )

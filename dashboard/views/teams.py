@@ -24,6 +24,7 @@ from dashboard.queries.workload_list import workload_charges
 from dashboard.templatetags.formatting import duration, figure, percent
 from dashboard.views.my_teams import flavor_rows
 from dashboard.views.serving import row as serving_row
+from dashboard.words import KUEUE, words_for
 from ledger.chargeback import Charge
 from ledger.range_figures import Figures
 from quotas.access import PUBLIC, leads_team, led_team_ids, other_teams_label, team_visibility
@@ -196,11 +197,17 @@ def _queue_rows(
     rows = []
     for queue in queues:
         now_figures = samples.get(queue.pk)
+        words = words_for(queue.scheduler)
         rows.append(
             {
                 "queue": queue,
+                "words": words,
+                # Kueue's quota per flavor; another scheduler's in its own field's name.
                 "quotas": [
-                    {"flavor_name": quota_label(q), "nominal": q.nominal}
+                    {
+                        "flavor_name": quota_label(q) if words is KUEUE else words.nominal,
+                        "nominal": q.nominal,
+                    }
                     for q in quotas.get(queue.pk, [])
                 ],
                 "nominal": nominal_gpus(quotas.get(queue.pk, [])),
@@ -218,6 +225,7 @@ def _team_stats(
     now_gpus: dict[str, float | None],
     queue_count: int,
     pending: Demand,
+    queues_word: str = "ClusterQueue",
 ) -> list[dict[str, Any]]:
     """The team page's cards: ``now_gpus`` holds the admitted, held, nominal and borrowed GPUs
     now; ``figures`` the range's totals."""
@@ -241,7 +249,7 @@ def _team_stats(
             "Nominal quota",
             figure(now_gpus["nominal"]),
             "GPUs",
-            f"{queue_count} ClusterQueues",
+            plural(queue_count, queues_word),
             testid="stat-nominal",
         ),
         stat(
@@ -336,15 +344,20 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
     pending = pending_gpus(Q(cluster_queue__team=team), "cluster_queue__team_id").get(
         team.pk, Demand()
     )
+    # "ClusterQueue" on a Kueue-only team; "queue" where another scheduler's queues are among.
+    queues_word = "ClusterQueue" if all(q.scheduler == "kueue" for q in queues) else "queue"
     context = {
         "nav": "teams",
         "page_title": str(team),
         "team": team,
         # Its leads request quota changes for its queues; admins with the permission change them.
         "may_change_quota": can_apply(request.user) or leads_team(request.user, team.pk),
-        "stats": _team_stats(time_range, figures, now_gpus, len(queues), pending),
+        "stats": _team_stats(time_range, figures, now_gpus, len(queues), pending, queues_word),
         "figures": figures,
         "queue_rows": _queue_rows(queues, quotas, holding, samples),
+        # Queues of several schedulers: each row says which kind it is.
+        "mixed": len({queue.scheduler for queue in queues}) > 1,
+        "queues_word": queues_word,
         "flavors": team_flavors,
         **_team_workloads(request, team, time_range, state, now, samples),
         "state": state,
