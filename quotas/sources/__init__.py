@@ -103,8 +103,10 @@ class SourceClient(KueueClient):
         # Per product kind: the per-queue summary of the facts its objects were last translated
         # with (``Source.summarize``).
         self._translated_with: dict[str, dict[str, Any]] = {}
-        # A ResourceQuota cluster's quotas and GPU pods.
+        # A ResourceQuota cluster's quotas and GPU pods; whether some quota has a GPU line
+        # (detection, when no batch scheduler's group is served).
         self._resource_quotas = ResourceQuotaReader(self)
+        self._gpu_quotas: bool | None = None
 
     @classmethod
     def for_cluster(cls, cluster: Cluster, **kwargs: Any) -> SourceClient:
@@ -121,7 +123,9 @@ class SourceClient(KueueClient):
         discovery = super().discover(refresh, deadline=deadline)
         gpu_quotas = False
         if not self.configured_source and not schedulers_served(discovery):
-            gpu_quotas = self._has_gpu_quotas(deadline)
+            if refresh or self._gpu_quotas is None:
+                self._gpu_quotas = self._has_gpu_quotas(deadline)
+            gpu_quotas = self._gpu_quotas
         source = detect_source(discovery, self.configured_source, gpu_quotas)
         if source != self._source:
             logger.info("cluster %s: quota source %s", self.name, source)
@@ -140,10 +144,21 @@ class SourceClient(KueueClient):
 
     def _has_gpu_quotas(self, deadline: Deadline | None) -> bool:
         """Whether some ResourceQuota has a ``requests.nvidia.com/gpu`` line; False when they
-        cannot be listed (no access: the cluster stays a Kueue one, as before)."""
+        may not be listed (a permanent error, e.g. no access: the cluster stays a Kueue one, as
+        before). A transient failure keeps what the last detection found, and raises when
+        there is none: a sync whose source is unknown writes nothing."""
         try:
             listed = self.list_kind(resourcequota.RESOURCE_QUOTA, "v1", deadline=deadline)
         except KubeError as exc:
+            if not exc.permanent:
+                if self._gpu_quotas is None:
+                    raise
+                logger.warning(
+                    "cluster %s: ResourceQuotas not listed for detection, source kept: %s",
+                    self.name,
+                    exc,
+                )
+                return self._gpu_quotas
             logger.info("cluster %s: ResourceQuotas not listed for detection: %s", self.name, exc)
             return False
         return any(resourcequota.has_gpu_line(quota) for quota in listed.items)
