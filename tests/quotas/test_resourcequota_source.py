@@ -477,3 +477,14 @@ def test_a_failed_pod_list_deletes_no_workload(rq_api, rq_cluster) -> None:
     assert Workload.objects.filter(deleted_at__isnull=False).count() == 0
     assert ClusterQueue.objects.filter(deleted_at__isnull=False).count() == 0
     assert IngestRun.objects.count() == 2
+
+
+def test_a_gpu_pod_outside_every_gpu_quota_is_a_workload_in_no_queue(rq_api, rq_cluster) -> None:
+    rq_api.add("Pod", job_pod("research", "probe", "1", node="gpu-node-a100-03"))
+
+    run = sync_cluster(rq_cluster.pk)
+
+    assert run.status == IngestStatus.SUCCESS, run.error
+    probe = Workload.objects.get(cluster=rq_cluster, namespace="research", name="job-probe")
+    assert (probe.state, probe.admitted_gpus, probe.cluster_queue) == ("admitted", 1.0, None)
+    assert not ClusterQueue.objects.filter(name="research").exists()
