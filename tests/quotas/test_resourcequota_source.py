@@ -22,6 +22,7 @@ from fleet.choices import IngestStatus, QuotaSource
 from fleet.models import Cluster, IngestRun
 from quotas.choices import TransitionKind
 from quotas.kueue import Discovery, KubeError
+from quotas.kueue.payloads import slim
 from quotas.models import ClusterQueue, ClusterQueueQuota, Workload, WorkloadTransition
 from quotas.now import holding_gpus, pending_gpus
 from quotas.sources import SourceClient, detect_source
@@ -203,6 +204,20 @@ def test_a_pod_preempted_by_the_scheduler_marks_its_workload() -> None:
     # Not evicted: it holds its GPUs until its pod is gone, as the quota charges them.
     assert "Evicted" not in conditions
     assert bert["status"]["admission"]["podSetAssignments"][0]["resourceUsage"][GPU] == "4"
+
+
+def test_the_client_keeps_only_the_pod_conditions_the_translation_reads() -> None:
+    bert, sam = (
+        next(p for p in pods() if p["metadata"]["name"].startswith(job)) for job in ("bert", "sam")
+    )
+    kept = slim(copy.deepcopy(bert), "v1", "Pod")["status"]["conditions"]
+    assert [(c["type"], c["reason"]) for c in kept] == [
+        ("DisruptionTarget", "PreemptionByScheduler")
+    ]
+    kept = slim(copy.deepcopy(sam), "v1", "Pod")["status"]["conditions"]
+    assert [(c["type"], c["status"]) for c in kept] == [("PodScheduled", "False")]
+    running = next(p for p in pods() if p["metadata"]["name"].startswith("detr"))
+    assert "conditions" not in slim(copy.deepcopy(running), "v1", "Pod")["status"]
 
 
 # --- detection -------------------------------------------------------------------------------
