@@ -59,6 +59,9 @@ class ResourceQuotaReader:
         self._quotas: dict[Key, dict[str, Any]] | None = None
         self._pods: dict[Key, rq.PodFacts] | None = None
         self._by_workload: dict[Key, set[Key]] = {}
+        # Per workload, its state as its pods stand ("pending", "admitted", "finished"): the
+        # queues' counts, read on every quota event, without going through every pod.
+        self._states: dict[Key, str] = {}
         # The pod LIST of this LIST pass, for its Workload and Pod LISTs.
         self._pod_list: ListResult | None = None
         self._pod_list_users: set[str] = set()
@@ -73,8 +76,12 @@ class ResourceQuotaReader:
             if facts is not None:
                 pods[(facts.namespace, facts.name)] = facts
                 by_workload.setdefault(facts.key, set()).add((facts.namespace, facts.name))
+        states = {
+            key: rq.workload_state([pods[k] for k in found]).state
+            for key, found in by_workload.items()
+        }
         with self._lock:
-            self._pods, self._by_workload = pods, by_workload
+            self._pods, self._by_workload, self._states = pods, by_workload, states
 
     def _workload(self, key: Key) -> dict[str, Any] | None:
         """The translated workload ``key`` as the pods stand (None when it has none); under the
@@ -86,13 +93,7 @@ class ResourceQuotaReader:
     def counts(self) -> dict[str, tuple[int, int]]:
         """Per namespace, (pending, admitted) workloads as the pods stand."""
         with self._lock:
-            if self._pods is None:
-                return {}
-            states = [
-                (key[0], rq.workload_state([self._pods[k] for k in pods]).state)
-                for key, pods in self._by_workload.items()
-                if pods
-            ]
+            states = [(key[0], state) for key, state in self._states.items()]
         return rq.workload_counts(states)
 
     # --- LIST --------------------------------------------------------------------------------
@@ -203,6 +204,13 @@ class ResourceQuotaReader:
                 self._pods[pod_key] = facts
                 self._by_workload.setdefault(facts.key, set()).add(pod_key)
             new = {k: self._workload(k) for k in keys}
+            for k in keys:
+                found = [self._pods[p] for p in self._by_workload.get(k, ())]
+                if found:
+                    self._states[k] = rq.workload_state(found).state
+                else:
+                    self._states.pop(k, None)
+                    self._by_workload.pop(k, None)
         yield from _changes(
             {k: v for k, v in old.items() if v is not None},
             {k: v for k, v in new.items() if v is not None},
