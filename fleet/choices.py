@@ -27,7 +27,7 @@ class QuotaSource(models.TextChoices):
     """Which scheduler's objects a cluster's quota sync reads (docs/architecture.md
     "Quota sources"); "" detects it from the API server's discovery."""
 
-    DETECT = "", "Detect (Kueue when served, else Volcano, else KAI)"
+    DETECT = "", "Detect (Kueue when served, else Volcano, else KAI, else GPU ResourceQuotas)"
     KUEUE = "kueue", "Kueue"
     VOLCANO = "volcano", "Volcano"
     KAI = "kai", "KAI Scheduler"

@@ -28,6 +28,9 @@ POD_SPEC_FIELDS = (
     "schedulerName",
 )
 POD_STATUS_FIELDS = ("phase", "startTime", "containerStatuses", "reason")
+# The pod conditions kept (by type, and status when given): the scheduler's preemption mark and
+# its refusal to place the pod (quotas/sources/resourcequota.py reads both).
+POD_CONDITIONS_KEPT = (("DisruptionTarget", None), ("PodScheduled", "False"))
 CONTAINER_STATUS_FIELDS = ("name", "state", "restartCount")
 NODE_STATUS_FIELDS = ("capacity", "allocatable", "conditions")
 
@@ -112,6 +115,21 @@ def _slim_containers(containers: Any) -> Any:
     ]
 
 
+def _kept_conditions(conditions: Any) -> list[Any]:
+    """The pod conditions of ``POD_CONDITIONS_KEPT`` (most pods have none of them)."""
+    if not isinstance(conditions, list):
+        return []
+    return [
+        found
+        for found in conditions
+        if isinstance(found, dict)
+        and any(
+            found.get("type") == kind and (status is None or found.get("status") == status)
+            for kind, status in POD_CONDITIONS_KEPT
+        )
+    ]
+
+
 def _slim_pod_spec(spec: Any) -> Any:
     if not isinstance(spec, dict):
         return spec
@@ -184,6 +202,9 @@ def slim(item: Any, api_version: str, kind: str) -> Any:
                     else c
                     for c in slim["containerStatuses"]
                 ]
+            conditions = _kept_conditions(status.get("conditions"))
+            if conditions:
+                slim["conditions"] = conditions
             item["status"] = slim
     elif kind == "Node":
         if isinstance(status, dict):

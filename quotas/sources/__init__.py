@@ -10,7 +10,9 @@ whose LIST failed is marked deleted.
 
 * ``detect_source``: ``Cluster.quota_source`` when set, else from discovery: Kueue's group
   served -> kueue, else ``scheduling.volcano.sh`` -> volcano, else ``scheduling.run.ai`` -> kai,
-  else kueue (its kinds then count as not served, as before).
+  else resourcequota when some ResourceQuota has a ``requests.nvidia.com/gpu`` line (core
+  ResourceQuota is always served, so discovery cannot tell: the client LISTs them), else kueue
+  (its kinds then count as not served, as before).
 * Volcano and KAI (``SOURCES``, each a ``quotas.sources.common.Source``): Cohort and
   ClusterQueue from ``queues``, Workload from ``podgroups``; Pods and Nodes as for Kueue;
   ResourceFlavor, LocalQueue and WorkloadPriorityClass are not served (404 ``NotServed``: known
@@ -21,6 +23,9 @@ whose LIST failed is marked deleted.
   PodGroups tell it (``Source.group_facts``: Volcano's Inqueue reservations, KAI's workload
   counts): the PodGroups are listed before the queues, that LIST is reused by the Workload LIST
   of the same sync, and PodGroup events keep the facts current.
+* ResourceQuota (``quotas.sources.resourcequota``, read by
+  ``quotas.sources.resourcequota_client.ResourceQuotaReader``): ClusterQueue from
+  ``resourcequotas``, Workload from the GPU pods grouped by owner; Cohort is not served either.
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ from core.deadlines import Deadline
 from fleet.choices import QuotaSource
 from quotas.constants import KUEUE_GROUP
 from quotas.kueue import Discovery, KubeError, KueueClient, ListResult, ResourceExpired, WatchEvent
-from quotas.sources import kai, volcano
+from quotas.kueue.payloads import Kind
+from quotas.sources import kai, resourcequota, volcano
 from quotas.sources.common import Source, key_of, name_of
+from quotas.sources.resourcequota_client import ResourceQuotaReader
 
 if TYPE_CHECKING:
     from fleet.models import Cluster
@@ -47,11 +54,19 @@ QUEUE_KINDS = frozenset({"Cohort", "ClusterQueue"})
 # The sources translated at the client boundary, by QuotaSource, in detection order.
 SOURCES: dict[str, Source] = {QuotaSource.VOLCANO: volcano.SOURCE, QuotaSource.KAI: kai.SOURCE}
 # Sources read so far; the others are known choices without a reader yet.
-READ_SOURCES = frozenset({QuotaSource.KUEUE, *SOURCES})
+READ_SOURCES = frozenset({QuotaSource.KUEUE, QuotaSource.RESOURCEQUOTA, *SOURCES})
 
 
-def detect_source(discovery: Discovery, configured: str = "") -> str:
-    """The cluster's quota source: ``configured`` when set, else what discovery shows."""
+def schedulers_served(discovery: Discovery) -> bool:
+    """Whether the cluster serves Kueue's, Volcano's or KAI's group."""
+    groups = (KUEUE_GROUP, *(source.group for source in SOURCES.values()))
+    return any(discovery.group_versions(group) for group in groups)
+
+
+def detect_source(discovery: Discovery, configured: str = "", gpu_quotas: bool = False) -> str:
+    """The cluster's quota source: ``configured`` when set, else what discovery shows; with no
+    batch scheduler's group served, resourcequota when ``gpu_quotas`` (some ResourceQuota has
+    a ``requests.nvidia.com/gpu`` line), else kueue."""
     if configured:
         return configured
     if discovery.group_versions(KUEUE_GROUP):
@@ -59,7 +74,7 @@ def detect_source(discovery: Discovery, configured: str = "") -> str:
     for name, source in SOURCES.items():
         if discovery.group_versions(source.group):
             return name
-    return QuotaSource.KUEUE
+    return QuotaSource.RESOURCEQUOTA if gpu_quotas else QuotaSource.KUEUE
 
 
 def _not_served(what: str) -> KubeError:
@@ -88,6 +103,10 @@ class SourceClient(KueueClient):
         # Per product kind: the per-queue summary of the facts its objects were last translated
         # with (``Source.summarize``).
         self._translated_with: dict[str, dict[str, Any]] = {}
+        # A ResourceQuota cluster's quotas and GPU pods; whether some quota has a GPU line
+        # (detection, when no batch scheduler's group is served).
+        self._resource_quotas = ResourceQuotaReader(self)
+        self._gpu_quotas: bool | None = None
 
     @classmethod
     def for_cluster(cls, cluster: Cluster, **kwargs: Any) -> SourceClient:
@@ -102,7 +121,12 @@ class SourceClient(KueueClient):
     # --- the source --------------------------------------------------------------------------
     def discover(self, refresh: bool = False, *, deadline: Deadline | None = None) -> Discovery:
         discovery = super().discover(refresh, deadline=deadline)
-        source = detect_source(discovery, self.configured_source)
+        gpu_quotas = False
+        if not self.configured_source and not schedulers_served(discovery):
+            if refresh or self._gpu_quotas is None:
+                self._gpu_quotas = self._has_gpu_quotas(deadline)
+            gpu_quotas = self._gpu_quotas
+        source = detect_source(discovery, self.configured_source, gpu_quotas)
         if source != self._source:
             logger.info("cluster %s: quota source %s", self.name, source)
         if source not in READ_SOURCES:
@@ -110,9 +134,39 @@ class SourceClient(KueueClient):
                 f"cluster {self.name}: quota source {source} is not read yet", None, True
             )
         if source == QuotaSource.KUEUE and not discovery.kueue_version:
-            logger.warning("cluster %s serves neither Kueue, Volcano nor KAI", self.name)
+            logger.warning(
+                "cluster %s serves neither Kueue, Volcano nor KAI, and no ResourceQuota has a "
+                "GPU line",
+                self.name,
+            )
         self._source = source
         return discovery
+
+    def _has_gpu_quotas(self, deadline: Deadline | None) -> bool:
+        """Whether some ResourceQuota has a ``requests.nvidia.com/gpu`` line; False when they
+        may not be listed (a permanent error, e.g. no access: the cluster stays a Kueue one, as
+        before). A transient failure keeps what the last detection found, and raises when
+        there is none: a sync whose source is unknown writes nothing."""
+        try:
+            listed = self.list_kind(resourcequota.RESOURCE_QUOTA, "v1", deadline=deadline)
+        except KubeError as exc:
+            if not exc.permanent:
+                if self._gpu_quotas is None:
+                    raise
+                logger.warning(
+                    "cluster %s: ResourceQuotas not listed for detection, source kept: %s",
+                    self.name,
+                    exc,
+                )
+                return self._gpu_quotas
+            logger.info("cluster %s: ResourceQuotas not listed for detection: %s", self.name, exc)
+            return False
+        return any(resourcequota.has_gpu_line(quota) for quota in listed.items)
+
+    def _list_call(self, kind: Kind, version: str, **params: Any) -> Any:
+        if kind.name == "ResourceQuota" and not kind.group:
+            return self.core.list_resource_quota_for_all_namespaces, (), params
+        return super()._list_call(kind, version, **params)
 
     def source(self, deadline: Deadline | None = None) -> str:
         """The cluster's quota source (discovers once when it is to be detected)."""
@@ -140,6 +194,8 @@ class SourceClient(KueueClient):
 
     # --- LIST --------------------------------------------------------------------------------
     def list_objects(self, kind_name: str, *, deadline: Deadline | None = None) -> ListResult:
+        if self.source(deadline) == QuotaSource.RESOURCEQUOTA:
+            return self._list_resource_quota_kind(kind_name, deadline)
         source = self._translated(deadline)
         if source is None or kind_name in ("Pod", "Node"):
             return super().list_objects(kind_name, deadline=deadline)
@@ -165,6 +221,19 @@ class SourceClient(KueueClient):
         else:
             raise _not_served(kind_name)
         return ListResult(kind_name, items, listed.resource_version, listed.pages, listed.filtered)
+
+    def _list_resource_quota_kind(self, kind_name: str, deadline: Deadline | None) -> ListResult:
+        """A product kind on a ResourceQuota cluster (``ResourceQuotaReader``)."""
+        reader = self._resource_quotas
+        if kind_name == "Node":
+            return super().list_objects(kind_name, deadline=deadline)
+        if kind_name == "Pod":
+            return reader.list_pods(deadline)
+        if kind_name == "ClusterQueue":
+            return reader.list_cluster_queues(deadline)
+        if kind_name == "Workload":
+            return reader.list_workloads(deadline)
+        raise _not_served(f"{kind_name} (ResourceQuota has none)")
 
     def _list_pod_groups(self, source: Source, deadline: Deadline | None) -> ListResult:
         """A complete PodGroup LIST; the facts become its PodGroups'."""
@@ -201,6 +270,18 @@ class SourceClient(KueueClient):
     ) -> Iterator[WatchEvent]:
         self._watching = True
         self._pod_groups = None
+        self._resource_quotas.watching = True
+        if self.source(deadline) == QuotaSource.RESOURCEQUOTA and kind_name not in ("Pod", "Node"):
+            reader = self._resource_quotas
+            if kind_name == "ClusterQueue":
+                yield from reader.watch_cluster_queues(
+                    resource_version, timeout_seconds, stop, deadline
+                )
+            elif kind_name == "Workload":
+                yield from reader.watch_workloads(resource_version, timeout_seconds, stop, deadline)
+            else:
+                raise _not_served(f"{kind_name} (ResourceQuota has none)")
+            return
         source = self._translated(deadline)
         if source is None or kind_name in ("Pod", "Node"):
             yield from super().watch(
@@ -321,4 +402,12 @@ class SourceClient(KueueClient):
         )
 
 
-__all__ = ["READ_SOURCES", "SOURCES", "SourceClient", "detect_source", "kai", "volcano"]
+__all__ = [
+    "READ_SOURCES",
+    "SOURCES",
+    "SourceClient",
+    "detect_source",
+    "kai",
+    "resourcequota",
+    "volcano",
+]

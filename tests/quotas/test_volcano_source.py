@@ -213,19 +213,6 @@ def test_the_real_client_detects_volcano_from_discovery(volcano_api, volcano_clu
     assert volcano_api.list_count(QUEUE) == 1
 
 
-def test_a_cluster_set_to_a_source_not_read_yet_fails_permanently(
-    volcano_api, volcano_cluster
-) -> None:
-    volcano_cluster.quota_source = QuotaSource.RESOURCEQUOTA
-    volcano_cluster.save()
-
-    with pytest.raises(Exception, match="resourcequota is not read yet") as raised:
-        sync_cluster(volcano_cluster.pk)
-
-    assert getattr(raised.value, "permanent", False)
-    assert IngestRun.objects.get().status == IngestStatus.FAILED
-
-
 # --- a full sync against the README ----------------------------------------------------------
 
 
