@@ -24,7 +24,10 @@ class Words:
 
     @property
     def queue_kind(self) -> str:
-        """ "Kueue ClusterQueue", "Volcano Queue": a row's kind on a page of several clusters."""
+        """A row's kind on a page of several clusters: "Kueue ClusterQueue", "Volcano Queue",
+        "namespace ResourceQuota"."""
+        if self.queue == self.scheduler:
+            return f"namespace {self.queue}"
         return f"{self.scheduler} {self.queue}"
 
     @property
@@ -43,9 +46,8 @@ WORDS: dict[str, Words] = {
         "Volcano", "Queue", "parent queue", "PodGroup", "deserved", "capability", "no capability"
     ),
     "kai": Words("KAI", "Queue", "parent queue", "PodGroup", "quota", "limit", "no limit"),
-    "resourcequota": Words(
-        "ResourceQuota", "ResourceQuota", "", "Workload", "hard", "", "unlimited"
-    ),
+    # A namespace's GPU ResourceQuota(s) is its queue; its workloads are its pods' owners.
+    "resourcequota": Words("ResourceQuota", "ResourceQuota", "", "Workload", "hard", "", ""),
 }
 
 

@@ -1,0 +1,43 @@
+"""What each scheduler calls the product's concepts, and a quota as each writes it
+(``dashboard.words``): pure, no database."""
+
+from __future__ import annotations
+
+import pytest
+
+from dashboard.words import KUEUE, quota_text, words_for
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "queue_kind", "workload", "nominal"),
+    [
+        ("kueue", "Kueue ClusterQueue", "Workload", "nominal"),
+        ("volcano", "Volcano Queue", "PodGroup", "deserved"),
+        ("kai", "KAI Queue", "PodGroup", "quota"),
+        ("resourcequota", "namespace ResourceQuota", "Workload", "hard"),
+    ],
+)
+def test_each_scheduler_names_its_queue_workload_and_quota(
+    scheduler, queue_kind, workload, nominal
+):
+    words = words_for(scheduler)
+    assert (words.queue_kind, words.workload, words.nominal) == (queue_kind, workload, nominal)
+
+
+def test_an_unknown_or_missing_scheduler_reads_as_kueue():
+    assert words_for("") is KUEUE and words_for(None) is KUEUE and words_for("slurm") is KUEUE
+
+
+def test_a_quota_in_each_schedulers_fields():
+    # Kueue: flavor, nominal / borrowing limit.
+    assert quota_text(words_for("kueue"), "h100", "8", "16", "24") == "h100 8 / 16"
+    # Volcano: deserved and capability (= nominal + borrowing limit); none set: no capability.
+    assert quota_text(words_for("volcano"), "default-flavor", "40", "16", "56") == (
+        "deserved 40 · capability 56"
+    )
+    assert quota_text(words_for("volcano"), "default-flavor", "48", "unlimited", "") == (
+        "deserved 48 · no capability"
+    )
+    assert quota_text(words_for("kai"), "default-flavor", "16", "8", "24") == "quota 16 · limit 24"
+    # A ResourceQuota has a hard limit only.
+    assert quota_text(words_for("resourcequota"), "default-flavor", "8", "0", "8") == "hard 8"
