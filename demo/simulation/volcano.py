@@ -35,7 +35,7 @@ from demo.simulation.scenario import (
     stable_uid,
 )
 from quotas.sources import volcano
-from quotas.sources.common import KUEUE_VERSION
+from quotas.sources.common import KUEUE_VERSION, source_flavor
 
 VOLCANO_API = "scheduling.volcano.sh/v1beta1"
 JOB_API = "batch.volcano.sh/v1alpha1"
@@ -254,7 +254,7 @@ def list_payloads(fleet: SimFleet, at: datetime) -> dict[str, dict]:
 
     created = _iso(fleet.start - timedelta(days=30))
     return {
-        "resource_flavors": listing("ResourceFlavor", []),
+        "resource_flavors": listing("ResourceFlavor", [source_flavor(volcano.SCHEDULER)]),
         "cohorts": listing("Cohort", cohorts),
         "cluster_queues": listing("ClusterQueue", cluster_queues),
         "local_queues": listing("LocalQueue", []),

@@ -1,8 +1,11 @@
 """GPU Nodes -> rows: capacity, allocatable GPUs and MIG instances, pool and flavor.
 
 A Node's flavor is the ResourceFlavor whose ``nodeLabels`` all match the node's labels; the one
-with the most labels wins, then the name. Flavors without ``nodeLabels`` match no node. A flavor
-without the GPU product in its ``nodeLabels`` takes its nodes' most common product.
+with the most labels wins, then the name. Flavors without ``nodeLabels`` match no node, except
+the flavor a quota source serves for a cluster whose quotas name no node pool (labelled
+``gpu-ledger.io/scheduler`` other than kueue, ``quotas.sources.common.source_flavor``): it holds
+every GPU node no other flavor matches. A flavor without the GPU product in its ``nodeLabels``
+takes its nodes' most common product.
 """
 
 from __future__ import annotations
@@ -19,6 +22,12 @@ from quotas.ingest.rows import FlavorRow, NodeRow, ObjectMeta
 def _count(value: object, what: str) -> int:
     amount = read_quantity(value, what)
     return int(amount) if amount > 0 else 0
+
+
+def _whole_cluster(flavor: FlavorRow) -> bool:
+    """The flavor a quota source serves for its cluster's every GPU node."""
+    scheduler = flavor.meta.labels.get(c.LABEL_SCHEDULER, c.DEFAULT_SCHEDULER)
+    return not flavor.node_labels and scheduler != c.DEFAULT_SCHEDULER
 
 
 def parse_node(
@@ -44,6 +53,7 @@ def parse_node(
         and all(meta.labels.get(k) == v for k, v in flavor.node_labels.items())
     ]
     matching.sort(key=lambda flavor: (-len(flavor.node_labels), flavor.meta.name))
+    matching += [flavor for flavor in flavors if _whole_cluster(flavor)]
     return NodeRow(
         meta=meta,
         gpu_product=product,

@@ -15,8 +15,10 @@ whose LIST failed is marked deleted.
   (its kinds then count as not served, as before).
 * Volcano and KAI (``SOURCES``, each a ``quotas.sources.common.Source``): Cohort and
   ClusterQueue from ``queues``, Workload from ``podgroups``; Pods and Nodes as for Kueue;
-  ResourceFlavor, LocalQueue and WorkloadPriorityClass are not served (404 ``NotServed``: known
-  empty, nothing to delete). Which queues are Cohorts depends on the whole queue list, so a queue
+  LocalQueue and WorkloadPriorityClass are not served (404 ``NotServed``: known empty, nothing
+  to delete). ResourceFlavor is one constant object for every source but Kueue
+  (``common.source_flavor``: the queues' one flavor, holding every GPU node), with a WATCH that
+  ends at its timeout without events. Which queues are Cohorts depends on the whole queue list, so a queue
   event that would turn a Cohort into a ClusterQueue or back ends that WATCH with
   ``ResourceExpired``: the sync relists the kind and turns the difference into changes
   (``quotas.sync.listing.Lister.relist_kind``). A queue's translation also takes what its
@@ -40,7 +42,7 @@ from fleet.choices import QuotaSource
 from quotas.constants import KUEUE_GROUP
 from quotas.kueue import Discovery, KubeError, KueueClient, ListResult, ResourceExpired, WatchEvent
 from quotas.kueue.payloads import Kind
-from quotas.sources import kai, resourcequota, volcano
+from quotas.sources import common, kai, resourcequota, volcano
 from quotas.sources.common import Source, key_of, name_of
 from quotas.sources.resourcequota_client import ResourceQuotaReader
 
@@ -194,6 +196,10 @@ class SourceClient(KueueClient):
 
     # --- LIST --------------------------------------------------------------------------------
     def list_objects(self, kind_name: str, *, deadline: Deadline | None = None) -> ListResult:
+        if kind_name == "ResourceFlavor" and self.source(deadline) != QuotaSource.KUEUE:
+            # The one flavor of a cluster whose quotas name no node pool (every GPU node).
+            flavor = common.source_flavor(self.scheduler)
+            return ListResult(kind_name, [flavor], common.FLAVOR_VERSION, 1)
         if self.source(deadline) == QuotaSource.RESOURCEQUOTA:
             return self._list_resource_quota_kind(kind_name, deadline)
         source = self._translated(deadline)
@@ -271,6 +277,10 @@ class SourceClient(KueueClient):
         self._watching = True
         self._pod_groups = None
         self._resource_quotas.watching = True
+        if kind_name == "ResourceFlavor" and self.source(deadline) != QuotaSource.KUEUE:
+            # The source flavor never changes: a WATCH that ends at its timeout without events.
+            (stop or threading.Event()).wait(timeout_seconds)
+            return
         if self.source(deadline) == QuotaSource.RESOURCEQUOTA and kind_name not in ("Pod", "Node"):
             reader = self._resource_quotas
             if kind_name == "ClusterQueue":

@@ -30,8 +30,11 @@ from quotas.kueue.payloads import Kind
 
 KUEUE_VERSION = "kueue.x-k8s.io/v1beta2"
 # The sources' quotas name no node pool: every queue's GPUs are one flavor, named as Kueue's
-# single-flavor setups usually name theirs. No ResourceFlavor object is served for it.
+# single-flavor setups usually name theirs. The client serves it as the cluster's one
+# ResourceFlavor (``source_flavor``), which stands for every GPU node.
 FLAVOR = "default-flavor"
+# The source flavor never changes: one resourceVersion for its LIST and its (empty) WATCH.
+FLAVOR_VERSION = "1"
 
 Translated = dict[str, Any]
 
@@ -303,3 +306,20 @@ class Source:
     summarize: Callable[[Iterable[Any]], dict[str, Any]]
     # The product's kinds the source does not serve (404 NotServed: known empty).
     unserved: frozenset[str] = frozenset({"ResourceFlavor", "LocalQueue", "WorkloadPriorityClass"})
+
+
+def source_flavor(scheduler: str) -> dict[str, Any]:
+    """The one ResourceFlavor of a cluster whose quotas name no node pool: ``FLAVOR`` without
+    ``nodeLabels``, labelled with the scheduler. Ingest puts every GPU node in it
+    (``quotas.ingest.nodes.parse_node``), so the cluster's GPUs, capacity and free GPUs are the
+    flavor its queues' quota is in, as they are for a Kueue cluster's flavors."""
+    return {
+        "apiVersion": KUEUE_VERSION,
+        "kind": "ResourceFlavor",
+        "metadata": {
+            "name": FLAVOR,
+            "resourceVersion": FLAVOR_VERSION,
+            "labels": {c.LABEL_SCHEDULER: scheduler},
+        },
+        "spec": {},
+    }

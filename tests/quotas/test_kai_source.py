@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 
 from dashboard.queries.workloads import workload_allocations
 from fleet.choices import IngestSource, IngestStatus, QuotaSource
-from fleet.models import Cluster, IngestRun
+from fleet.models import Cluster, IngestRun, Node
 from quotas.ingest import cohort_totals
 from quotas.kueue import Discovery
 from quotas.models import Allocation, ClusterQueue, Cohort, Workload
@@ -269,7 +269,10 @@ def test_a_kai_sync_writes_the_readme_queue_figures(kai_api, kai_cluster) -> Non
     assert run.status == IngestStatus.SUCCESS, run.error
     assert run.source == IngestSource.KUEUE
     # 6 queues as 2 Cohorts and 4 ClusterQueues, 7 PodGroups, 11 GPU pods, 12 nodes.
-    assert run.records_read == 2 + 4 + 7 + 11 + 12 and run.skipped == 0
+    assert run.records_read == 1 + 2 + 4 + 7 + 11 + 12 and run.skipped == 0
+    # KAI's queues name no node pool: every GPU node is in their one flavor.
+    nodes = Node.objects.filter(cluster=kai_cluster)
+    assert nodes.count() == 12 and set(nodes.values_list("flavor", flat=True)) == {FLAVOR}
 
     api = APIClient()
     api.force_authenticate(User.objects.create_user("staff", password="x", is_staff=True))

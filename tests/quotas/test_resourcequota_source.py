@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 
 from dashboard.queries.workloads import workload_allocations
 from fleet.choices import IngestStatus, QuotaSource
-from fleet.models import Cluster, IngestRun
+from fleet.models import Cluster, IngestRun, Node
 from quotas.choices import TransitionKind
 from quotas.kueue import Discovery, KubeError
 from quotas.kueue.payloads import slim
@@ -27,6 +27,7 @@ from quotas.models import ClusterQueue, ClusterQueueQuota, Workload, WorkloadTra
 from quotas.now import holding_gpus, pending_gpus
 from quotas.sources import SourceClient, detect_source
 from quotas.sources import resourcequota as rq
+from quotas.sources.common import FLAVOR
 from quotas.sync import sync_cluster
 from tests.fixtures_checks.test_scheduler_figures import readme_table
 from tests.quotas.source_helpers import resource
@@ -312,8 +313,11 @@ def test_a_pinned_source_wins_over_discovery(make_kube_api, rq_cluster) -> None:
 def test_a_sync_writes_the_readme_namespace_figures(rq_api, rq_cluster) -> None:
     run = sync_cluster(rq_cluster.pk)
     assert run.status == IngestStatus.SUCCESS, run.error
-    # 3 GPU quotas as ClusterQueues, 5 workloads, 8 GPU pods, 12 nodes.
-    assert run.records_read == 3 + 5 + 8 + 12 and run.skipped == 0
+    # The source's one flavor, 3 GPU quotas as ClusterQueues, 5 workloads, 8 GPU pods, 12 nodes.
+    assert run.records_read == 1 + 3 + 5 + 8 + 12 and run.skipped == 0
+    # A ResourceQuota names no node pool: every GPU node is in the one flavor.
+    nodes = Node.objects.filter(cluster=rq_cluster)
+    assert nodes.count() == 12 and set(nodes.values_list("flavor", flat=True)) == {FLAVOR}
     # One pod LIST serves the ClusterQueue counts, the Workloads and the Pods.
     assert rq_api.list_count("Pod") == 1
 

@@ -20,13 +20,14 @@ from alerts.reading import HOLD_FIELDS, hold_of
 from dashboard.queries.cohorts import cohort_pool, members_nominal
 from dashboard.queries.workloads import workload_allocations
 from fleet.choices import IngestSource, IngestStatus, QuotaSource
-from fleet.models import Cluster, IngestRun
+from fleet.models import Cluster, IngestRun, Node
 from quotas.ingest import cohort_totals
 from quotas.ingest.samples import _unused_lendable
 from quotas.kueue import Discovery
 from quotas.models import ClusterQueue, ClusterQueueSample, Cohort, Workload
 from quotas.now import holding_gpus, pending_gpus
 from quotas.sources import SourceClient, detect_source, volcano
+from quotas.sources.common import FLAVOR
 from quotas.sync import ClusterSync, sync_cluster
 from tests.fixtures_checks.test_scheduler_figures import readme_table
 from tests.quotas.source_helpers import resource, subtree_ids, when_watching
@@ -220,8 +221,12 @@ def test_a_volcano_sync_writes_the_readme_queue_figures(volcano_api, volcano_clu
     run = sync_cluster(volcano_cluster.pk)
     assert run.status == IngestStatus.SUCCESS, run.error
     assert run.source == IngestSource.KUEUE
-    # 7 queues as 2 Cohorts and 5 ClusterQueues, 7 PodGroups, 11 GPU pods, 12 nodes.
-    assert run.records_read == 2 + 5 + 7 + 11 + 12 and run.skipped == 0
+    # The source's one flavor, 7 queues as 2 Cohorts and 5 ClusterQueues, 7 PodGroups, 11 GPU
+    # pods, 12 nodes.
+    assert run.records_read == 1 + 2 + 5 + 7 + 11 + 12 and run.skipped == 0
+    # Volcano's queues name no node pool: every GPU node is in their one flavor.
+    nodes = Node.objects.filter(cluster=volcano_cluster)
+    assert nodes.count() == 12 and set(nodes.values_list("flavor", flat=True)) == {FLAVOR}
 
     api = APIClient()
     api.force_authenticate(User.objects.create_user("staff", password="x", is_staff=True))
