@@ -10,6 +10,7 @@ from typing import Any
 from django import forms
 from django.http import HttpRequest
 
+from fleet.choices import QuotaSource
 from quotas.choices import STOP_POLICIES
 from quotas.models import ClusterQueue, Cohort, QuotaChange
 from quotas.writeback import service
@@ -115,7 +116,9 @@ def submit_edit(
         form = QuotaEditForm(data, cells=cohort_cells(target), stop_policy=None)
         targets: dict[str, Any] = {"cohort": target}
     else:
-        form = QuotaEditForm(data, cells=synced_cells(target), stop_policy=target.stop_policy)
+        # Volcano and KAI queues have no stopPolicy GPU Ledger writes (quotas.writeback.native).
+        stop_policy = target.stop_policy if target.scheduler in ("", QuotaSource.KUEUE) else None
+        form = QuotaEditForm(data, cells=synced_cells(target), stop_policy=stop_policy)
         targets = {"cluster_queue": target}
     if request.method != "POST" or not form.is_valid():
         return form, None
