@@ -20,8 +20,15 @@ source's own fields with one merge patch of the Queue:
   borrowing limit over an unlimited quota has no meaning and is refused.
 * Stop policy: Volcano opens and closes queues through ``status.state`` (a ``bus.volcano.sh``
   Command), KAI has none; neither is written here.
-* A parent queue (a Cohort row) is not written: its pool here is what its children's quota
-  leaves of its own, a figure of the whole queue tree, not a field of the queue.
+* A **parent queue** (a Cohort row) shows as its own pool what its children's quota leaves of
+  its own (``quotas.sources.common.own_quota``). An edit of that pool writes the queue's own
+  quota: Volcano ``deserved`` = pool + its children's deserved, its ``capability`` moved by as
+  much (what it may take above its deserved stays); KAI ``gpu.quota`` = pool + its children's
+  quota, and ``gpu.limit`` = that + the Cohort's borrowing limit (none: -1). The children are
+  listed with the parent, and apply refuses, as a conflict, a write whose children changed
+  since the preview (their sum is not guarded by the parent's resourceVersion). A Volcano
+  parent shows no limits, so none are written; a KAI parent or child with an unlimited quota
+  has a pool that moves with what it holds, and is refused.
 
 The values after an edit (``normalize``) are those the next sync will show, so the sync marks
 the change applied and observed when it sees them.
@@ -30,6 +37,7 @@ the change applied and observed when it sees them.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
@@ -41,7 +49,7 @@ from quotas.constants import KUEUE_GROUP
 from quotas.kueue import KubeError, KueueClient
 from quotas.kueue.payloads import Kind
 from quotas.sources import kai, volcano
-from quotas.sources.common import as_dict, gpus, quantity
+from quotas.sources.common import as_dict, gpus, name_of, quantity
 from quotas.writeback.edits import (
     Cell,
     Edit,
@@ -90,6 +98,8 @@ class Target:
 
 
 VOLCANO_FIELDS = ("f:deserved", "f:capability", "f:guarantee")
+# Where ``read`` puts a parent queue's child queues in the live object it returns.
+CHILDREN = "gpu-ledger.io/children"
 KAI_FIELDS = ("f:resources",)
 NATIVE: dict[str, tuple[Kind, tuple[str, ...], tuple[str, ...]]] = {
     QuotaSource.VOLCANO: (volcano.QUEUE, volcano.VOLCANO_VERSIONS, VOLCANO_FIELDS),
@@ -97,29 +107,15 @@ NATIVE: dict[str, tuple[Kind, tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def target_for(scheduler: str, product_kind: str, name: str = "") -> Target:
+def target_for(scheduler: str, product_kind: str) -> Target:
     """The object an edit of a ``product_kind`` row read from ``scheduler`` is written to.
 
-    Raises ``EditError`` for what is not written from here (a Volcano or KAI parent queue,
-    a source without write-back)."""
+    Raises ``EditError`` for a source without write-back."""
     if scheduler in ("", QuotaSource.KUEUE):
         return Target(QuotaSource.KUEUE, product_kind)
     if scheduler not in NATIVE:
         raise EditError({"__all__": [f"Quota write-back does not serve {scheduler} quotas."]})
     kind, versions, fields = NATIVE[scheduler]
-    if product_kind == "Cohort":
-        label = "Volcano" if scheduler == QuotaSource.VOLCANO else "KAI"
-        field = "spec.deserved" if scheduler == QuotaSource.VOLCANO else "spec.resources.gpu.quota"
-        raise EditError(
-            {
-                "__all__": [
-                    f"{name or 'This cohort'} is a {label} parent queue: the pool shown here is "
-                    "what its children's quota leaves of its own, a figure of the whole queue "
-                    f"tree, so GPU Ledger does not write it. Change the queue's {field} with "
-                    "kubectl or in its repository, or edit its child queues here."
-                ]
-            }
-        )
     return Target(scheduler, product_kind, kind, versions, fields)
 
 
@@ -152,10 +148,19 @@ def _version(client: KueueClient, target: Target) -> str:
 
 
 def read(client: KueueClient, target: Target, name: str) -> dict[str, Any]:
-    """The live object, ``managedFields`` included."""
+    """The live object, ``managedFields`` included; a parent queue's with its child queues
+    (under ``CHILDREN``, never sent back)."""
     if target.kind is None:
         return client.get_object(target.product_kind, name)
-    return client.get_cluster_object(target.kind, _version(client, target), name)
+    version = _version(client, target)
+    live = client.get_cluster_object(target.kind, version, name)
+    if target.product_kind == "Cohort":
+        parent_of = volcano.parent_of if target.scheduler == QuotaSource.VOLCANO else kai.parent_of
+        listed = client.list_kind(target.kind, version)
+        live[CHILDREN] = [
+            q for q in listed.items if parent_of(q) == name and name_of(q) not in ("", name)
+        ]
+    return live
 
 
 def write(
@@ -182,11 +187,21 @@ def write(
     )
 
 
+def _children(live: dict[str, Any]) -> list[Mapping[str, Any]]:
+    found = live.get(CHILDREN)
+    return [q for q in found if isinstance(q, dict)] if isinstance(found, list) else []
+
+
 def cells_of(target: Target, live: dict[str, Any]) -> list[Cell]:
     """The live object's quotas as the product reads them (the source's translation)."""
+    cohort = target.product_kind == "Cohort"
     if target.scheduler == QuotaSource.VOLCANO:
+        if cohort:
+            return live_cells(volcano.queue_to_cohort(live, _children(live)))
         return live_cells(volcano.queue_to_cluster_queue(live))
     if target.scheduler == QuotaSource.KAI:
+        if cohort:
+            return live_cells(kai.queue_to_cohort(live, _children(live)))
         return live_cells(kai.queue_to_cluster_queue(live))
     return live_cells(live)
 
@@ -212,8 +227,12 @@ def body_for(
         return patch_body(live, after, stop_policy, resource_version)
     spec: dict[str, Any] = {}
     for cell in after:
+        if target.product_kind == "Cohort":
+            cell = _subtree_cell(target, live, cell)
         if target.scheduler == QuotaSource.VOLCANO:
-            _merge(spec, _volcano_spec(live, cell))
+            _merge(
+                spec, _volcano_spec(live, cell, moves_capability=target.product_kind == "Cohort")
+            )
         else:
             _merge(spec, _kai_spec(live, cell))
     body: dict[str, Any] = {"spec": spec}
@@ -238,16 +257,36 @@ def _text(amount: Decimal) -> str:
     return display_quantity(amount, GPU_RESOURCE)
 
 
-def _volcano_spec(live: dict[str, Any], cell: Cell) -> dict[str, Any]:
+def _subtree_cell(target: Target, live: dict[str, Any], cell: Cell) -> Cell:
+    """A parent queue's cell with its own quota in place of its pool: the pool plus what its
+    children's quota takes (see the module docstring)."""
+    if target.scheduler == QuotaSource.VOLCANO:
+        taken = sum((volcano.deserved(q) for q in _children(live)), Decimal(0))
+    else:
+        taken = sum((kai.nominal(q) for q in _children(live)), Decimal(0))
+    pool = _amount(cell.nominal) or Decimal(0)
+    return replace(cell, nominal=_text(pool + taken))
+
+
+def _volcano_spec(
+    live: dict[str, Any], cell: Cell, *, moves_capability: bool = False
+) -> dict[str, Any]:
     """The ``spec`` keys that give the queue ``cell``; a key already at its value is not sent
-    (an unreadable live object, ``{}``: every key is)."""
+    (an unreadable live object, ``{}``: every key is). ``moves_capability`` (a parent queue,
+    which shows no limits): the capability moves with the deserved, guarantee untouched."""
     spec = as_dict(live.get("spec"))
     nominal = _amount(cell.nominal) or Decimal(0)
     borrowing = _amount(cell.borrowing_limit)
     out: dict[str, Any] = {}
-    if not live or (gpus(spec.get("deserved")) or Decimal(0)) != nominal:
+    deserved = gpus(spec.get("deserved")) or Decimal(0)
+    if not live or deserved != nominal:
         out["deserved"] = {GPU_RESOURCE: _text(nominal)}
     capability = gpus(spec.get("capability"))
+    if moves_capability:
+        if capability is not None and nominal != deserved:
+            moved = max(Decimal(0), capability + nominal - deserved)
+            out["capability"] = {GPU_RESOURCE: _text(moved)}
+        return out
     if borrowing is None:
         if GPU_RESOURCE in as_dict(spec.get("capability")):
             out["capability"] = {GPU_RESOURCE: None}
@@ -314,7 +353,9 @@ def normalize(target: Target, live: dict[str, Any] | None, edit: Edit, before: l
         if was is None:
             cells.append(cell)  # changed_cells names it
             continue
-        if target.scheduler == QuotaSource.VOLCANO:
+        if target.product_kind == "Cohort":
+            fixed, problems = _parent_cell(target, live or {}, cell, was)
+        elif target.scheduler == QuotaSource.VOLCANO:
             fixed, problems = _volcano_cell(live or {}, cell)
         else:
             fixed, problems = _kai_cell(live or {}, cell, was)
@@ -367,3 +408,32 @@ def _kai_cell(live: dict[str, Any], cell: Cell, was: Cell) -> tuple[Cell, dict[s
             cell = replace(cell, borrowing_limit=_text(max(Decimal(0), limit - nominal)))
     # A finite quota: no lending limit, as the sync will show it.
     return replace(cell, lending_limit=None), problems
+
+
+def _parent_cell(
+    target: Target, live: dict[str, Any], cell: Cell, was: Cell
+) -> tuple[Cell, dict[str, str]]:
+    problems: dict[str, str] = {}
+    if target.scheduler == QuotaSource.VOLCANO:
+        for name in ("borrowing_limit", "lending_limit"):
+            if getattr(cell, name) is not None:
+                problems[name] = (
+                    "A Volcano parent queue shows no limits here: its pool is its deserved "
+                    "GPUs less its children's. Its capability moves with its deserved; change "
+                    "its capability or guarantee with kubectl."
+                )
+        return cell, problems
+    if cell.lending_limit is not None:
+        problems["lending_limit"] = (
+            "KAI has no lending limit: every unused GPU of a queue's quota is lent to over-quota "
+            "work of other queues and reclaimed when the queue needs it."
+        )
+    unlimited = [name_of(live)] if kai.is_unlimited(live) else []
+    unlimited += [name_of(q) for q in _children(live) if kai.is_unlimited(q)]
+    if unlimited:
+        problems["nominal"] = (
+            f"{', '.join(unlimited)}: GPU quota unlimited (-1): the pool shown moves with what "
+            "it holds, so an edit of it has no meaning. Give the queue a quota with kubectl "
+            "first."
+        )
+    return cell, problems

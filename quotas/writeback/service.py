@@ -231,7 +231,7 @@ def preview(
         raise EditError({"reason": ["Say why: a reason is required for every quota change."]})
     if kind == "Cohort" and stop_policy:
         raise EditError({"stop_policy": ["Cohorts have no stopPolicy."]})
-    obj = target_for(target.scheduler, kind, target.name)
+    obj = target_for(target.scheduler, kind)
     # KAI limits a queue without a parent too (its limit caps it among the top queues).
     has_cohort = bool(cluster_queue.cohort_name) if cluster_queue else True
     edit = parse_edit(
@@ -288,6 +288,8 @@ def preview(
             if body
             else "",
             "write_enabled": cluster.quota_write_enabled,
+            # What apply must send again (a parent queue's: its children unchanged).
+            "patch": body,
         }
     )
     dry_run = _dry_run(obj, target, before, body, client_factory)
@@ -391,6 +393,18 @@ def apply(
                 )
                 return change
             body = body_for(obj, live, after, stop_after, change.resource_version)
+            if _children_moved(obj, change, body):
+                answer: dict[str, Any] = {
+                    "ok": False,
+                    "status": 409,
+                    "reason": "Conflict",
+                    "message": "A child queue's quota changed since the preview, so this "
+                    "queue's own quota would not be the one previewed. Nothing was written: "
+                    "preview again.",
+                    "live": _live_now(cluster, obj, name, client_factory),
+                }
+                _finish(change, QuotaChangeStatus.CONFLICT, answer)
+                return change
             written, attempts = _with_retries(
                 lambda: write(
                     client, obj, name, body, field_manager=OUR_FIELD_MANAGER, dry_run=False
@@ -423,6 +437,15 @@ def apply(
     )
     logger.info("applied quota change %s to %s %s/%s", change.pk, obj.resource, cluster.name, name)
     return change
+
+
+def _children_moved(obj: Target, change: QuotaChange, body: dict[str, Any]) -> bool:
+    """Whether a Volcano or KAI parent queue's write differs from the previewed one: its
+    children's quota, which its own is computed from, changed (``quotas.writeback.native``)."""
+    if not obj.native or obj.product_kind != "Cohort":
+        return False
+    previewed = (change.preview or {}).get("patch") or {}
+    return previewed.get("spec") != body.get("spec")
 
 
 def _live_now(

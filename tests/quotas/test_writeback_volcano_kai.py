@@ -278,16 +278,6 @@ def test_volcano_edits_without_meaning_are_refused_before_any_write(
     with pytest.raises(EditError) as stop:
         _preview("team-v1", cell("16", "16", "8"), user=admin_user, stop_policy="Hold")
     assert "vcctl" in stop.value.errors["stop_policy"][0]
-    # A parent queue (a Cohort here) is not written.
-    with pytest.raises(EditError) as parent:
-        service.preview(
-            cohort=Cohort.objects.get(name="research"),
-            changes=[cell("4", None, None)],
-            stop_policy=None,
-            reason="grow research",
-            user=admin_user,
-        )
-    assert "research is a Volcano parent queue" in parent.value.errors["__all__"][0]
     assert volcano_api.writes("queues") == []
 
 
@@ -311,6 +301,81 @@ def test_a_leads_request_for_a_volcano_queue_is_approved_and_written(
     }
     sync_cluster(volcano.pk)
     assert _gpu_quota("team-v2") == (Decimal(20), Decimal(8), Decimal(20))
+
+
+def _own_pool(name: str) -> dict[str, Any]:
+    (group,) = Cohort.objects.get(name=name).resource_groups
+    (flavor,) = group["flavors"]
+    (resource,) = flavor["resources"]
+    return resource
+
+
+def _preview_cohort(name: str, *changes: dict[str, Any], user: Any) -> Any:
+    return service.preview(
+        cohort=Cohort.objects.get(name=name),
+        changes=list(changes),
+        stop_policy=None,
+        reason="grow the shared pool",
+        user=user,
+    )
+
+
+def test_a_volcano_parent_queues_pool_writes_its_deserved_and_moves_its_capability(
+    volcano_api: Any, volcano: Cluster, admin_user: Any
+) -> None:
+    rv = volcano_api.get(VOLCANO_QUEUE, "research")["metadata"]["resourceVersion"]
+    # research deserves 40, its children 16 + 16 + 8 = 40: its own pool is 0. A pool of 8
+    # is deserved 8 + 40 = 48; its capability 40 moves by as much: 48.
+    change = _preview_cohort("research", cell("8", None, None), user=admin_user)
+    assert change.before == [cell("0", None, None)]
+    assert change.after == [cell("8", None, None)]
+    assert change.resource_version == rv
+    assert change.target_resource == "queues.scheduling.volcano.sh"
+    spec = {"deserved": {GPU: "48"}, "capability": {GPU: "48"}}
+    (dry,) = volcano_api.writes("queues")
+    assert dry.path == "/apis/scheduling.volcano.sh/v1beta1/queues/research"
+    assert dry.query == {"fieldManager": "gpu-ledger", "dryRun": "All"}
+    assert dry.json == {"spec": spec, "metadata": {"resourceVersion": rv}}
+
+    service.apply(change, admin_user)
+
+    change.refresh_from_db()
+    assert change.status == QuotaChangeStatus.APPLIED, change.api_answer
+    sent = volcano_api.writes("queues")[1]
+    assert (sent.query, sent.json) == (
+        {"fieldManager": "gpu-ledger"},
+        {"spec": spec, "metadata": {"resourceVersion": rv}},
+    )
+    sync_cluster(volcano.pk)
+    assert _own_pool("research") == {"name": GPU, "nominalQuota": "8"}
+    change.refresh_from_db()
+    assert change.status == QuotaChangeStatus.APPLIED_OBSERVED
+
+    # A Volcano parent shows no limits: none are written.
+    with pytest.raises(EditError) as limits:
+        _preview_cohort("research", cell("8", "4", None), user=admin_user)
+    assert "shows no limits" in limits.value.errors[f"{CELL}/borrowing_limit"][0]
+
+
+def test_a_childs_change_after_the_preview_is_a_conflict_for_its_parent(
+    volcano_api: Any, volcano: Cluster, admin_user: Any
+) -> None:
+    change = _preview_cohort("research", cell("8", None, None), user=admin_user)
+
+    def smaller(obj: dict[str, Any]) -> None:
+        obj["spec"]["deserved"][GPU] = "4"
+
+    # The parent's resourceVersion does not move; its pool would now need deserved 8 + 36.
+    volcano_api.modify(VOLCANO_QUEUE, "team-v3", smaller)
+    service.apply(change, admin_user)
+
+    change.refresh_from_db()
+    assert change.status == QuotaChangeStatus.CONFLICT
+    assert "child queue" in change.api_answer["message"]
+    # research deserves 40, its children now 16 + 16 + 4 = 36: a pool of 4.
+    assert change.api_answer["live"]["cells"] == [cell("4", None, None)]
+    assert len(volcano_api.writes("queues")) == 1  # the dry run only
+    assert volcano_api.get(VOLCANO_QUEUE, "research")["spec"]["deserved"] == {GPU: "40"}
 
 
 # --- KAI -------------------------------------------------------------------------------------
@@ -415,7 +480,7 @@ def test_an_unlimited_kai_quota_takes_a_finite_quota_and_refuses_a_limit_alone(
     assert change.status == QuotaChangeStatus.APPLIED_OBSERVED
 
 
-def test_a_flux_managed_kai_queue_is_refused_and_a_kai_parent_is_not_written(
+def test_a_flux_managed_kai_queue_is_refused_with_its_patch(
     kai_api: Any, kai: Cluster, admin_user: Any
 ) -> None:
     def flux(obj: dict[str, Any]) -> None:
@@ -439,12 +504,41 @@ def test_a_flux_managed_kai_queue_is_refused_and_a_kai_parent_is_not_written(
     assert "Flux Kustomization flux-system/queues" in change.api_answer["message"]
     assert len(kai_api.writes("queues")) == 1
 
-    with pytest.raises(EditError) as parent:
-        service.preview(
-            cohort=Cohort.objects.get(name="dept-research"),
-            changes=[cell("4", None, None)],
-            stop_policy=None,
-            reason="grow research",
-            user=admin_user,
-        )
-    assert "dept-research is a KAI parent queue" in parent.value.errors["__all__"][0]
+
+def test_a_kai_parent_queues_pool_writes_its_quota_and_limit(
+    kai_api: Any, kai: Cluster, admin_user: Any
+) -> None:
+    rv = kai_api.get(KAI_QUEUE, "dept-research")["metadata"]["resourceVersion"]
+    # dept-research: quota 40, limit -1; children 16 + 16 + 8 = 40: a pool of 0, no limit.
+    # A pool of 8 and a borrowing limit of 8: quota 8 + 40 = 48, limit 48 + 8 = 56.
+    change = _preview_cohort("dept-research", cell("8", "8", None), user=admin_user)
+    assert change.before == [cell("0", None, None)]
+    assert change.after == [cell("8", "8", None)]
+    spec = {"resources": {"gpu": {"quota": 48, "limit": 56}}}
+    (dry,) = kai_api.writes("queues")
+    assert dry.path == "/apis/scheduling.run.ai/v2/queues/dept-research"
+    assert dry.json == {"spec": spec, "metadata": {"resourceVersion": rv}}
+
+    service.apply(change, admin_user)
+
+    change.refresh_from_db()
+    assert change.status == QuotaChangeStatus.APPLIED, change.api_answer
+    assert kai_api.writes("queues")[1].json == {"spec": spec, "metadata": {"resourceVersion": rv}}
+    sync_cluster(kai.pk)
+    assert _own_pool("dept-research") == {
+        "name": GPU,
+        "nominalQuota": "8",
+        "borrowingLimit": "8",
+    }
+    change.refresh_from_db()
+    assert change.status == QuotaChangeStatus.APPLIED_OBSERVED
+
+    # A child with an unlimited quota: the pool moves with what the child holds.
+    def unlimited(obj: dict[str, Any]) -> None:
+        obj["spec"]["resources"]["gpu"]["quota"] = -1
+
+    kai_api.modify(KAI_QUEUE, "kai-team-c", unlimited)
+    sync_cluster(kai.pk)
+    with pytest.raises(EditError) as refused:
+        _preview_cohort("dept-research", cell("4", "8", None), user=admin_user)
+    assert "kai-team-c" in refused.value.errors[f"{CELL}/nominal"][0]
