@@ -128,6 +128,36 @@ def target_of_resource(resource: str, product_kind: str) -> Target:
     return Target(QuotaSource.KUEUE, product_kind)
 
 
+def mapping_note(target: Target) -> str:
+    """What the edit form's values become on the source's Queue, for the form; "" for Kueue."""
+    if target.kind is None:
+        return ""
+    where = f"Written to the {target.resource} object ({target.default_api_version()}): "
+    if target.scheduler == QuotaSource.VOLCANO:
+        if target.product_kind == "Cohort":
+            return where + (
+                "the pool + its children's deserved becomes spec.deserved, and spec.capability "
+                "moves by as much. Only the nvidia.com/gpu keys change."
+            )
+        return where + (
+            "nominal becomes spec.deserved, nominal + borrowing limit spec.capability (empty: "
+            "no GPU capability), nominal - lending limit spec.guarantee (the part never lent). "
+            "Only the nvidia.com/gpu keys change. Volcano opens and closes queues with vcctl: "
+            "no stop policy here."
+        )
+    if target.product_kind == "Cohort":
+        return where + (
+            "the pool + its children's quota becomes spec.resources.gpu.quota, that + the "
+            "borrowing limit spec.resources.gpu.limit (empty: -1, no limit). KAI has no lending "
+            "limit."
+        )
+    return where + (
+        "nominal becomes spec.resources.gpu.quota, nominal + borrowing limit "
+        "spec.resources.gpu.limit (empty: -1, no limit). KAI has no lending limit and no stop "
+        "policy."
+    )
+
+
 # --- reading and writing ---------------------------------------------------------------------
 
 
