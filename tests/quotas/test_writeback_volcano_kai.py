@@ -542,3 +542,30 @@ def test_a_kai_parent_queues_pool_writes_its_quota_and_limit(
     with pytest.raises(EditError) as refused:
         _preview_cohort("dept-research", cell("4", "8", None), user=admin_user)
     assert "kai-team-c" in refused.value.errors[f"{CELL}/nominal"][0]
+
+
+def test_the_api_writes_a_kai_queue_and_names_it(
+    kai_api: Any, kai: Cluster, admin_user: Any
+) -> None:
+    from tests.api.conftest import client_for
+
+    api = client_for(admin_user)
+    url = "/api/v1/quota-changes/"
+    change = {"flavor": FLAVOR, "resource": GPU, "nominal": "12"}
+    body = {"cluster": "gpu-kai", "cluster_queue": "kai-team-c", "reason": "shrink"}
+    answer = api.post(url, {**body, "changes": [change], "dry_run": False}, format="json")
+
+    assert answer.status_code == 201, answer.json()
+    data = answer.json()
+    assert data["status"] == QuotaChangeStatus.APPLIED
+    assert (data["target_resource"], data["target_api_version"]) == (
+        "queues.scheduling.run.ai",
+        "scheduling.run.ai/v2",
+    )
+    # kai-team-c: quota 8, limit 8 (borrowing 0, kept): quota 12, limit 12.
+    assert kai_api.writes("queues")[-1].json["spec"] == {
+        "resources": {"gpu": {"quota": 12, "limit": 12}}
+    }
+    lending = api.post(url, {**body, "changes": [{**change, "lending_limit": "2"}]}, format="json")
+    assert lending.status_code == 400
+    assert f"{CELL}/lending_limit" in lending.json()
