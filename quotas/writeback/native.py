@@ -8,11 +8,14 @@ source's own fields with one merge patch of the Queue:
 
 * **Volcano** (``scheduling.volcano.sh/v1beta1`` Queue): nominal -> ``spec.deserved``,
   nominal + borrowing limit -> ``spec.capability`` (no borrowing limit: the key removed),
-  and, for a reclaimable queue, nominal - lending limit -> ``spec.guarantee.resource`` (the
-  part never lent; no lending limit: guarantee 0, everything lendable). A ``reclaimable: false``
-  queue lends nothing whatever its guarantee: its lending limit stays 0 and its guarantee is
-  not touched. Only the ``nvidia.com/gpu`` key of each map is sent: a merge patch of a map
-  changes the keys it names and keeps the others (CPU, memory).
+  and, for a reclaimable queue, an edited lending limit: nominal - lending limit ->
+  ``spec.guarantee.resource`` (the part never lent; no lending limit: guarantee 0, everything
+  lendable). A lending limit left as it was keeps the guarantee an administrator set (the
+  lending limit shown moves with the nominal: nominal - guarantee), unless the nominal falls
+  below it, when the guarantee falls to the nominal. A ``reclaimable: false`` queue lends
+  nothing whatever its guarantee: its lending limit stays 0 and its guarantee is not touched.
+  Only the ``nvidia.com/gpu`` key of each map is sent: a merge patch of a map changes the keys
+  it names and keeps the others (CPU, memory).
 * **KAI** (``scheduling.run.ai/v2`` Queue): nominal -> ``spec.resources.gpu.quota``, nominal +
   borrowing limit -> ``spec.resources.gpu.limit`` (no borrowing limit: ``-1``), JSON numbers as
   the CRD types them. KAI has no lending limit. A queue whose quota is unlimited (``-1``) shows
@@ -217,6 +220,29 @@ def write(
     )
 
 
+def synced_queue(target: Target, cells: list[Cell]) -> dict[str, Any] | None:
+    """A Volcano or KAI leaf queue's quota fields rebuilt from its synced cells, for a patch
+    when the live Queue cannot be read (its reclaimable flag and an unlimited KAI quota are not
+    known: read as reclaimable and finite). None for Kueue and parent queues."""
+    if target.kind is None or target.product_kind == "Cohort":
+        return None
+    gpu = next((cell for cell in cells if cell.resource == GPU_RESOURCE), None)
+    if gpu is None:
+        return {"spec": {}}
+    nominal = _amount(gpu.nominal) or Decimal(0)
+    borrowing = _amount(gpu.borrowing_limit)
+    lending = _amount(gpu.lending_limit)
+    if target.scheduler == QuotaSource.VOLCANO:
+        spec: dict[str, Any] = {"deserved": {GPU_RESOURCE: _text(nominal)}}
+        if borrowing is not None:
+            spec["capability"] = {GPU_RESOURCE: _text(nominal + borrowing)}
+        if lending is not None and lending < nominal:
+            spec["guarantee"] = {"resource": {GPU_RESOURCE: _text(nominal - lending)}}
+        return {"spec": spec}
+    limit = -1 if borrowing is None else _kai_number(nominal + borrowing)
+    return {"spec": {"resources": {"gpu": {"quota": _kai_number(nominal), "limit": limit}}}}
+
+
 def _children(live: dict[str, Any]) -> list[Mapping[str, Any]]:
     found = live.get(CHILDREN)
     return [q for q in found if isinstance(q, dict)] if isinstance(found, list) else []
@@ -301,15 +327,15 @@ def _subtree_cell(target: Target, live: dict[str, Any], cell: Cell) -> Cell:
 def _volcano_spec(
     live: dict[str, Any], cell: Cell, *, moves_capability: bool = False
 ) -> dict[str, Any]:
-    """The ``spec`` keys that give the queue ``cell``; a key already at its value is not sent
-    (an unreadable live object, ``{}``: every key is). ``moves_capability`` (a parent queue,
-    which shows no limits): the capability moves with the deserved, guarantee untouched."""
+    """The ``spec`` keys that give the queue ``cell``; a key already at its value is not sent.
+    ``moves_capability`` (a parent queue, which shows no limits): the capability moves with the
+    deserved, guarantee untouched."""
     spec = as_dict(live.get("spec"))
     nominal = _amount(cell.nominal) or Decimal(0)
     borrowing = _amount(cell.borrowing_limit)
     out: dict[str, Any] = {}
     deserved = gpus(spec.get("deserved")) or Decimal(0)
-    if not live or deserved != nominal:
+    if deserved != nominal or "deserved" not in spec:
         out["deserved"] = {GPU_RESOURCE: _text(nominal)}
     capability = gpus(spec.get("capability"))
     if moves_capability:
@@ -327,7 +353,7 @@ def _volcano_spec(
         kept = nominal - (nominal if lending is None else lending)
         guarantee = as_dict(spec.get("guarantee")).get("resource")
         now = gpus(guarantee)
-        if not live or (now or Decimal(0)) != kept:
+        if (now or Decimal(0)) != kept:
             out["guarantee"] = {"resource": {GPU_RESOURCE: _text(kept)}}
     return out
 
@@ -352,7 +378,7 @@ def _kai_spec(live: dict[str, Any], cell: Cell) -> dict[str, Any]:
         out["quota"] = _kai_number(nominal)
     limit = quantity(gpu.get("limit"))
     if borrowing is None:
-        if not live or (limit is not None and limit != kai.UNLIMITED):
+        if limit is not None and limit != kai.UNLIMITED:
             out["limit"] = -1
     elif limit != nominal + borrowing:
         out["limit"] = _kai_number(nominal + borrowing)
@@ -386,7 +412,7 @@ def normalize(target: Target, live: dict[str, Any] | None, edit: Edit, before: l
         if target.product_kind == "Cohort":
             fixed, problems = _parent_cell(target, live or {}, cell, was)
         elif target.scheduler == QuotaSource.VOLCANO:
-            fixed, problems = _volcano_cell(live or {}, cell)
+            fixed, problems = _volcano_cell(live or {}, cell, was)
         else:
             fixed, problems = _kai_cell(live or {}, cell, was)
         for name, message in problems.items():
@@ -397,7 +423,7 @@ def normalize(target: Target, live: dict[str, Any] | None, edit: Edit, before: l
     return Edit(cells, None)
 
 
-def _volcano_cell(live: dict[str, Any], cell: Cell) -> tuple[Cell, dict[str, str]]:
+def _volcano_cell(live: dict[str, Any], cell: Cell, was: Cell) -> tuple[Cell, dict[str, str]]:
     spec = as_dict(live.get("spec"))
     if spec.get("reclaimable") is False:
         if cell.lending_limit != "0":
@@ -407,6 +433,12 @@ def _volcano_cell(live: dict[str, Any], cell: Cell) -> tuple[Cell, dict[str, str
                 "reclaimable: true on the queue first (GPU Ledger does not change it)."
             }
         return cell, {}
+    if cell.lending_limit == was.lending_limit:
+        # Not edited: the guarantee stays, and the lending limit the sync shows moves with the
+        # nominal.
+        guarantee = gpus(as_dict(spec.get("guarantee")).get("resource")) or Decimal(0)
+        nominal = _amount(cell.nominal) or Decimal(0)
+        return replace(cell, lending_limit=_text(max(Decimal(0), nominal - guarantee))), {}
     if cell.lending_limit is None:
         # No guarantee: every deserved GPU is lendable, and the sync shows that as the nominal.
         return replace(cell, lending_limit=cell.nominal), {}

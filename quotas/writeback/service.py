@@ -51,6 +51,7 @@ from quotas.writeback.native import (
     normalize,
     read,
     stop_policy_of,
+    synced_queue,
     target_for,
     target_of_resource,
     write,
@@ -239,7 +240,9 @@ def preview(
     )
     cluster = target.cluster
     before = _read_before(obj, target, cluster_queue, client_factory)
-    edit = normalize(obj, before.live, keep_limits(edit, before.cells), before.cells)
+    # Unreadable live object: a Volcano or KAI queue as its synced quotas read.
+    queue = before.live if before.live is not None else synced_queue(obj, before.cells)
+    edit = normalize(obj, queue, keep_limits(edit, before.cells), before.cells)
     live, stop_before = before.live, before.stop_policy
     old, new = changed_cells(before.cells, edit)
     stop_after = edit.stop_policy if edit.stop_policy and edit.stop_policy != stop_before else None
@@ -262,8 +265,8 @@ def preview(
         summary = what_if(whatif_inputs(cluster_queue, before.cells, after_all, now))
     owner = gitops_owner(live, obj.quota_fields) if live is not None else None
     # Unreadable live object: the patch is built from the synced quotas, so it is never empty
-    # (a Volcano or KAI queue's: every field the edited cells map to).
-    body = _patch(obj, live, cluster_queue, new, stop_after, before.resource_version)
+    # (a Volcano or KAI queue: its fields as native.synced_queue rebuilds them).
+    body = _patch(obj, queue, cluster_queue, new, stop_after, before.resource_version)
     spec_patch = body.get("spec", {})
     summary.update(
         {
@@ -328,8 +331,6 @@ def _patch(
     """The merge patch for the preview: from the live object, else from the synced quotas."""
     if live is not None:
         return body_for(obj, live, after, stop_after, resource_version)
-    if obj.native:
-        return body_for(obj, {}, after, stop_after, resource_version)
     source = synced_object(cluster_queue)
     return patch_body(source, after, stop_after, resource_version) if source else {}
 

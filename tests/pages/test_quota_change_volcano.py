@@ -1,8 +1,11 @@
-"""The quota edit pages for a Volcano queue, without a browser: the form says where its values
-go and has no stop policy, the preview names the Volcano Queue, and Apply writes it."""
+"""The quota edit pages for a Volcano queue: the form says where its values go and has no stop
+policy, the preview names the Volcano Queue, and Apply writes it (Django's test client, then
+headless Chromium; screenshots go to ``$GPULEDGER_SCREENSHOTS`` when set)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,11 +28,15 @@ def volcano_api(make_kube_api: Any) -> Any:
     return load_scheduler_fixtures(api, "volcano")
 
 
-@pytest.fixture
-def volcano(volcano_api: Any, db: None) -> Cluster:
+def _synced() -> Cluster:
     cluster = Cluster.objects.create(name="gpu-volcano", quota_write_enabled=True)
     assert sync_cluster(cluster.pk).status == "success"
     return cluster
+
+
+@pytest.fixture
+def volcano(volcano_api: Any, db: None) -> Cluster:
+    return _synced()
 
 
 def test_a_volcano_queues_quota_is_edited_previewed_and_applied_from_its_page(
@@ -72,7 +79,43 @@ def test_a_volcano_queues_quota_is_edited_previewed_and_applied_from_its_page(
     change.refresh_from_db()
     assert change.status == QuotaChangeStatus.APPLIED, change.api_answer
     spec = volcano_api.get(QUEUE, "team-v1")["spec"]
-    # deserved 24, capability 24 + 16 = 40, guarantee 24 - 8 = 16.
+    # deserved 24, capability 24 + 16 = 40; the lending limit was not edited: guarantee 8 stays.
     assert spec["deserved"] == {GPU: "24"}
     assert spec["capability"] == {GPU: "40"}
-    assert spec["guarantee"] == {"resource": {GPU: "16"}}
+    assert spec["guarantee"] == {"resource": {GPU: "8"}}
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_volcano_edit_page_in_a_browser(
+    page: Any,
+    live_server: Any,
+    browser_login: Any,
+    volcano_api: Any,
+    django_user_model: Any,
+    console_errors: list[str],
+) -> None:
+    _synced()
+    admin = django_user_model.objects.create_superuser("root", password="pw")
+    browser_login(page, live_server.url, admin)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(
+        live_server.url + reverse("dashboard:quota-change-new", args=["gpu-volcano", "team-v2"])
+    )
+
+    assert "spec.deserved" in page.inner_text("[data-testid=source-note]")
+    assert page.locator("select[name=stop_policy]").count() == 0
+    page.fill(f"[data-cell='default-flavor/{GPU}/nominal']", "20")
+    page.fill("textarea[name=reason]", "protein-fold needs 16 more")
+    folder = os.environ.get("GPULEDGER_SCREENSHOTS")
+    if folder:
+        page.screenshot(path=str(Path(folder) / "quota-edit-volcano.png"), full_page=True)
+    page.click("[data-testid=preview-button]")
+
+    page.wait_for_selector("[data-testid=dry-run]")
+    assert "accepts this write" in page.inner_text("[data-testid=dry-run]")
+    assert "queues.scheduling.volcano.sh/team-v2" in page.inner_text("[data-testid=target-object]")
+    assert "kubectl patch queues.scheduling.volcano.sh team-v2" in page.inner_text(
+        "[data-testid=kubectl]"
+    )
+    assert console_errors == []

@@ -119,8 +119,9 @@ def test_a_volcano_queue_is_dry_run_then_patched_on_its_gpu_keys_only(
     live = volcano_api.get(VOLCANO_QUEUE, "team-v1")
     rv = live["metadata"]["resourceVersion"]
     # team-v1: deserved 16, capability 32, guarantee 8 -> nominal 16, borrowing 16, lending 8.
-    # The nominal goes to 20; the limits, not named, keep their values (borrowing 16, lending 8):
-    # capability 20 + 16 = 36, guarantee (never lent) 20 - 8 = 12.
+    # The nominal goes to 20; the limits are not named: borrowing stays 16 (capability
+    # 20 + 16 = 36) and the lending limit is not edited, so the guarantee (never lent) stays 8
+    # and the lending limit is 20 - 8 = 12.
     change = _preview(
         "team-v1", {"flavor": FLAVOR, "resource": GPU, "nominal": "20"}, user=admin_user
     )
@@ -128,15 +129,11 @@ def test_a_volcano_queue_is_dry_run_then_patched_on_its_gpu_keys_only(
     assert change.status == QuotaChangeStatus.PREVIEWED
     assert change.dry_run == {"ok": True}
     assert change.before == [cell("16", "16", "8")]
-    assert change.after == [cell("20", "16", "8")]
+    assert change.after == [cell("20", "16", "12")]
     assert change.resource_version == rv
     assert change.target_resource == "queues.scheduling.volcano.sh"
     assert change.target_api_version == "scheduling.volcano.sh/v1beta1"
-    spec = {
-        "deserved": {GPU: "20"},
-        "capability": {GPU: "36"},
-        "guarantee": {"resource": {GPU: "12"}},
-    }
+    spec = {"deserved": {GPU: "20"}, "capability": {GPU: "36"}}
     (dry,) = volcano_api.writes("queues")
     assert dry.path == "/apis/scheduling.volcano.sh/v1beta1/queues/team-v1"
     assert dry.query == {"fieldManager": "gpu-ledger", "dryRun": "All"}
@@ -167,14 +164,48 @@ def test_a_volcano_queue_is_dry_run_then_patched_on_its_gpu_keys_only(
     # A merge patch of a map changes the keys it names: CPU and memory stay.
     assert written["deserved"] == {GPU: "20", "cpu": "64", "memory": "512Gi"}
     assert written["capability"] == {GPU: "36", "cpu": "128"}
-    assert written["guarantee"] == {"resource": {GPU: "12", "cpu": "32"}}
+    assert written["guarantee"] == {"resource": {GPU: "8", "cpu": "32"}}
     assert (written["weight"], written["reclaimable"], written["parent"]) == (2, True, "research")
 
     # The next sync shows the new quota and marks the change applied and observed.
     sync_cluster(volcano.pk)
-    assert _gpu_quota("team-v1") == (Decimal(20), Decimal(16), Decimal(8))
+    assert _gpu_quota("team-v1") == (Decimal(20), Decimal(16), Decimal(12))
     change.refresh_from_db()
     assert change.status == QuotaChangeStatus.APPLIED_OBSERVED
+
+
+def test_an_edited_volcano_lending_limit_writes_the_guarantee(
+    volcano_api: Any, volcano: Cluster, admin_user: Any
+) -> None:
+    # team-v1 lending 8 -> 4 at nominal 16: guarantee 16 - 4 = 12; the CPU guarantee stays.
+    change = _preview("team-v1", cell("16", "16", "4"), user=admin_user)
+    assert change.after == [cell("16", "16", "4")]
+    service.apply(change, admin_user)
+    assert volcano_api.writes("queues")[-1].json["spec"] == {"guarantee": {"resource": {GPU: "12"}}}
+    assert volcano_api.get(VOLCANO_QUEUE, "team-v1")["spec"]["guarantee"] == {
+        "resource": {GPU: "12", "cpu": "32"}
+    }
+    sync_cluster(volcano.pk)
+    assert _gpu_quota("team-v1") == (Decimal(16), Decimal(16), Decimal(4))
+
+
+def test_an_unreadable_volcano_queue_still_gets_its_patch_from_the_sync(
+    volcano_api: Any, volcano: Cluster, admin_user: Any
+) -> None:
+    volcano_api.fail("/queues/team-v1", 403, method="GET", message="forbidden")
+    change = _preview(
+        "team-v1", {"flavor": FLAVOR, "resource": GPU, "nominal": "20"}, user=admin_user
+    )
+
+    assert change.preview["patch_from"] == "synced"
+    assert "skipped" in change.dry_run
+    # As synced: nominal 16, borrowing 16, lending 8 (guarantee 8). Nominal 20, borrowing kept:
+    # capability 36; the lending limit not edited: the guarantee stays out of the patch.
+    assert yaml.safe_load(change.preview["yaml"])["spec"] == {
+        "deserved": {GPU: "20"},
+        "capability": {GPU: "36"},
+    }
+    assert volcano_api.writes("queues") == []
 
 
 def test_unsetting_volcano_limits_removes_capability_and_guarantee_keys(
