@@ -122,6 +122,16 @@ def target_for(scheduler: str, product_kind: str) -> Target:
     return Target(scheduler, product_kind, kind, versions, fields)
 
 
+def object_names(scheduler: str, product_kind: str) -> tuple[str, str]:
+    """(resource as kubectl names it, apiVersion) of the object a row read from ``scheduler``
+    comes from; the apiVersion "" for Kueue's (the served version is not known here), both ""
+    for a source without write-back."""
+    if scheduler not in ("", QuotaSource.KUEUE, *NATIVE):
+        return "", ""
+    target = target_for(scheduler, product_kind)
+    return target.resource, target.default_api_version() if target.native else ""
+
+
 def target_of_resource(resource: str, product_kind: str) -> Target:
     """The target a stored change names (``QuotaChange.target_resource``; "" for changes made
     before it was recorded: Kueue's)."""

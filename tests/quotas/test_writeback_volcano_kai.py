@@ -600,3 +600,25 @@ def test_the_api_writes_a_kai_queue_and_names_it(
     lending = api.post(url, {**body, "changes": [{**change, "lending_limit": "2"}]}, format="json")
     assert lending.status_code == 400
     assert f"{CELL}/lending_limit" in lending.json()
+
+
+def test_a_volcano_change_made_elsewhere_is_recorded_naming_the_queue(
+    volcano_api: Any, volcano: Cluster
+) -> None:
+    from quotas.choices import QuotaChangeSource
+    from quotas.models import QuotaChange
+
+    def by_hand(obj: dict[str, Any]) -> None:
+        obj["spec"]["deserved"][GPU] = "4"
+
+    volcano_api.modify(VOLCANO_QUEUE, "team-v3", by_hand)
+    sync_cluster(volcano.pk)
+
+    observed = QuotaChange.objects.get(source=QuotaChangeSource.OBSERVED, target_name="team-v3")
+    assert (observed.target_resource, observed.target_api_version) == (
+        "queues.scheduling.volcano.sh",
+        "scheduling.volcano.sh/v1beta1",
+    )
+    # deserved 8 -> 4, capability 8: borrowing 0 -> 4; no guarantee: lending = nominal.
+    assert observed.before == [cell("8", "0", "8")]
+    assert observed.after == [cell("4", "4", "4")]
