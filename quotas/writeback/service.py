@@ -394,7 +394,7 @@ def apply(
                 )
                 return change
             body = body_for(obj, live, after, stop_after, change.resource_version)
-            if _children_moved(obj, change, body):
+            if _children_moved(obj, change, live, body):
                 answer: dict[str, Any] = {
                     "ok": False,
                     "status": 409,
@@ -440,10 +440,16 @@ def apply(
     return change
 
 
-def _children_moved(obj: Target, change: QuotaChange, body: dict[str, Any]) -> bool:
-    """Whether a Volcano or KAI parent queue's write differs from the previewed one: its
-    children's quota, which its own is computed from, changed (``quotas.writeback.native``)."""
+def _children_moved(
+    obj: Target, change: QuotaChange, live: dict[str, Any], body: dict[str, Any]
+) -> bool:
+    """Whether a Volcano or KAI parent queue's write differs from the previewed one while the
+    queue itself did not change: its children's quota, which its own is computed from, did
+    (``quotas.writeback.native``). A change of the queue itself is the API server's 409."""
     if not obj.native or obj.product_kind != "Cohort":
+        return False
+    version = str((live.get("metadata") or {}).get("resourceVersion") or "")
+    if version != change.resource_version:
         return False
     previewed = (change.preview or {}).get("patch") or {}
     return previewed.get("spec") != body.get("spec")

@@ -622,3 +622,26 @@ def test_a_volcano_change_made_elsewhere_is_recorded_naming_the_queue(
     # deserved 8 -> 4, capability 8: borrowing 0 -> 4; no guarantee: lending = nominal.
     assert observed.before == [cell("8", "0", "8")]
     assert observed.after == [cell("4", "4", "4")]
+
+
+def test_a_kai_parent_changed_itself_is_the_api_servers_conflict(
+    kai_api: Any, kai: Cluster, admin_user: Any
+) -> None:
+    # dept-prod: quota 32, limit 32, its child kai-serving 32: a pool of 0, borrowing 0.
+    # A pool of 8: quota 40, limit 40 + 0.
+    change = _preview_cohort("dept-prod", cell("8", "0", None), user=admin_user)
+    assert kai_api.writes("queues")[0].json["spec"] == {
+        "resources": {"gpu": {"quota": 40, "limit": 40}}
+    }
+
+    def reweighted(obj: dict[str, Any]) -> None:
+        obj["spec"]["resources"]["gpu"]["overQuotaWeight"] = 1
+
+    kai_api.modify(KAI_QUEUE, "dept-prod", reweighted)
+    service.apply(change, admin_user)
+
+    change.refresh_from_db()
+    assert change.status == QuotaChangeStatus.CONFLICT
+    assert change.api_status == 409
+    assert [w.query.get("dryRun") for w in kai_api.writes("queues")] == ["All", None]
+    assert kai_api.get(KAI_QUEUE, "dept-prod")["spec"]["resources"]["gpu"]["quota"] == 32
