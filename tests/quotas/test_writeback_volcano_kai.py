@@ -645,3 +645,59 @@ def test_a_kai_parent_changed_itself_is_the_api_servers_conflict(
     assert change.api_status == 409
     assert [w.query.get("dryRun") for w in kai_api.writes("queues")] == ["All", None]
     assert kai_api.get(KAI_QUEUE, "dept-prod")["spec"]["resources"]["gpu"]["quota"] == 32
+
+
+def test_a_volcano_dry_run_refusal_comes_back_per_field_and_is_not_applied(
+    volcano_api: Any, volcano: Cluster, admin_user: Any
+) -> None:
+    # An admission rule of the cluster: a child's deserved within its parent's (research, 40).
+    def within_parent(resource: Any, obj: dict[str, Any]) -> list[dict[str, str]]:
+        deserved = (obj.get("spec") or {}).get("deserved") or {}
+        if resource.kind == "Queue" and obj["metadata"]["name"] == "team-v1":
+            if int(deserved.get(GPU, "0")) > 40:
+                return [
+                    {
+                        "reason": "FieldValueInvalid",
+                        "message": "must not exceed the parent queue's deserved (40)",
+                        "field": f"spec.deserved[{GPU}]",
+                    }
+                ]
+        return []
+
+    volcano_api.validators.append(within_parent)
+    change = _preview("team-v1", cell("48", "0", "8"), user=admin_user)
+
+    assert change.dry_run["ok"] is False
+    assert change.dry_run["status"] == 422
+    assert change.dry_run["causes"] == [
+        {
+            "field": f"spec.deserved[{GPU}]",
+            "reason": "FieldValueInvalid",
+            "message": "must not exceed the parent queue's deserved (40)",
+        }
+    ]
+    service.apply(change, admin_user)
+    change.refresh_from_db()
+    assert change.status == QuotaChangeStatus.FAILED
+    assert change.api_status == 422
+    assert volcano_api.get(VOLCANO_QUEUE, "team-v1")["spec"]["deserved"][GPU] == "16"
+
+
+def test_the_test_server_refuses_a_kai_quota_that_is_not_a_number(
+    kai_api: Any, kai: Cluster
+) -> None:
+    from quotas.kueue import KubeError, KueueClient
+    from quotas.sources import kai as kai_source
+
+    with KueueClient.for_cluster(kai) as client, pytest.raises(KubeError) as refused:
+        client.patch_cluster_object(
+            kai_source.QUEUE,
+            "v2",
+            "kai-team-a",
+            {"spec": {"resources": {"gpu": {"quota": "20"}}}},
+            field_manager="gpu-ledger",
+            dry_run=True,
+        )
+    assert refused.value.status == 422
+    (cause,) = refused.value.status_body["details"]["causes"]
+    assert cause["field"] == "spec.resources.gpu.quota"
