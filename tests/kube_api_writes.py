@@ -6,7 +6,9 @@ apply) as kube-apiserver handles them for Kueue objects.
 * ``metadata.resourceVersion`` in the patch must equal the stored one, else ``409 Conflict``.
 * Validation runs Kueue's CRD rules a quota edit can break (quantities, at most 16 resource groups,
   ``borrowingLimit`` / ``lendingLimit`` only with a cohort, ``lendingLimit`` ≤ ``nominalQuota``),
-  then the test's ``validators``; failures answer ``422 Invalid`` with ``details.causes``.
+  the Volcano and KAI Queue schemas' types of the quota fields (``scheduler_causes``: Volcano's
+  resource lists are quantities, KAI's ``spec.resources.*`` numbers), then the test's
+  ``validators``; failures answer ``422 Invalid`` with ``details.causes``.
 * ``fieldManager`` takes ownership of the top-level ``spec`` fields the patch sets, in
   ``metadata.managedFields`` (operation ``Update`` for merge patches, ``Apply`` for apply).
 """
@@ -22,6 +24,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import yaml
+
+from tests.scheduler_fixtures import KAI_GROUP, VOLCANO_GROUP
 
 if TYPE_CHECKING:
     from tests.kube_api_server import FakeKubeAPI, Resource
@@ -109,6 +113,52 @@ def kueue_causes(resource: Resource, obj: dict[str, Any]) -> list[dict[str, str]
                 "spec.stopPolicy",
             )
         )
+    return causes
+
+
+def scheduler_causes(resource: Resource, obj: dict[str, Any]) -> list[dict[str, str]]:
+    """What the Volcano and KAI Queue CRD schemas say about the quota fields' types:
+    Volcano's ``deserved``, ``capability`` and ``guarantee.resource`` are int-or-string
+    quantities, KAI's ``spec.resources.{gpu,cpu,memory}.{quota,limit,overQuotaWeight}`` numbers."""
+    if resource.kind != "Queue":
+        return []
+    spec = obj.get("spec") or {}
+    causes = []
+    if resource.group == VOLCANO_GROUP:
+        lists = {
+            "spec.deserved": spec.get("deserved"),
+            "spec.capability": spec.get("capability"),
+            "spec.guarantee.resource": (spec.get("guarantee") or {}).get("resource"),
+        }
+        for path, found in lists.items():
+            for name, value in (found or {}).items():
+                if isinstance(value, bool) or not (
+                    isinstance(value, int) or QUANTITY.fullmatch(str(value))
+                ):
+                    causes.append(
+                        _cause(
+                            "FieldValueInvalid",
+                            f"Invalid value: {value!r}: quantities must match the regular "
+                            "expression",
+                            f"{path}.{name}",
+                        )
+                    )
+    elif resource.group == KAI_GROUP:
+        for name, found in (spec.get("resources") or {}).items():
+            for key in ("quota", "limit", "overQuotaWeight"):
+                value = (found or {}).get(key)
+                if value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int | float)
+                ):
+                    path = f"spec.resources.{name}.{key}"
+                    causes.append(
+                        _cause(
+                            "FieldValueTypeInvalid",
+                            f'Invalid value: "{type(value).__name__}": {path} in body must be of '
+                            "type number",
+                            path,
+                        )
+                    )
     return causes
 
 
@@ -210,7 +260,7 @@ def patch(
         patched["metadata"]["resourceVersion"] = stored_rv
         if namespace:
             patched["metadata"]["namespace"] = namespace
-        causes = kueue_causes(resource, patched)
+        causes = kueue_causes(resource, patched) + scheduler_causes(resource, patched)
         for validator in api.validators:
             causes.extend(validator(resource, patched))
         if causes:

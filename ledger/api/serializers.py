@@ -211,6 +211,8 @@ class QuotaChangeSerializer(serializers.ModelSerializer):
             "cluster",
             "target_kind",
             "target_name",
+            "target_resource",
+            "target_api_version",
             "source",
             "status",
             "reason",

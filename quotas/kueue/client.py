@@ -558,6 +558,35 @@ class KueueClient:
     ) -> dict[str, Any]:
         """One cluster-scoped Kueue object as the server has it, ``managedFields`` included."""
         kind, version = self._object_call_args(kind_name)
+        return self.get_cluster_object(kind, version, name, deadline=deadline)
+
+    def patch_object(
+        self,
+        kind_name: str,
+        name: str,
+        body: dict[str, Any],
+        *,
+        field_manager: str,
+        dry_run: bool,
+        deadline: Deadline | None = None,
+    ) -> dict[str, Any]:
+        """One JSON merge-patch of a cluster-scoped Kueue object (``patch_cluster_object``)."""
+        kind, version = self._object_call_args(kind_name)
+        return self.patch_cluster_object(
+            kind,
+            version,
+            name,
+            body,
+            field_manager=field_manager,
+            dry_run=dry_run,
+            deadline=deadline,
+        )
+
+    def get_cluster_object(
+        self, kind: Kind, version: str, name: str, *, deadline: Deadline | None = None
+    ) -> dict[str, Any]:
+        """One cluster-scoped custom object (a Kueue kind, a Volcano or KAI Queue) as the server
+        has it, ``managedFields`` included."""
         doc = self._fetch_json(
             f"GET {kind.plural}/{name}",
             deadline,
@@ -573,9 +602,10 @@ class KueueClient:
             )
         return doc
 
-    def patch_object(
+    def patch_cluster_object(
         self,
-        kind_name: str,
+        kind: Kind,
+        version: str,
         name: str,
         body: dict[str, Any],
         *,
@@ -583,12 +613,11 @@ class KueueClient:
         dry_run: bool,
         deadline: Deadline | None = None,
     ) -> dict[str, Any]:
-        """One JSON merge-patch of a cluster-scoped Kueue object; ``dryRun=All`` when asked.
+        """One JSON merge-patch of a cluster-scoped custom object; ``dryRun=All`` when asked.
 
         A ``metadata.resourceVersion`` in ``body`` makes the server refuse (409) a write to an
         object that changed since. The answer is the object as written (or as it would be).
         """
-        kind, version = self._object_call_args(kind_name)
         what = f"PATCH {kind.plural}/{name}{' (dry run)' if dry_run else ''}"
         params: dict[str, Any] = {"field_manager": field_manager}
         if dry_run:

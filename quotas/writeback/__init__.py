@@ -1,4 +1,5 @@
-"""Quota administration: preview, validate and write ClusterQueue / Cohort quotas back to Kueue.
+"""Quota administration: preview, validate and write ClusterQueue / Cohort quotas back to Kueue,
+Volcano or KAI.
 
 * ``models``   the audit trail (``QuotaChange``), registered through ``quotas.models``
 * ``edits``    what an edit is (flavor x resource cells, stopPolicy), canonical quantities, and
@@ -7,7 +8,8 @@
                ``kubectl patch`` command offered instead of a write
 * ``whatif``   the preview from the latest synced state (borrowers, pending that would fit, cohort
                lendable quota, reclaim estimates); pure over rows
-* ``client``   the write calls (GET live, PATCH with dryRun, resourceVersion, fieldManager)
+* ``native``   the object an edit is written to: Kueue's own, or the Volcano or KAI Queue a row
+               was translated from, with the mapping of the edit to its fields
 * ``service``  preview / dry-run / apply / request / decide, each leaving a ``QuotaChange``
 * ``observe``  what the sync records about quota changes it sees
 

@@ -10,10 +10,12 @@ from typing import Any
 from django import forms
 from django.http import HttpRequest
 
+from fleet.choices import QuotaSource
 from quotas.choices import STOP_POLICIES
 from quotas.models import ClusterQueue, Cohort, QuotaChange
 from quotas.writeback import service
 from quotas.writeback.edits import LIMITS, Cell, EditError, cell_field
+from quotas.writeback.native import mapping_note, target_for
 from quotas.writeback.state import cohort_cells, synced_cells
 
 
@@ -33,6 +35,8 @@ class QuotaEditForm(forms.Form):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.cells = cells
+        # Where a Volcano or KAI queue's values go (``quotas.writeback.native``); "" for Kueue.
+        self.source_note = ""
         # A Cohort has no stopPolicy: None leaves the field out.
         self.has_stop_policy = stop_policy is not None
         if stop_policy is None:
@@ -115,8 +119,15 @@ def submit_edit(
         form = QuotaEditForm(data, cells=cohort_cells(target), stop_policy=None)
         targets: dict[str, Any] = {"cohort": target}
     else:
-        form = QuotaEditForm(data, cells=synced_cells(target), stop_policy=target.stop_policy)
+        # Volcano and KAI queues have no stopPolicy GPU Ledger writes (quotas.writeback.native).
+        stop_policy = target.stop_policy if target.scheduler in ("", QuotaSource.KUEUE) else None
+        form = QuotaEditForm(data, cells=synced_cells(target), stop_policy=stop_policy)
         targets = {"cluster_queue": target}
+    try:
+        kind = "Cohort" if isinstance(target, Cohort) else "ClusterQueue"
+        form.source_note = mapping_note(target_for(target.scheduler, kind))
+    except EditError as exc:
+        form.source_note = " ".join(m for ms in exc.errors.values() for m in ms)
     if request.method != "POST" or not form.is_valid():
         return form, None
     try:

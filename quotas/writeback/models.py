@@ -44,6 +44,17 @@ class QuotaChange(models.Model):
         default=QuotaTargetKind.CLUSTER_QUEUE,
     )
     target_name = models.CharField(max_length=253, help_text="The ClusterQueue or Cohort name.")
+    target_resource = models.CharField(
+        max_length=128,
+        blank=True,
+        help_text="The object written, as kubectl names it: clusterqueues.kueue.x-k8s.io, "
+        "queues.scheduling.volcano.sh or queues.scheduling.run.ai (empty: Kueue's).",
+    )
+    target_api_version = models.CharField(
+        max_length=128,
+        blank=True,
+        help_text="The apiVersion of the object written (scheduling.volcano.sh/v1beta1, ...).",
+    )
     cluster_queue = models.ForeignKey(
         "quotas.ClusterQueue",
         related_name="quota_changes",

@@ -12,6 +12,7 @@ from core.quantity import display_quantity
 from quotas.choices import QuotaChangeSource, QuotaChangeStatus
 from quotas.writeback.edits import Cell, live_cells
 from quotas.writeback.models import QuotaChange
+from quotas.writeback.native import object_names
 
 if TYPE_CHECKING:
     from quotas.ingest.rows import ClusterQueueRow, CohortRow
@@ -115,10 +116,14 @@ def _mark_observed(
 
 
 def _observed(w: SnapshotWriter, row: ClusterQueueRow | CohortRow, **fields: Any) -> QuotaChange:
-    """A change made outside GPU Ledger, as the sync saw it on ``row``'s object."""
+    """A change made outside GPU Ledger, as the sync saw it on ``row``'s object (a Volcano or
+    KAI queue's named as such)."""
+    resource, api_version = object_names(row.scheduler, fields["target_kind"])
     return QuotaChange(
         cluster=w.cluster,
         target_name=row.meta.name,
+        target_resource=resource,
+        target_api_version=api_version,
         source=QuotaChangeSource.OBSERVED,
         status=QuotaChangeStatus.OBSERVED,
         resource_version=row.meta.resource_version,

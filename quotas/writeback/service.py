@@ -7,6 +7,8 @@ server for a ``dryRun=All`` write; apply re-reads the live object, builds the co
 ``fieldManager=gpu-ledger`` and the previewed ``resourceVersion``. A 409 is a conflict shown
 with the live values, never forced; transient errors are retried with backoff; permanent ones
 are shown. A read-only cluster or a GitOps-managed object is refused, with the patch offered.
+A queue read from Volcano or KAI is written the same way, to the source's own Queue
+(``quotas.writeback.native``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from fleet.choices import QuotaSource
 from quotas.access import led_team_ids
 from quotas.choices import QuotaChangeSource, QuotaChangeStatus
 from quotas.kueue import KubeError, KueueClient
@@ -32,8 +35,6 @@ from quotas.writeback.edits import (
     EditError,
     changed_cells,
     keep_limits,
-    live_cells,
-    live_stop_policy,
     parse_edit,
     patch_body,
 )
@@ -42,6 +43,18 @@ from quotas.writeback.gitops import (
     gitops_owner,
     kubectl_command,
     patch_yaml,
+)
+from quotas.writeback.native import (
+    Target,
+    body_for,
+    cells_of,
+    normalize,
+    read,
+    stop_policy_of,
+    synced_queue,
+    target_for,
+    target_of_resource,
+    write,
 )
 from quotas.writeback.state import synced_cells, synced_object, whatif_inputs
 from quotas.writeback.whatif import NO_EVICTION_NOTE, what_if
@@ -114,8 +127,8 @@ def error_answer(exc: KubeError) -> dict[str, Any]:
     }
 
 
-def _target(change: QuotaChange) -> tuple[str, str]:
-    return str(change.target_kind), change.target_name
+def _target(change: QuotaChange) -> tuple[Target, str]:
+    return target_of_resource(change.target_resource, str(change.target_kind)), change.target_name
 
 
 @dataclass
@@ -132,7 +145,7 @@ class _Before:
 
 
 def _read_before(
-    kind: str,
+    obj: Target,
     target: ClusterQueue | Cohort,
     cluster_queue: ClusterQueue | None,
     client_factory: ClientFactory | None,
@@ -144,7 +157,7 @@ def _read_before(
     try:
         with _client(target.cluster, client_factory) as client:
             live, _ = _with_retries(
-                lambda: client.get_object(kind, target.name), f"GET {kind} {target.name}"
+                lambda: read(client, obj, target.name), f"GET {obj.resource} {target.name}"
             )
     except KubeError as exc:
         live_error = error_answer(exc)
@@ -152,8 +165,8 @@ def _read_before(
         return _Before(
             live=live,
             live_error=live_error,
-            cells=live_cells(live),
-            stop_policy=live_stop_policy(live),
+            cells=cells_of(obj, live),
+            stop_policy=stop_policy_of(obj, live),
             resource_version=str((live.get("metadata") or {}).get("resourceVersion") or ""),
             api_version=str(live.get("apiVersion") or ""),
         )
@@ -170,7 +183,7 @@ def _read_before(
 
 
 def _dry_run(
-    kind: str,
+    obj: Target,
     target: ClusterQueue | Cohort,
     before: _Before,
     body: dict[str, Any],
@@ -185,10 +198,10 @@ def _dry_run(
     try:
         with _client(cluster, client_factory) as client:
             _with_retries(
-                lambda: client.patch_object(
-                    kind, target.name, body, field_manager=OUR_FIELD_MANAGER, dry_run=True
+                lambda: write(
+                    client, obj, target.name, body, field_manager=OUR_FIELD_MANAGER, dry_run=True
                 ),
-                f"dry-run PATCH {kind} {target.name}",
+                f"dry-run PATCH {obj.resource} {target.name}",
             )
     except KubeError as exc:
         return error_answer(exc)
@@ -219,11 +232,17 @@ def preview(
         raise EditError({"reason": ["Say why: a reason is required for every quota change."]})
     if kind == "Cohort" and stop_policy:
         raise EditError({"stop_policy": ["Cohorts have no stopPolicy."]})
+    obj = target_for(target.scheduler, kind)
+    # KAI limits a queue without a parent too (its limit caps it among the top queues).
     has_cohort = bool(cluster_queue.cohort_name) if cluster_queue else True
-    edit = parse_edit(changes, stop_policy, has_cohort=has_cohort)
+    edit = parse_edit(
+        changes, stop_policy, has_cohort=has_cohort or obj.scheduler == QuotaSource.KAI
+    )
     cluster = target.cluster
-    before = _read_before(kind, target, cluster_queue, client_factory)
-    edit = keep_limits(edit, before.cells)
+    before = _read_before(obj, target, cluster_queue, client_factory)
+    # Unreadable live object: a Volcano or KAI queue as its synced quotas read.
+    queue = before.live if before.live is not None else synced_queue(obj, before.cells)
+    edit = normalize(obj, queue, keep_limits(edit, before.cells), before.cells)
     live, stop_before = before.live, before.stop_policy
     old, new = changed_cells(before.cells, edit)
     stop_after = edit.stop_policy if edit.stop_policy and edit.stop_policy != stop_before else None
@@ -244,10 +263,10 @@ def preview(
     }
     if cluster_queue is not None:
         summary = what_if(whatif_inputs(cluster_queue, before.cells, after_all, now))
-    owner = gitops_owner(live) if live is not None else None
-    # Unreadable live object: the patch is built from the synced quotas, so it is never empty.
-    source = live if live is not None else synced_object(cluster_queue)
-    body = patch_body(source, new, stop_after, before.resource_version) if source else {}
+    owner = gitops_owner(live, obj.quota_fields) if live is not None else None
+    # Unreadable live object: the patch is built from the synced quotas, so it is never empty
+    # (a Volcano or KAI queue: its fields as native.synced_queue rebuilds them).
+    body = _patch(obj, queue, cluster_queue, new, stop_after, before.resource_version)
     spec_patch = body.get("spec", {})
     summary.update(
         {
@@ -258,20 +277,31 @@ def preview(
             "gitops": {"tool": owner.tool, "name": owner.name, "detail": owner.detail}
             if owner
             else None,
-            "yaml": patch_yaml(kind, target.name, before.api_version, spec_patch)
+            "yaml": patch_yaml(
+                obj.kind_name,
+                target.name,
+                before.api_version or obj.default_api_version(),
+                spec_patch,
+            )
             if spec_patch
             else "",
-            "kubectl": kubectl_command(kind, target.name, body, cluster.kube_context)
+            "kubectl": kubectl_command(
+                obj.kind_name, target.name, body, cluster.kube_context, resource=obj.resource
+            )
             if body
             else "",
             "write_enabled": cluster.quota_write_enabled,
+            # What apply must send again (a parent queue's: its children unchanged).
+            "patch": body,
         }
     )
-    dry_run = _dry_run(kind, target, before, body, client_factory)
+    dry_run = _dry_run(obj, target, before, body, client_factory)
     return QuotaChange.objects.create(
         cluster=cluster,
         target_kind=kind,
         target_name=target.name,
+        target_resource=obj.resource,
+        target_api_version=before.api_version or obj.default_api_version(),
         cluster_queue=cluster_queue,
         cohort=cohort,
         source=QuotaChangeSource.GPU_LEDGER,
@@ -288,6 +318,21 @@ def preview(
         gitops_owner=owner.detail if owner else "",
         requested_by=user if getattr(user, "is_authenticated", False) else None,
     )
+
+
+def _patch(
+    obj: Target,
+    live: dict[str, Any] | None,
+    cluster_queue: ClusterQueue | None,
+    after: list[Cell],
+    stop_after: str | None,
+    resource_version: str,
+) -> dict[str, Any]:
+    """The merge patch for the preview: from the live object, else from the synced quotas."""
+    if live is not None:
+        return body_for(obj, live, after, stop_after, resource_version)
+    source = synced_object(cluster_queue)
+    return patch_body(source, after, stop_after, resource_version) if source else {}
 
 
 def _after_cells(change: QuotaChange) -> list[Cell]:
@@ -322,7 +367,7 @@ def apply(
     change.decided_by = user
     change.decided_at = timezone.now()
     cluster = change.cluster
-    kind, name = _target(change)
+    obj, name = _target(change)
     if not cluster.quota_write_enabled:
         _finish(
             change,
@@ -334,8 +379,8 @@ def apply(
     stop_after = change.stop_policy_after or None
     try:
         with _client(cluster, client_factory) as client:
-            live, _ = _with_retries(lambda: client.get_object(kind, name), f"GET {kind} {name}")
-            owner = gitops_owner(live)
+            live, _ = _with_retries(lambda: read(client, obj, name), f"GET {obj.resource} {name}")
+            owner = gitops_owner(live, obj.quota_fields)
             if owner is not None and not cluster.quota_write_gitops_allowed:
                 _finish(
                     change,
@@ -348,12 +393,24 @@ def apply(
                     gitops_owner=owner.detail,
                 )
                 return change
-            body = patch_body(live, after, stop_after, change.resource_version)
+            body = body_for(obj, live, after, stop_after, change.resource_version)
+            if _children_moved(obj, change, live, body):
+                answer: dict[str, Any] = {
+                    "ok": False,
+                    "status": 409,
+                    "reason": "Conflict",
+                    "message": "A child queue's quota changed since the preview, so this "
+                    "queue's own quota would not be the one previewed. Nothing was written: "
+                    "preview again.",
+                    "live": _live_now(cluster, obj, name, client_factory),
+                }
+                _finish(change, QuotaChangeStatus.CONFLICT, answer)
+                return change
             written, attempts = _with_retries(
-                lambda: client.patch_object(
-                    kind, name, body, field_manager=OUR_FIELD_MANAGER, dry_run=False
+                lambda: write(
+                    client, obj, name, body, field_manager=OUR_FIELD_MANAGER, dry_run=False
                 ),
-                f"PATCH {kind} {name}",
+                f"PATCH {obj.resource} {name}",
             )
     except EditError as exc:
         _finish(change, QuotaChangeStatus.FAILED, {"ok": False, "message": str(exc)})
@@ -361,7 +418,7 @@ def apply(
     except KubeError as exc:
         answer = error_answer(exc)
         if exc.status == 409:
-            answer["live"] = _live_now(cluster, kind, name, client_factory)
+            answer["live"] = _live_now(cluster, obj, name, client_factory)
             if _already_written(answer["live"], after, stop_after):
                 _finish(change, QuotaChangeStatus.APPLIED, {"ok": True, "retried": True})
                 change.applied_at = timezone.now()
@@ -379,23 +436,38 @@ def apply(
         applied_resource_version=str(meta.get("resourceVersion") or ""),
         applied_at=timezone.now(),
     )
-    logger.info("applied quota change %s to %s %s/%s", change.pk, kind, cluster.name, name)
+    logger.info("applied quota change %s to %s %s/%s", change.pk, obj.resource, cluster.name, name)
     return change
 
 
+def _children_moved(
+    obj: Target, change: QuotaChange, live: dict[str, Any], body: dict[str, Any]
+) -> bool:
+    """Whether a Volcano or KAI parent queue's write differs from the previewed one while the
+    queue itself did not change: its children's quota, which its own is computed from, did
+    (``quotas.writeback.native``). A change of the queue itself is the API server's 409."""
+    if not obj.native or obj.product_kind != "Cohort":
+        return False
+    version = str((live.get("metadata") or {}).get("resourceVersion") or "")
+    if version != change.resource_version:
+        return False
+    previewed = (change.preview or {}).get("patch") or {}
+    return previewed.get("spec") != body.get("spec")
+
+
 def _live_now(
-    cluster: Any, kind: str, name: str, client_factory: ClientFactory | None
+    cluster: Any, obj: Target, name: str, client_factory: ClientFactory | None
 ) -> dict[str, Any]:
     """The live quotas and resourceVersion after a conflict, to show what changed meanwhile."""
     try:
         with _client(cluster, client_factory) as client:
-            live = client.get_object(kind, name)
+            live = read(client, obj, name)
     except KubeError as exc:
         return {"error": exc.message}
     return {
         "resource_version": str((live.get("metadata") or {}).get("resourceVersion") or ""),
-        "cells": [cell.as_dict() for cell in live_cells(live)],
-        "stop_policy": live_stop_policy(live),
+        "cells": [cell.as_dict() for cell in cells_of(obj, live)],
+        "stop_policy": stop_policy_of(obj, live),
     }
 
 
