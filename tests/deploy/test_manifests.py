@@ -99,7 +99,16 @@ def test_every_object_validates_against_its_schema(overlay: str, version: str) -
 
 @pytest.mark.parametrize("version", SCHEMA_VERSIONS)
 def test_the_components_validate_too(tmp_path: Path, version: str) -> None:
-    for obj in with_components(tmp_path / version, "quota-write", "rbac-visibility", "remediation"):
+    every = (
+        "rbac-visibility",
+        "remediation",
+        "volcano",
+        "volcano-write",
+        "kai",
+        "kai-write",
+        "resourcequota",
+    )
+    for obj in with_components(tmp_path / version, "quota-write", *every):
         kubernetes_validate.validate(obj, version, strict=True)
 
 
