@@ -1,6 +1,10 @@
 """Kueue's own Prometheus metrics -> ClusterQueue samples, for windows the API server never saw.
 
-Input: one window's answers to ``quotas.constants.KUEUE_QUERIES`` (Prometheus vector items).
+Input: one window's answers to ``quotas.constants.KUEUE_QUERIES`` (Prometheus vector items), or
+to ``VOLCANO_QUERIES`` / ``KAI_QUERIES``, which ask those schedulers' queue gauges in Kueue's
+shape (docs/prometheus.md "Volcano and KAI Scheduler quota metrics"): the same series names and
+labels, so the same reading serves them; their synced ClusterQueues give the cohorts
+(``samples_of(queues=...)``).
 Output: the same ``QueueSampleRow`` the sync builds from ClusterQueue status
 (``build_gpu_queue_samples``), one per ClusterQueue, flavor and GPU resource (whole GPUs, and
 each MIG resource in its own instances):
@@ -18,8 +22,8 @@ each MIG resource in its own instances):
   are per queue, so they go on the queue's first flavor, as the sync puts pending demand.
 
 A series without ``cluster_queue`` or ``flavor``, or with a value that is not a number, is
-skipped and counted (``stats``); NaN is no sample. A queue with no nominal series has no row:
-without a quota there is nothing to sample. Pure: no database, no network.
+skipped and counted (``stats``), and so is a NaN (no sample). A queue with no nominal series has
+no row: without a quota there is nothing to sample. Pure: no database, no network.
 """
 
 from __future__ import annotations
@@ -118,6 +122,7 @@ def _value(item: object, stats: MetricStats) -> tuple[dict, float] | None:
         stats.skip("kueue_malformed_value")
         return None
     if math.isnan(number):
+        stats.skip("kueue_nan")
         return None
     return item["metric"], number
 
@@ -183,14 +188,18 @@ def build_metric_samples(
     *,
     flavor_order: Mapping[str, Sequence[str]] | None = None,
     cohort_quota: Mapping[tuple[str, str], Decimal] | None = None,
+    queues: Mapping[str, str] | None = None,
 ) -> KueueMetricsWindow:
     """One window's ClusterQueue samples from Kueue's metrics (see the module docstring).
 
     ``flavor_order``: a queue's flavors in its ``resourceGroups`` order (from the stored
     ClusterQueue), so per-queue figures land on the flavor Kueue tries first; queues not in it
     use the sorted flavor names. ``cohort_quota``: (cohort, flavor) -> the cohort's own quota.
+    ``queues``: as for ``samples_of``.
     """
-    return samples_of(read_window(answers), flavor_order=flavor_order, cohort_quota=cohort_quota)
+    return samples_of(
+        read_window(answers), flavor_order=flavor_order, cohort_quota=cohort_quota, queues=queues
+    )
 
 
 def read_window(answers: Mapping[str, Sequence[object]]) -> MetricFigures:
@@ -219,8 +228,17 @@ def samples_of(
     *,
     flavor_order: Mapping[str, Sequence[str]] | None = None,
     cohort_quota: Mapping[tuple[str, str], Decimal] | None = None,
+    queues: Mapping[str, str] | None = None,
 ) -> KueueMetricsWindow:
-    """The window's samples from its read figures (``build_metric_samples``)."""
+    """The window's samples from its read figures (``build_metric_samples``).
+
+    ``queues``: for a scheduler whose metrics name no cohort (Volcano, KAI), its synced
+    ClusterQueues and their cohorts (``quotas.store.samples.synced_cohorts``): only those queues
+    are sampled (its metrics cover parent queues too, which are Cohorts) and each is placed in
+    its synced cohort.
+    """
+    if queues is not None:
+        figures = _only(figures, queues)
     nominal, borrowing, lending = figures.nominal, figures.borrowing_limit, figures.lending_limit
     usage, reservation = figures.usage, figures.reservation
     pending, pending_count = figures.resource_pending, figures.pending_workloads
@@ -272,3 +290,15 @@ def samples_of(
         pools = (cohort_quota or {}) if resource == GPU_RESOURCE else {}
         attribute_lending(same, cohort_of, pools)
     return KueueMetricsWindow(samples=samples, cohorts=cohorts, stats=stats)
+
+
+def _only(figures: MetricFigures, queues: Mapping[str, str]) -> MetricFigures:
+    """The figures of ``queues`` only, each queue in its cohort from ``queues``."""
+    kept = MetricFigures(stats=figures.stats, cohorts=dict(queues))
+    for name in PER_FLAVOR_INPUTS:
+        found = getattr(figures, name)
+        getattr(kept, name).update({key: v for key, v in found.items() if key[0] in queues})
+    for name in PER_QUEUE_INPUTS:
+        found = getattr(figures, name)
+        getattr(kept, name).update({key: v for key, v in found.items() if key in queues})
+    return kept
