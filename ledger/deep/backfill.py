@@ -380,7 +380,7 @@ class DeepBackfill:
         return builder.grain.stats
 
     def _write_samples(self, hour: datetime, kueue: dict[float, MetricFigures]) -> None:
-        """Kueue's quota samples of each window of the hour, as ``Collector._write`` stores them."""
+        """The quota samples of each window of the hour, as ``Collector._write`` stores them."""
         if self._sample_context is None:
             self._sample_context = metric_sample_context(self.cluster)
             self._queues = synced_cohorts(self.cluster, self.quota_source)

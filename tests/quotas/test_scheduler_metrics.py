@@ -392,6 +392,20 @@ def test_an_unlimited_kai_quota_is_what_the_queue_holds(servers) -> None:
     assert found == {name: float(q["allocated"]) for name, q in KAI_QUEUES.items()}
 
 
+def test_a_deep_backfilled_kai_hour_gives_the_same_samples(servers, make_kube_api, db) -> None:
+    cluster = synced("kai", "kai-deep", make_kube_api, servers["kai"])
+    live = samples(cluster, SampleSource.API)
+
+    DeepBackfill(cluster, window_seconds=WINDOW, workers=1).run(NOW - timedelta(hours=1), NOW)
+
+    got = samples(cluster, SampleSource.METRICS, NOW)
+    assert sorted(got) == sorted(live)
+    for name, sample in got.items():
+        for figure in ("nominal", "total", "borrowed", "lent"):
+            close(getattr(sample, figure), getattr(live[name], figure), f"{name} {figure}")
+        close(sample.total, Decimal(KAI_QUEUES[name]["allocated"]), f"{name} allocated")
+
+
 def test_a_deleted_kai_pods_usage_lands_on_its_pod_groups_workload(
     servers, make_kube_api, db
 ) -> None:
