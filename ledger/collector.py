@@ -64,7 +64,7 @@ from ledger.rollup.completeness import mark_changed
 from ledger.rollup.sweep import due_hours, roll_up_or_log
 from ledger.signals import windows_collected
 from ledger.store import write_window
-from quotas.constants import QUOTA_METRIC_QUERIES
+from quotas.constants import QUOTA_METRIC_QUERIES, QUOTA_METRIC_UNEXPORTED
 from quotas.ingest.metric_range import read_range
 from quotas.ingest.metrics import MetricFigures, read_window, route_answers, samples_of
 from quotas.store import (
@@ -531,6 +531,7 @@ class Collector:
             flavor_order=flavor_order,
             cohort_quota=cohort_quota,
             queues=self._queues,
+            unknown=QUOTA_METRIC_UNEXPORTED.get(self.quota_source, frozenset()),
         )
         with transaction.atomic():
             written = write_window(self.cluster, batch)

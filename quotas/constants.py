@@ -261,6 +261,15 @@ KAI_QUERIES: dict[str, str] = {
     ),
     "kai_usage": _as_kueue(_KAI_ALLOCATED, KUEUE_METRIC_USAGE),
 }
+# Cluster.quota_source -> the ``quotas.ingest.metrics`` per-queue inputs its scheduler's metrics
+# do not export: unknown (None) in its metrics samples, never 0. (Kueue before v0.18 lacks
+# ``resource_pending`` too; its samples keep 0 there, as they always have.)
+QUOTA_METRIC_UNEXPORTED: dict[str, frozenset[str]] = {
+    # Pending GPUs are not in Volcano's metrics (``request`` counts pending pods, and the
+    # Pending PodGroup of a Volcano Job has none yet).
+    "volcano": frozenset({"resource_pending"}),
+    "kai": frozenset({"resource_pending", "pending_workloads", "admitted_workloads"}),
+}
 # Cluster.quota_source -> the queries of its scheduler's quota metrics ("" detects: Kueue's
 # unless the synced rows say otherwise, ``quotas.store.samples.quota_metrics_source``). A
 # source with no scheduler metrics (ResourceQuota) has none.

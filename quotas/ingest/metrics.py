@@ -19,7 +19,9 @@ each MIG resource in its own instances):
   else from the ``cohort`` label of the resource gauges; ``""`` is a standalone queue;
 * ``pending_demand`` (``…_resource_pending``, v0.18+), ``pending_workloads`` (both statuses of
   ``kueue_pending_workloads``) and ``admitted_workloads`` (``kueue_admitted_active_workloads``)
-  are per queue, so they go on the queue's first flavor, as the sync puts pending demand.
+  are per queue, so they go on the queue's first flavor, as the sync puts pending demand; one
+  the scheduler does not export (``samples_of(unknown=...)``: Volcano's and KAI's pending
+  demand, KAI's counts) is None on every row, unknown rather than 0.
 
 A series without ``cluster_queue`` or ``flavor``, or with a value that is not a number, is
 skipped and counted (``stats``), and so is a NaN (no sample). A queue with no nominal series has
@@ -189,16 +191,21 @@ def build_metric_samples(
     flavor_order: Mapping[str, Sequence[str]] | None = None,
     cohort_quota: Mapping[tuple[str, str], Decimal] | None = None,
     queues: Mapping[str, str] | None = None,
+    unknown: frozenset[str] = frozenset(),
 ) -> KueueMetricsWindow:
     """One window's ClusterQueue samples from Kueue's metrics (see the module docstring).
 
     ``flavor_order``: a queue's flavors in its ``resourceGroups`` order (from the stored
     ClusterQueue), so per-queue figures land on the flavor Kueue tries first; queues not in it
     use the sorted flavor names. ``cohort_quota``: (cohort, flavor) -> the cohort's own quota.
-    ``queues``: as for ``samples_of``.
+    ``queues``, ``unknown``: as for ``samples_of``.
     """
     return samples_of(
-        read_window(answers), flavor_order=flavor_order, cohort_quota=cohort_quota, queues=queues
+        read_window(answers),
+        flavor_order=flavor_order,
+        cohort_quota=cohort_quota,
+        queues=queues,
+        unknown=unknown,
     )
 
 
@@ -229,8 +236,13 @@ def samples_of(
     flavor_order: Mapping[str, Sequence[str]] | None = None,
     cohort_quota: Mapping[tuple[str, str], Decimal] | None = None,
     queues: Mapping[str, str] | None = None,
+    unknown: frozenset[str] = frozenset(),
 ) -> KueueMetricsWindow:
     """The window's samples from its read figures (``build_metric_samples``).
+
+    ``unknown``: the per-queue inputs (``PER_QUEUE_INPUTS``) the scheduler's metrics do not
+    export (``quotas.constants.QUOTA_METRIC_UNEXPORTED``): their sample figures are None,
+    unknown, on every row, not 0.
 
     ``queues``: for a scheduler whose metrics name no cohort (Volcano, KAI), its synced
     ClusterQueues and their cohorts (``quotas.store.samples.synced_cohorts``): only those queues
@@ -282,6 +294,7 @@ def samples_of(
                     admitted_workloads=_count(admitted_count.get(queue)) if first else 0,
                 )
             )
+    _leave_unknown(samples, unknown)
     cohort_of = {queue: cohort for queue, cohort in cohorts.items() if cohort}
     # Lending is inferred per resource: borrowed MIG instances are lent by MIG quota of the same
     # profile. The cohorts' own pools are known for whole GPUs only.
@@ -290,6 +303,22 @@ def samples_of(
         pools = (cohort_quota or {}) if resource == GPU_RESOURCE else {}
         attribute_lending(same, cohort_of, pools)
     return KueueMetricsWindow(samples=samples, cohorts=cohorts, stats=stats)
+
+
+# A per-queue input -> the sample figure it gives.
+_QUEUE_FIGURES = {
+    "resource_pending": "pending_demand",
+    "pending_workloads": "pending_workloads",
+    "admitted_workloads": "admitted_workloads",
+}
+
+
+def _leave_unknown(samples: list[QueueSampleRow], unknown: frozenset[str]) -> None:
+    """The figures of the ``unknown`` inputs as None on every sample."""
+    figures = [_QUEUE_FIGURES[name] for name in sorted(unknown) if name in _QUEUE_FIGURES]
+    for sample in samples:
+        for figure in figures:
+            setattr(sample, figure, None)
 
 
 def _only(figures: MetricFigures, queues: Mapping[str, str]) -> MetricFigures:

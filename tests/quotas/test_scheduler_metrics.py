@@ -35,9 +35,11 @@ from ledger.deep import DeepBackfill
 from ledger.models import GpuUsage
 from quotas.choices import SampleSource
 from quotas.constants import KAI_QUERIES, SOURCE_FLAVOR
+from quotas.ingest import QueueSampleRow
 from quotas.ingest.metrics import build_metric_samples
 from quotas.models import ClusterQueueSample, Workload
 from quotas.sources.common import FLAVOR
+from quotas.store import synced_cohorts, write_metric_samples
 from quotas.sync import sync_cluster
 from tests.fixtures_checks.test_scheduler_figures import readme_table
 from tests.prometheus_server import (
@@ -288,6 +290,8 @@ def test_backfilled_volcano_windows_give_the_readme_and_live_queue_figures(
             now.pending_workloads,
             now.admitted_workloads,
         ), name
+        # Volcano exports no pending GPUs: unknown, not 0 (the live sync has them).
+        assert sample.pending_demand is None, name
     # team-v1 borrows 8 within research (own quota 0): team-v2 and team-v3 lend them.
     assert got["team-v2"].lent + got["team-v3"].lent == 8
     # Every window of the ten has its samples, and no series was skipped.
@@ -372,8 +376,10 @@ def test_backfilled_kai_windows_give_the_readme_and_live_queue_figures(
         close(sample.borrowed, Decimal(readme["borrowed"]), f"{name} borrowed")
         for figure in ("nominal", "total", "reserved", "borrowed", "lent"):
             close(getattr(sample, figure), getattr(now, figure), f"{name} {figure} vs live")
-        # KAI exports no limit: unknown, not invented.
+        # KAI exports no limit, pending GPUs or workload counts: unknown, not invented.
         assert sample.borrowing_limit is None, name
+        assert (sample.pending_demand, sample.pending_workloads) == (None, None), name
+        assert sample.admitted_workloads is None, name
     # kai-team-a borrows 8 within dept-research: kai-team-b and kai-team-c lend them.
     assert got["kai-team-b"].lent + got["kai-team-c"].lent == 8
 
@@ -390,6 +396,38 @@ def test_an_unlimited_kai_quota_is_what_the_queue_holds(servers) -> None:
     ).json()["data"]["result"]
     found = {item["metric"]["cluster_queue"]: float(item["value"][1]) for item in answer}
     assert found == {name: float(q["allocated"]) for name, q in KAI_QUEUES.items()}
+
+
+def test_unknown_figures_are_stored_unknown_and_rewritten_never(servers, make_kube_api, db) -> None:
+    cluster = synced("kai", "kai-again", make_kube_api, servers["kai"])
+    queues = synced_cohorts(cluster, "kai")
+    assert queues is not None
+    row = QueueSampleRow(
+        cluster_queue_name="kai-team-c",
+        flavor_name=FLAVOR,
+        resource=GPU,
+        total=Decimal(0),
+        reserved=Decimal(0),
+        borrowed=Decimal(0),
+        lent=Decimal(8),
+        nominal=Decimal(8),
+        borrowing_limit=None,
+        lending_limit=None,
+        pending_demand=None,
+        pending_workloads=None,
+        admitted_workloads=None,
+    )
+
+    assert write_metric_samples(cluster, [row], NOW, WINDOW) == 1
+    assert write_metric_samples(cluster, [row], NOW, WINDOW) == 0
+
+    stored = samples(cluster, SampleSource.METRICS, NOW)["kai-team-c"]
+    assert (stored.pending_demand, stored.pending_workloads, stored.admitted_workloads) == (
+        None,
+        None,
+        None,
+    )
+    assert queues["kai-team-c"] == "dept-research"
 
 
 def test_a_deep_backfilled_kai_hour_gives_the_same_samples(servers, make_kube_api, db) -> None:
