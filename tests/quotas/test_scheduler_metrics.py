@@ -30,9 +30,10 @@ import requests
 
 from fleet.choices import IngestSource, QuotaSource
 from fleet.models import Cluster, IngestRun
+from ledger.choices import RollupScope
 from ledger.collector import Collector
 from ledger.deep import DeepBackfill
-from ledger.models import GpuUsage
+from ledger.models import GpuUsage, HourlyRollup
 from quotas.choices import SampleSource
 from quotas.constants import KAI_QUERIES, SOURCE_FLAVOR
 from quotas.ingest import QueueSampleRow
@@ -336,6 +337,28 @@ def test_a_deleted_volcano_pods_usage_lands_on_its_pod_groups_workload(
     assert set(rows.values_list("pod", flat=True)) == {p[1] for p in DELETED["volcano"]}
     assert set(rows.values_list("workload_id", flat=True)) == {workload.pk}
     assert set(rows.values_list("cluster_queue__name", flat=True)) == {"team-v1"}
+
+
+def test_a_deep_backfill_charges_the_deleted_volcano_pods_to_their_workload(
+    servers, make_kube_api, db
+) -> None:
+    cluster = synced("volcano", "vc-gone-deep", make_kube_api, servers["volcano"])
+    workload = Workload.objects.get(cluster=cluster, namespace="team-v1", name="tokenizer-bench")
+
+    DeepBackfill(cluster, window_seconds=WINDOW, workers=1).run(
+        STARTED.replace(minute=0, second=0), STARTED.replace(hour=11, minute=0, second=0)
+    )
+
+    rows = HourlyRollup.objects.filter(cluster=cluster, scope=RollupScope.WORKLOAD)
+    by_hour: dict[int, float] = defaultdict(float)
+    for hour, key, workload_id, gpu_hours in rows.values_list(
+        "hour", "key", "workload_id", "allocated_gpu_hours"
+    ):
+        if gpu_hours:
+            assert (key, workload_id) == ("team-v1/tokenizer-bench", workload.pk)
+            by_hour[hour.hour] += gpu_hours
+    # 8 GPUs from 09:00 to 10:30 (the first scrape is 25 s after the pods started).
+    assert by_hour == {9: pytest.approx(8.0), 10: pytest.approx(4.0)}
 
 
 def test_bad_volcano_series_are_skipped_and_counted(servers, make_kube_api, db) -> None:
