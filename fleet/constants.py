@@ -67,6 +67,17 @@ KSM_LABEL_LOCAL_QUEUE = "label_kueue_x_k8s_io_local_queue_name"
 KSM_LABEL_QUEUE_NAME = "label_kueue_x_k8s_io_queue_name"
 # A plain pod group's Workload is named by this pod label (when allowlisted).
 KSM_LABEL_POD_GROUP = "label_kueue_x_k8s_io_pod_group_name"
+# The PodGroup a Volcano or KAI Scheduler pod belongs to, from its annotation as
+# kube_pod_annotations exposes it when allowlisted
+# (--metric-annotations-allowlist=pods=[scheduling.k8s.io/group-name,pod-group-name]):
+# Volcano's scheduling.k8s.io/group-name, KAI's pod-group-name.
+KSM_POD_ANNOTATIONS = "kube_pod_annotations"
+KSM_ANNOTATION_VOLCANO_GROUP = "annotation_scheduling_k8s_io_group_name"
+KSM_ANNOTATION_KAI_GROUP = "annotation_pod_group_name"
+KSM_POD_GROUP_ANNOTATIONS: tuple[str, ...] = (
+    KSM_ANNOTATION_VOLCANO_GROUP,
+    KSM_ANNOTATION_KAI_GROUP,
+)
 # Owners: kube_pod_owner{owner_kind, owner_name, owner_is_controller} per pod (owner_kind
 # "<none>" for a bare pod), kube_job_owner{job_name, owner_kind, owner_name} per Job (a JobSet's
 # child Jobs name the JobSet). History of pods long gone stays in Prometheus.
@@ -151,6 +162,12 @@ PROMQL_POD_OWNERS = (
     '"owner_kind", "$1", "created_by_kind", "(.+)"), '
     '"owner_name", "$1", "created_by_name", "(.+)")'
     f") and on (namespace, pod, uid) {_GPU_PODS})"
+)
+# The PodGroup annotations of the pods that request GPUs: how a Volcano or KAI pod long gone is
+# joined to the Workload its PodGroup became (quotas/sources).
+PROMQL_POD_GROUPS = (
+    f"max by (namespace, pod, uid, {', '.join(KSM_POD_GROUP_ANNOTATIONS)}) ("
+    f"{KSM_POD_ANNOTATIONS} and on (namespace, pod, uid) {_GPU_PODS})"
 )
 PROMQL_JOB_OWNERS = (
     "max by (namespace, job_name, owner_kind, owner_name) ("

@@ -12,8 +12,10 @@ One run (``Collector.run``), driven by Celery beat every ``GPULEDGER_COLLECT_SEC
 3. Ask Prometheus a handful of aggregated queries (``fleet.constants.PROMQL_*``): per DCGM metric
    ``avg_over_time`` per GPU series, ``count_over_time`` of the activity metrics for coverage,
    kube-state-metrics GPU requests of Running pods with their node, and the pods' Kueue labels;
-   and Kueue's own quota gauges (``quotas.constants.KUEUE_QUERIES``), which become ClusterQueue
-   samples (source ``metrics``) wherever the API server sync left the window without one.
+   and the scheduler's own quota gauges (``quotas.constants.QUOTA_METRIC_QUERIES``: Kueue's, or
+   Volcano's or KAI's asked in Kueue's shape, by ``Cluster.quota_source``), which become
+   ClusterQueue samples (source ``metrics``) wherever the API server sync left the window
+   without one.
    One window → instant queries at its end; several → range queries with step = window, chunked so
    an answer stays under ``RANGE_POINTS_PER_QUERY`` points and Prometheus' 11,000 points/series.
 4. Per window, oldest first: ``fleet.ingest.build_window`` → ``ledger.store.write_window``, the
@@ -62,10 +64,15 @@ from ledger.rollup.completeness import mark_changed
 from ledger.rollup.sweep import due_hours, roll_up_or_log
 from ledger.signals import windows_collected
 from ledger.store import write_window
-from quotas.constants import KUEUE_QUERIES
+from quotas.constants import QUOTA_METRIC_QUERIES, QUOTA_METRIC_UNEXPORTED
 from quotas.ingest.metric_range import read_range
 from quotas.ingest.metrics import MetricFigures, read_window, route_answers, samples_of
-from quotas.store import metric_sample_context, write_metric_samples
+from quotas.store import (
+    metric_sample_context,
+    quota_metrics_source,
+    synced_cohorts,
+    write_metric_samples,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +82,7 @@ REQUESTS = "requests"
 POD_LABELS = "pod_labels"
 POD_OWNERS = "pod_owners"
 JOB_OWNERS = "job_owners"
+POD_GROUPS = "pod_groups"
 KUEUE = "kueue:"
 
 
@@ -108,8 +116,11 @@ class CollectResult:
         }
 
 
-def window_queries(label_style: str, window_seconds: int) -> dict[str, str]:
-    """The PromQL of one window, by answer name (``avg:<key>``, ``count:<key>``, requests...)."""
+def window_queries(
+    label_style: str, window_seconds: int, quota_source: str = "kueue"
+) -> dict[str, str]:
+    """The PromQL of one window, by answer name (``avg:<key>``, ``count:<key>``, requests...);
+    the quota gauges of ``quota_source``'s scheduler (``Cluster.quota_source``)."""
     labels = list(c.DCGM_IDENTITY_LABELS)
     if label_style in c.POD_LABELS_BY_STYLE:
         labels += c.POD_LABELS_BY_STYLE[label_style]
@@ -132,8 +143,10 @@ def window_queries(label_style: str, window_seconds: int) -> dict[str, str]:
     queries[POD_LABELS] = c.PROMQL_POD_LABELS
     queries[POD_OWNERS] = c.PROMQL_POD_OWNERS
     queries[JOB_OWNERS] = c.PROMQL_JOB_OWNERS
-    # Kueue's own metrics: the quota history of windows the API server sync did not sample.
-    for name, promql in KUEUE_QUERIES.items():
+    queries[POD_GROUPS] = c.PROMQL_POD_GROUPS
+    # The scheduler's own metrics: the quota history of windows the API server sync did not
+    # sample.
+    for name, promql in QUOTA_METRIC_QUERIES.get(quota_source, {}).items():
         queries[KUEUE + name] = promql
     return queries
 
@@ -160,6 +173,7 @@ def window_input(window: Window, answers: dict[str, list[dict]], label_style: st
         pod_labels=answers.get(POD_LABELS, []),
         pod_owners=answers.get(POD_OWNERS, []),
         job_owners=answers.get(JOB_OWNERS, []),
+        pod_groups=answers.get(POD_GROUPS, []),
         label_style=label_style,
         expected_samples=_expected_samples(counts),
     )
@@ -201,12 +215,14 @@ class Collector:
         self.deadline: Deadline | None = None
         self._series_estimate = 0
         self.label_style = str(cluster.pod_label_style or PodLabelStyle.AUTO)
-        self.queries = window_queries(self.label_style, self.window_seconds)
+        self.quota_source = quota_metrics_source(cluster)
+        self.queries = window_queries(self.label_style, self.window_seconds, self.quota_source)
         # Per window end: Kueue's metrics, read, until the window is written.
         self._kueue: dict[datetime, MetricFigures] = {}
         self._kueue_context: tuple[dict[str, list[str]], dict[tuple[str, str], Decimal]] | None = (
             None
         )
+        self._queues: dict[str, str] | None = None
 
     # --- claim ------------------------------------------------------------------------------
 
@@ -509,10 +525,13 @@ class Collector:
             if stats.skipped or stats.nonfinite_skipped
             else IngestStatus.SUCCESS
         )
+        flavor_order, cohort_quota = self._sample_context()
         kueue = samples_of(
             self._kueue.pop(window.end, MetricFigures()),
-            flavor_order=self._sample_context()[0],
-            cohort_quota=self._sample_context()[1],
+            flavor_order=flavor_order,
+            cohort_quota=cohort_quota,
+            queues=self._queues,
+            unknown=QUOTA_METRIC_UNEXPORTED.get(self.quota_source, frozenset()),
         )
         with transaction.atomic():
             written = write_window(self.cluster, batch)
@@ -545,6 +564,7 @@ class Collector:
         """Flavor order and cohort pools for the Kueue metric samples, read once per run."""
         if self._kueue_context is None:
             self._kueue_context = metric_sample_context(self.cluster)
+            self._queues = synced_cohorts(self.cluster, self.quota_source)
         return self._kueue_context
 
     def _advance(self, window: Window, contiguous_only: bool) -> None:

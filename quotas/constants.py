@@ -176,3 +176,105 @@ KUEUE_ANSWERS: dict[str, str] = {
     KUEUE_METRIC_ADMITTED_WORKLOADS: "admitted_workloads",
     KUEUE_METRIC_CQ_INFO: "info",
 }
+
+# --- Volcano's and KAI Scheduler's own Prometheus metrics (docs/prometheus.md) ---------------
+# Their queue gauges, asked in PromQL that answers in Kueue's shape: each series renamed to the
+# Kueue metric it stands for (``KUEUE_ANSWERS``), ``cluster_queue`` = the queue, ``flavor`` =
+# the one flavor the quota sources translate every queue's GPUs into (quotas/sources/common.py
+# ``FLAVOR``), so ``quotas.ingest.metrics`` and ``quotas.ingest.metric_range`` read them as they
+# read Kueue's. A figure a scheduler does not export has no query: it stays unknown.
+SOURCE_FLAVOR = "default-flavor"
+# vc-scheduler (capacity or proportion plugin): labels queue_name and resource; scalar
+# resources such as nvidia.com/gpu in milli-units (8 GPUs export as 8000). The capability gauge
+# is named "capacity".
+VOLCANO_METRIC_DESERVED = "volcano_queue_deserved_scalar_resources"
+VOLCANO_METRIC_CAPACITY = "volcano_queue_capacity_scalar_resources"
+VOLCANO_METRIC_ALLOCATED = "volcano_queue_allocated_scalar_resources"
+VOLCANO_METRIC_INQUEUE = "volcano_queue_inqueue_scalar_resources"
+VOLCANO_MILLI = 1000
+# vc-controller-manager: a Queue's status counts, label queue_name.
+VOLCANO_METRIC_PENDING_COUNT = "volcano_queue_pod_group_pending_count"
+VOLCANO_METRIC_RUNNING_COUNT = "volcano_queue_pod_group_running_count"
+# KAI's queue-controller (metrics namespace "kai"): label queue_name; whole GPUs, not milli.
+# deserved is spec.resources.gpu.quota as written, -1 for an unlimited quota.
+KAI_METRIC_DESERVED = "kai_queue_deserved_gpus"
+KAI_METRIC_ALLOCATED = "kai_queue_allocated_gpus"
+KAI_UNLIMITED = -1
+
+
+def _as_kueue(expr: str, kueue_name: str, *, flavor: bool = True) -> str:
+    """``expr`` (labelled ``queue_name``) as a series named ``kueue_name`` with Kueue's
+    ``cluster_queue`` (and ``flavor``) labels."""
+    renamed = (
+        f'label_replace(label_replace({expr}, "__name__", "{kueue_name}", "", ""), '
+        '"cluster_queue", "$1", "queue_name", "(.+)")'
+    )
+    return f'label_replace({renamed}, "flavor", "{SOURCE_FLAVOR}", "", "")' if flavor else renamed
+
+
+def _volcano(metric: str) -> str:
+    return f'max by (queue_name, resource) ({metric}{{resource=~"{_GPU_RESOURCES}"}})'
+
+
+# A scalar series exists only for the resources of a queue's own resource list, so a queue with
+# a capability but no deserved GPU series deserves 0 GPUs (the live mapping: absent is 0).
+_VOLCANO_DESERVED = (
+    f"({_volcano(VOLCANO_METRIC_DESERVED)} or 0 * {_volcano(VOLCANO_METRIC_CAPACITY)})"
+)
+VOLCANO_QUERIES: dict[str, str] = {
+    # nominal = deserved
+    "volcano_nominal": _as_kueue(f"{_VOLCANO_DESERVED} / {VOLCANO_MILLI}", KUEUE_METRIC_NOMINAL),
+    # borrowing limit = capability - deserved (no capability series: no limit)
+    "volcano_borrowing_limit": _as_kueue(
+        f"clamp_min({_volcano(VOLCANO_METRIC_CAPACITY)} - {_VOLCANO_DESERVED}, 0)"
+        f" / {VOLCANO_MILLI}",
+        KUEUE_METRIC_BORROWING_LIMIT,
+    ),
+    # quota in use = allocated (bound pods) + inqueue (admitted gangs' minResources not bound
+    # yet), as the live sync counts it (quotas/sources/volcano.py)
+    "volcano_usage": _as_kueue(
+        "sum by (queue_name, resource) (max by (__name__, queue_name, resource) ("
+        f'{{__name__=~"{VOLCANO_METRIC_ALLOCATED}|{VOLCANO_METRIC_INQUEUE}", '
+        f'resource=~"{_GPU_RESOURCES}"}})) / {VOLCANO_MILLI}',
+        KUEUE_METRIC_USAGE,
+    ),
+    "volcano_pending": _as_kueue(
+        f"max by (queue_name) ({VOLCANO_METRIC_PENDING_COUNT})",
+        KUEUE_METRIC_PENDING_WORKLOADS,
+        flavor=False,
+    ),
+    "volcano_admitted": _as_kueue(
+        f"max by (queue_name) ({VOLCANO_METRIC_RUNNING_COUNT})",
+        KUEUE_METRIC_ADMITTED_WORKLOADS,
+        flavor=False,
+    ),
+}
+_KAI_DESERVED = f"max by (queue_name) ({KAI_METRIC_DESERVED})"
+_KAI_ALLOCATED = f"max by (queue_name) ({KAI_METRIC_ALLOCATED})"
+KAI_QUERIES: dict[str, str] = {
+    # nominal = quota; an unlimited quota (-1) is what the queue holds, as the live sync reads
+    # it (quotas/sources/kai.py)
+    "kai_nominal": _as_kueue(
+        f"({_KAI_DESERVED} != {KAI_UNLIMITED}) or "
+        f"({_KAI_ALLOCATED} and on (queue_name) ({_KAI_DESERVED} == {KAI_UNLIMITED}))",
+        KUEUE_METRIC_NOMINAL,
+    ),
+    "kai_usage": _as_kueue(_KAI_ALLOCATED, KUEUE_METRIC_USAGE),
+}
+# Cluster.quota_source -> the ``quotas.ingest.metrics`` per-queue inputs its scheduler's metrics
+# do not export: unknown (None) in its metrics samples, never 0. (Kueue before v0.18 lacks
+# ``resource_pending`` too; its samples keep 0 there, as they always have.)
+QUOTA_METRIC_UNEXPORTED: dict[str, frozenset[str]] = {
+    # Pending GPUs are not in Volcano's metrics (``request`` counts pending pods, and the
+    # Pending PodGroup of a Volcano Job has none yet).
+    "volcano": frozenset({"resource_pending"}),
+    "kai": frozenset({"resource_pending", "pending_workloads", "admitted_workloads"}),
+}
+# Cluster.quota_source -> the queries of its scheduler's quota metrics ("" detects: Kueue's
+# unless the synced rows say otherwise, ``quotas.store.samples.quota_metrics_source``). A
+# source with no scheduler metrics (ResourceQuota) has none.
+QUOTA_METRIC_QUERIES: dict[str, dict[str, str]] = {
+    "kueue": KUEUE_QUERIES,
+    "volcano": VOLCANO_QUERIES,
+    "kai": KAI_QUERIES,
+}

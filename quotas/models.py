@@ -562,9 +562,26 @@ class ClusterQueueSample(models.Model):
     nominal = quantity_field(default=Decimal(0))
     borrowing_limit = quantity_field(null=True, blank=True)
     lending_limit = quantity_field(null=True, blank=True)
-    pending_demand = quantity_field(default=Decimal(0), help_text="Requested by pending workloads.")
-    pending_workloads = models.PositiveIntegerField(default=0)
-    admitted_workloads = models.PositiveIntegerField(default=0)
+    # Null: unknown, in a window sampled from a scheduler's metrics that do not export it
+    # (docs/prometheus.md "Volcano and KAI Scheduler quota metrics").
+    pending_demand = quantity_field(
+        default=Decimal(0),
+        null=True,
+        blank=True,
+        help_text="Requested by pending workloads (empty: unknown).",
+    )
+    pending_workloads = models.PositiveIntegerField(
+        default=0,
+        null=True,
+        blank=True,
+        help_text="Empty: unknown.",
+    )
+    admitted_workloads = models.PositiveIntegerField(
+        default=0,
+        null=True,
+        blank=True,
+        help_text="Empty: unknown.",
+    )
     source = models.CharField(
         max_length=16,
         choices=SampleSource.choices,

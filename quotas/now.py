@@ -133,15 +133,16 @@ class QueueNow:
         borrowed: Decimal,
         lent: Decimal,
         nominal: Decimal,
-        pending: Decimal,
+        pending: Decimal | None,
     ) -> None:
-        """One flavor's newest sample, as its ``SAMPLE_FIGURES`` in that order."""
+        """One flavor's newest sample, as its ``SAMPLE_FIGURES`` in that order; an unknown
+        pending demand (a metrics sample of a scheduler that does not export it) adds none."""
         values = {
             "total": float(total),
             "borrowed": float(borrowed),
             "lent": float(lent),
             "nominal": float(nominal),
-            "pending": float(pending),
+            "pending": float(pending or 0),
         }
         self.flavors[flavor] = values
         self.total += values["total"]

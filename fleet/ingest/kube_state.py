@@ -150,8 +150,11 @@ def collect_pod_owners(
     job_owners: list[dict],
     pod_labels: list[dict],
     stats: IngestStats,
+    pod_groups: list[dict] | None = None,
 ) -> dict[tuple[str, str], PodOwner]:
-    """(namespace, pod) -> its owner chain (kube_pod_owner, kube_job_owner) and pod group.
+    """(namespace, pod) -> its owner chain (kube_pod_owner, kube_job_owner) and pod group:
+    Kueue's pod group label, else the Volcano or KAI PodGroup its annotation names
+    (``pod_groups``: ``fleet.constants.PROMQL_POD_GROUPS`` items).
 
     Items without namespace and pod are skipped and counted; a pod seen with several
     controllers (two kube-state-metrics replicas disagreeing) keeps the highest sorted one, so
@@ -178,6 +181,16 @@ def collect_pod_owners(
         if isinstance(metric, dict) and metric.get(c.KSM_LABEL_POD_GROUP):
             key = (str(metric.get(c.LABEL_NAMESPACE) or ""), str(metric.get(c.LABEL_POD) or ""))
             groups[key] = str(metric[c.KSM_LABEL_POD_GROUP])
+    for item in pod_groups if isinstance(pod_groups, list) else []:
+        metric = item.get("metric") if isinstance(item, dict) else None
+        if not isinstance(metric, dict):
+            stats.skip("missing_metric")
+            continue
+        key = (str(metric.get(c.LABEL_NAMESPACE) or ""), str(metric.get(c.LABEL_POD) or ""))
+        named = [str(metric.get(label) or "") for label in c.KSM_POD_GROUP_ANNOTATIONS]
+        group = next((name for name in named if name), "")
+        if group and key[0] and key[1]:
+            groups.setdefault(key, group)
     owners: dict[tuple[str, str], PodOwner] = {}
     for item in pod_owners:
         metric = item.get("metric") if isinstance(item, dict) else None

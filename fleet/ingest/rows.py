@@ -55,6 +55,8 @@ class WindowInput:
     # kube_pod_owner items of the GPU pods, and kube_job_owner items of their Jobs.
     pod_owners: list[dict] = field(default_factory=list)
     job_owners: list[dict] = field(default_factory=list)
+    # kube_pod_annotations items of the GPU pods: their Volcano / KAI PodGroup.
+    pod_groups: list[dict] = field(default_factory=list)
     label_style: str = PodLabelStyle.AUTO
     # Samples expected per series in the window (0 = unknown).
     expected_samples: int = 0

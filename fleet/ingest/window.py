@@ -49,7 +49,9 @@ def _build_window(inp: WindowInput) -> WindowBatch:
     gpus, series = collect_dcgm(inp, style, stats)
     requests = collect_requests(inp.gpu_requests, stats)
     labels = collect_pod_labels(inp.pod_labels, stats)
-    owners = collect_pod_owners(inp.pod_owners, inp.job_owners, inp.pod_labels, stats)
+    owners = collect_pod_owners(
+        inp.pod_owners, inp.job_owners, inp.pod_labels, stats, inp.pod_groups
+    )
 
     # Per GPU: the pods seen on it. A GPU seen with pods and also without (a pod started or
     # ended inside the window) is held: the pod series win and the bare series is dropped.

@@ -11,11 +11,12 @@ a run that stopped is resumed by running it again). Per hour:
    averages per window; ``ledger.deep.presence`` sums the figures from them) (GPU series split
    by UUID so a read holds at most
    ``GPULEDGER_DEEP_BACKFILL_SERIES_PER_QUERY`` series), the pods' GPU requests per window, their
-   labels and owners over the hour, and Kueue's quota metrics per window; at most
+   labels and owners over the hour, and the scheduler's quota metrics per window (Kueue's, or
+   Volcano's or KAI's in Kueue's shape: ``quotas.constants.QUOTA_METRIC_QUERIES``); at most
    ``GPULEDGER_DEEP_BACKFILL_CONCURRENCY`` queries in flight, the next hour's fetched while this
    one is written. A Prometheus error or an unusable answer stops the run before the hour is
    written; malformed items are skipped, counted and logged, as per window.
-2. Write, in one transaction: the nodes the hour names, Kueue's samples of each window where the
+2. Write, in one transaction: the nodes the hour names, the quota samples of each window where the
    API server left none (``quotas.store.write_metric_samples``, as the collector does), the rollup
    rows (``ledger.rollup.hour.compute_rows``: the same naming, quota and pending figures as a
    rollup of per-window rows), and the hour's ``RollupHour`` with ``usage_pruned=True``: it has
@@ -55,10 +56,15 @@ from ledger.deep.rows import hour_owners, scope_rows
 from ledger.models import HourlyRollup, RollupHour
 from ledger.rollup.hour import HOUR, compute_rows, insert_rows
 from ledger.rollup.row_figures import thresholds
-from quotas.constants import KUEUE_QUERIES
+from quotas.constants import QUOTA_METRIC_QUERIES, QUOTA_METRIC_UNEXPORTED
 from quotas.ingest.metric_range import read_range
 from quotas.ingest.metrics import MetricFigures, samples_of
-from quotas.store import metric_sample_context, write_metric_samples
+from quotas.store import (
+    metric_sample_context,
+    quota_metrics_source,
+    synced_cohorts,
+    write_metric_samples,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +130,8 @@ class DeepBackfill:
         self.style = str(cluster.pod_label_style or PodLabelStyle.AUTO)
         self._sample_context: tuple[dict[str, list[str]], dict[tuple[str, str], Decimal]] | None
         self._sample_context = None
+        self.quota_source = quota_metrics_source(cluster)
+        self._queues: dict[str, str] | None = None
         # The remote read API until a server says it has none.
         self._remote_read = True
 
@@ -244,7 +252,7 @@ class DeepBackfill:
         for name, promql in queries.label_queries().items():
             calls[f"{LABELS}{name}"] = instant(promql)
         calls[q.REQUESTS] = ranged(c.PROMQL_GPU_REQUESTS)
-        for name, promql in KUEUE_QUERIES.items():
+        for name, promql in QUOTA_METRIC_QUERIES.get(self.quota_source, {}).items():
             calls[KUEUE + name] = ranged(promql)
         return calls
 
@@ -334,6 +342,7 @@ class DeepBackfill:
             answers.get(f"{LABELS}job_owners", []),
             answers.get(f"{LABELS}pod_labels", []),
             builder.grain.stats,
+            answers.get(f"{LABELS}pod_groups", []),
         )
         return builder, (seen, owners)
 
@@ -371,9 +380,10 @@ class DeepBackfill:
         return builder.grain.stats
 
     def _write_samples(self, hour: datetime, kueue: dict[float, MetricFigures]) -> None:
-        """Kueue's quota samples of each window of the hour, as ``Collector._write`` stores them."""
+        """The quota samples of each window of the hour, as ``Collector._write`` stores them."""
         if self._sample_context is None:
             self._sample_context = metric_sample_context(self.cluster)
+            self._queues = synced_cohorts(self.cluster, self.quota_source)
         flavor_order, cohort_quota = self._sample_context
         step = timedelta(seconds=self.window_seconds)
         end = hour + step
@@ -382,6 +392,8 @@ class DeepBackfill:
                 kueue.get(end.timestamp()) or MetricFigures(),
                 flavor_order=flavor_order,
                 cohort_quota=cohort_quota,
+                queues=self._queues,
+                unknown=QUOTA_METRIC_UNEXPORTED.get(self.quota_source, frozenset()),
             )
             write_metric_samples(self.cluster, samples.samples, end, self.window_seconds)
             end += step

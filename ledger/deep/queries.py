@@ -165,4 +165,5 @@ class DeepQueries:
             "pod_labels": f"max_over_time(({c.PROMQL_POD_LABELS}){span})",
             "pod_owners": f"max_over_time(({c.PROMQL_POD_OWNERS}){span})",
             "job_owners": f"max_over_time(({c.PROMQL_JOB_OWNERS}){span})",
+            "pod_groups": f"max_over_time(({c.PROMQL_POD_GROUPS}){span})",
         }

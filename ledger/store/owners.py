@@ -3,7 +3,8 @@
 A pod resolves through, in order: the workload of a stored Allocation of the same pod (the same
 uid first, else the newest); for a pod no stored allocation links (one gone before any sync saw
 it), its owner chain from kube-state-metrics (``kube_pod_owner``, ``kube_job_owner``, the pod
-group label) to the Workload that owns that job; the Kueue pod labels kube-state-metrics exposes
+group label, the Volcano / KAI PodGroup annotation) to the Workload that owns that job or stands
+for that PodGroup; the Kueue pod labels kube-state-metrics exposes
 (ClusterQueue, then LocalQueue), the namespace's only live LocalQueue, and finally the
 namespace's TeamNamespace. So a workload preempted and admitted again keeps the hours of its
 first pods too.
@@ -12,7 +13,8 @@ A few set-based queries serve the whole window.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,8 +165,9 @@ def _workloads_by_owner(
 
     A pod joins the Workload whose ``job-uid`` (or controller uid) is the pod's own uid (a plain
     pod), else the Workload owned by the top of its chain (Job, a JobSet child Job's JobSet,
-    RayCluster, ...), else the Workload named by its pod group. Several Workloads of one owner
-    (a Job recreated under the same name): the one alive in the window, else the newest.
+    RayCluster, ...), else the Workload named by its pod group (Kueue's, or the Volcano / KAI
+    PodGroup the Workload was translated from, ``_pod_group_names``). Several Workloads of one
+    owner (a Job recreated under the same name): the one alive in the window, else the newest.
     """
     if not owners:
         return {}
@@ -172,7 +175,7 @@ def _workloads_by_owner(
     names = sorted({owner.top_name for owner in owners.values() if owner.top_name})
     groups = sorted({owner.pod_group for owner in owners.values() if owner.pod_group})
     query = Q(job_uid__in=uids) | Q(owner_uid__in=uids) | Q(owner_name__in=names)
-    query |= Q(name__in=groups)
+    query |= Q(name__in=_workload_names(groups))
     by_uid: dict[str, list[Mapping[str, Any]]] = {}
     by_owner: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
     by_name: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -181,7 +184,8 @@ def _workloads_by_owner(
             by_uid.setdefault(uid, []).append(row)
         key = (row["namespace"], row["owner_kind"], row["owner_name"])
         by_owner.setdefault(key, []).append(row)
-        by_name.setdefault((row["namespace"], row["name"]), []).append(row)
+        for name in _pod_group_names(row["name"], row["owner_uid"]):
+            by_name.setdefault((row["namespace"], name), []).append(row)
     window = batch.window
     found: dict[PodKey, Mapping[str, Any]] = {}
     for (namespace, pod), owner in owners.items():
@@ -193,6 +197,33 @@ def _workloads_by_owner(
         if candidates:
             found[(namespace, pod)] = _as_allocation(_alive_in(candidates, window))
     return found
+
+
+# A PodGroup a job controller made: ``<job>-<job uid>`` (Volcano), ``pg-<top owner>-<owner uid>``
+# (KAI), the Workload named ``<job>`` / ``<top owner>`` with that owner uid (quotas/sources).
+_UID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_JOB_POD_GROUP = re.compile(rf"(.+)-{_UID}")
+_KAI_PREFIX = "pg-"
+
+
+def _workload_names(groups: Iterable[str]) -> list[str]:
+    """The Workload names pod groups may stand for: the group's own, and a job PodGroup's job
+    (``by_name`` then checks the owner uid)."""
+    names = set(groups)
+    for group in list(names):
+        matched = _JOB_POD_GROUP.fullmatch(group)
+        if matched:
+            names.add(matched[1])
+            names.add(matched[1].removeprefix(_KAI_PREFIX))
+    return sorted(names)
+
+
+def _pod_group_names(name: str, owner_uid: str) -> list[str]:
+    """The pod group names that stand for a Workload: its own name, and the names Volcano and
+    KAI give the PodGroup of a job (quotas/sources/volcano.py, kai.py ``workload_name``)."""
+    if not owner_uid:
+        return [name]
+    return [name, f"{name}-{owner_uid}", f"{_KAI_PREFIX}{name}-{owner_uid}"]
 
 
 def _alive_in(rows: list[Mapping[str, Any]], window: Window) -> Mapping[str, Any]:

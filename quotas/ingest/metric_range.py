@@ -5,7 +5,8 @@ the same checks and the same skip counts, read series by series: a series' label
 once, not once per window, and no vector item is made per point. A deep-backfilled hour reads
 1,000 ClusterQueues' gauges over 60 windows this way (``ledger.deep.backfill``).
 
-Input: the matrix answers to ``quotas.constants.KUEUE_QUERIES`` by query name. Malformed
+Input: the matrix answers to ``quotas.constants.QUOTA_METRIC_QUERIES`` (Kueue's, or Volcano's
+or KAI's in Kueue's shape) by query name. Malformed
 matrix items and points are skipped and counted in the ``stats`` given (as ``split_matrix``
 counts them); the figures' own skips are counted in each window's ``MetricFigures.stats``.
 Pure: no database, no network.
@@ -85,7 +86,7 @@ def _series_by_input(
 
 def _numbers(points: _Points, at: _At) -> Iterator[tuple[MetricFigures, float]]:
     """Each point's window and number, counted as read; a NaN (no sample) and a value that is not
-    a number (counted as malformed) are left out."""
+    a number (malformed) are left out and counted."""
     for ts, raw in points:
         figures = at(ts)
         figures.stats.records_read += 1
@@ -94,8 +95,10 @@ def _numbers(points: _Points, at: _At) -> Iterator[tuple[MetricFigures, float]]:
         except (TypeError, ValueError):
             figures.stats.skip("kueue_malformed_value")
             continue
-        if not math.isnan(number):
-            yield figures, number
+        if math.isnan(number):
+            figures.stats.skip("kueue_nan")
+            continue
+        yield figures, number
 
 
 def _read_per_flavor(name: str, labels: Mapping[str, Any], points: _Points, at: _At) -> None:
@@ -150,6 +153,7 @@ def _read_pending_workloads(series: list[tuple[Mapping[str, Any], _Points]], at:
         for queue, number in by_queue.items():
             figures.stats.records_read += 1
             if math.isnan(number):
+                figures.stats.skip("kueue_nan")
                 continue
             if queue:
                 figures.pending_workloads[queue] = number

@@ -1,6 +1,10 @@
 """Kueue's own Prometheus metrics -> ClusterQueue samples, for windows the API server never saw.
 
-Input: one window's answers to ``quotas.constants.KUEUE_QUERIES`` (Prometheus vector items).
+Input: one window's answers to ``quotas.constants.KUEUE_QUERIES`` (Prometheus vector items), or
+to ``VOLCANO_QUERIES`` / ``KAI_QUERIES``, which ask those schedulers' queue gauges in Kueue's
+shape (docs/prometheus.md "Volcano and KAI Scheduler quota metrics"): the same series names and
+labels, so the same reading serves them; their synced ClusterQueues give the cohorts
+(``samples_of(queues=...)``).
 Output: the same ``QueueSampleRow`` the sync builds from ClusterQueue status
 (``build_gpu_queue_samples``), one per ClusterQueue, flavor and GPU resource (whole GPUs, and
 each MIG resource in its own instances):
@@ -15,11 +19,13 @@ each MIG resource in its own instances):
   else from the ``cohort`` label of the resource gauges; ``""`` is a standalone queue;
 * ``pending_demand`` (``…_resource_pending``, v0.18+), ``pending_workloads`` (both statuses of
   ``kueue_pending_workloads``) and ``admitted_workloads`` (``kueue_admitted_active_workloads``)
-  are per queue, so they go on the queue's first flavor, as the sync puts pending demand.
+  are per queue, so they go on the queue's first flavor, as the sync puts pending demand; one
+  the scheduler does not export (``samples_of(unknown=...)``: Volcano's and KAI's pending
+  demand, KAI's counts) is None on every row, unknown rather than 0.
 
 A series without ``cluster_queue`` or ``flavor``, or with a value that is not a number, is
-skipped and counted (``stats``); NaN is no sample. A queue with no nominal series has no row:
-without a quota there is nothing to sample. Pure: no database, no network.
+skipped and counted (``stats``), and so is a NaN (no sample). A queue with no nominal series has
+no row: without a quota there is nothing to sample. Pure: no database, no network.
 """
 
 from __future__ import annotations
@@ -118,6 +124,7 @@ def _value(item: object, stats: MetricStats) -> tuple[dict, float] | None:
         stats.skip("kueue_malformed_value")
         return None
     if math.isnan(number):
+        stats.skip("kueue_nan")
         return None
     return item["metric"], number
 
@@ -183,14 +190,23 @@ def build_metric_samples(
     *,
     flavor_order: Mapping[str, Sequence[str]] | None = None,
     cohort_quota: Mapping[tuple[str, str], Decimal] | None = None,
+    queues: Mapping[str, str] | None = None,
+    unknown: frozenset[str] = frozenset(),
 ) -> KueueMetricsWindow:
     """One window's ClusterQueue samples from Kueue's metrics (see the module docstring).
 
     ``flavor_order``: a queue's flavors in its ``resourceGroups`` order (from the stored
     ClusterQueue), so per-queue figures land on the flavor Kueue tries first; queues not in it
     use the sorted flavor names. ``cohort_quota``: (cohort, flavor) -> the cohort's own quota.
+    ``queues``, ``unknown``: as for ``samples_of``.
     """
-    return samples_of(read_window(answers), flavor_order=flavor_order, cohort_quota=cohort_quota)
+    return samples_of(
+        read_window(answers),
+        flavor_order=flavor_order,
+        cohort_quota=cohort_quota,
+        queues=queues,
+        unknown=unknown,
+    )
 
 
 def read_window(answers: Mapping[str, Sequence[object]]) -> MetricFigures:
@@ -219,8 +235,22 @@ def samples_of(
     *,
     flavor_order: Mapping[str, Sequence[str]] | None = None,
     cohort_quota: Mapping[tuple[str, str], Decimal] | None = None,
+    queues: Mapping[str, str] | None = None,
+    unknown: frozenset[str] = frozenset(),
 ) -> KueueMetricsWindow:
-    """The window's samples from its read figures (``build_metric_samples``)."""
+    """The window's samples from its read figures (``build_metric_samples``).
+
+    ``unknown``: the per-queue inputs (``PER_QUEUE_INPUTS``) the scheduler's metrics do not
+    export (``quotas.constants.QUOTA_METRIC_UNEXPORTED``): their sample figures are None,
+    unknown, on every row, not 0.
+
+    ``queues``: for a scheduler whose metrics name no cohort (Volcano, KAI), its synced
+    ClusterQueues and their cohorts (``quotas.store.samples.synced_cohorts``): only those queues
+    are sampled (its metrics cover parent queues too, which are Cohorts) and each is placed in
+    its synced cohort.
+    """
+    if queues is not None:
+        figures = _only(figures, queues)
     nominal, borrowing, lending = figures.nominal, figures.borrowing_limit, figures.lending_limit
     usage, reservation = figures.usage, figures.reservation
     pending, pending_count = figures.resource_pending, figures.pending_workloads
@@ -264,6 +294,7 @@ def samples_of(
                     admitted_workloads=_count(admitted_count.get(queue)) if first else 0,
                 )
             )
+    _leave_unknown(samples, unknown)
     cohort_of = {queue: cohort for queue, cohort in cohorts.items() if cohort}
     # Lending is inferred per resource: borrowed MIG instances are lent by MIG quota of the same
     # profile. The cohorts' own pools are known for whole GPUs only.
@@ -272,3 +303,31 @@ def samples_of(
         pools = (cohort_quota or {}) if resource == GPU_RESOURCE else {}
         attribute_lending(same, cohort_of, pools)
     return KueueMetricsWindow(samples=samples, cohorts=cohorts, stats=stats)
+
+
+# A per-queue input -> the sample figure it gives.
+_QUEUE_FIGURES = {
+    "resource_pending": "pending_demand",
+    "pending_workloads": "pending_workloads",
+    "admitted_workloads": "admitted_workloads",
+}
+
+
+def _leave_unknown(samples: list[QueueSampleRow], unknown: frozenset[str]) -> None:
+    """The figures of the ``unknown`` inputs as None on every sample."""
+    figures = [_QUEUE_FIGURES[name] for name in sorted(unknown) if name in _QUEUE_FIGURES]
+    for sample in samples:
+        for figure in figures:
+            setattr(sample, figure, None)
+
+
+def _only(figures: MetricFigures, queues: Mapping[str, str]) -> MetricFigures:
+    """The figures of ``queues`` only, each queue in its cohort from ``queues``."""
+    kept = MetricFigures(stats=figures.stats, cohorts=dict(queues))
+    for name in PER_FLAVOR_INPUTS:
+        found = getattr(figures, name)
+        getattr(kept, name).update({key: v for key, v in found.items() if key[0] in queues})
+    for name in PER_QUEUE_INPUTS:
+        found = getattr(figures, name)
+        getattr(kept, name).update({key: v for key, v in found.items() if key in queues})
+    return kept

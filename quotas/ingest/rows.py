@@ -284,6 +284,7 @@ class QueueSampleRow:
     nominal: Decimal
     borrowing_limit: Decimal | None
     lending_limit: Decimal | None
-    pending_demand: Decimal
-    pending_workloads: int
-    admitted_workloads: int
+    # None: unknown (a scheduler's metrics that do not export it).
+    pending_demand: Decimal | None
+    pending_workloads: int | None
+    admitted_workloads: int | None

@@ -28,7 +28,13 @@ writer (``ledger.store``) shares.
 """
 
 from quotas.store.deletions import mark_deleted
-from quotas.store.samples import metric_sample_context, write_metric_samples, write_queue_samples
+from quotas.store.samples import (
+    metric_sample_context,
+    quota_metrics_source,
+    synced_cohorts,
+    write_metric_samples,
+    write_queue_samples,
+)
 from quotas.store.snapshot import write_snapshot
 from quotas.store.writer import WriteResult
 
@@ -36,6 +42,8 @@ __all__ = [
     "WriteResult",
     "mark_deleted",
     "metric_sample_context",
+    "quota_metrics_source",
+    "synced_cohorts",
     "write_metric_samples",
     "write_queue_samples",
     "write_snapshot",

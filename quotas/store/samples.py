@@ -345,3 +345,28 @@ def cohort_gpu_pool(groups: object) -> dict[str, Decimal]:
                 name = str(flavor["name"])
                 pool[name] = pool.get(name, Decimal(0)) + Decimal(amount)
     return pool
+
+
+def quota_metrics_source(cluster: Cluster) -> str:
+    """Whose quota metrics tell the cluster's history (``quotas.constants.QUOTA_METRIC_QUERIES``):
+    ``Cluster.quota_source``, else (detected) the scheduler the synced ClusterQueues were read
+    from, else Kueue."""
+    if cluster.quota_source:
+        return str(cluster.quota_source)
+    schedulers = set(
+        ClusterQueue.objects.filter(cluster=cluster)
+        .order_by()
+        .values_list("scheduler", flat=True)
+        .distinct()
+    )
+    others = sorted(schedulers - {c.DEFAULT_SCHEDULER, ""})
+    return others[0] if len(others) == 1 and len(schedulers) == 1 else c.DEFAULT_SCHEDULER
+
+
+def synced_cohorts(cluster: Cluster, source: str) -> dict[str, str] | None:
+    """For a scheduler whose metrics name no cohort (every one but Kueue): its synced
+    ClusterQueues and their cohorts ("" for none), which ``quotas.ingest.metrics.samples_of``
+    samples; None for Kueue, whose metrics name their cohorts."""
+    if source == c.DEFAULT_SCHEDULER:
+        return None
+    return dict(ClusterQueue.objects.filter(cluster=cluster).values_list("name", "cohort_name"))

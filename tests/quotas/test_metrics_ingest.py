@@ -156,4 +156,5 @@ def test_bad_series_are_skipped_and_counted_never_raised():
         "kueue_missing_labels": 1,
         "kueue_malformed_value": 1,
         "kueue_malformed_item": 1,
+        "kueue_nan": 1,
     }
