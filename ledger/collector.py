@@ -64,7 +64,11 @@ from ledger.rollup.completeness import mark_changed
 from ledger.rollup.sweep import due_hours, roll_up_or_log
 from ledger.signals import windows_collected
 from ledger.store import write_window
-from quotas.constants import QUOTA_METRIC_QUERIES, QUOTA_METRIC_UNEXPORTED
+from quotas.constants import (
+    QUOTA_METRIC_NO_BORROWING,
+    QUOTA_METRIC_QUERIES,
+    QUOTA_METRIC_UNEXPORTED,
+)
 from quotas.ingest.metric_range import read_range
 from quotas.ingest.metrics import MetricFigures, read_window, route_answers, samples_of
 from quotas.store import (
@@ -532,6 +536,7 @@ class Collector:
             cohort_quota=cohort_quota,
             queues=self._queues,
             unknown=QUOTA_METRIC_UNEXPORTED.get(self.quota_source, frozenset()),
+            borrows=self.quota_source not in QUOTA_METRIC_NO_BORROWING,
         )
         with transaction.atomic():
             written = write_window(self.cluster, batch)

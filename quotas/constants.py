@@ -261,6 +261,40 @@ KAI_QUERIES: dict[str, str] = {
     ),
     "kai_usage": _as_kueue(_KAI_ALLOCATED, KUEUE_METRIC_USAGE),
 }
+# A ResourceQuota cluster's queues are its namespaces' GPU quotas; kube-state-metrics exports
+# each quota's hard limit and usage as ``kube_resourcequota{namespace, resourcequota, resource,
+# type="hard"|"used"}`` (whole GPUs). As the live translation reads unscoped quotas
+# (quotas/sources/resourcequota.py): a namespace's nominal is its smallest GPU limit and its
+# quota in use the largest usage (the metric names no scope, so namespaces whose GPU quotas are
+# all scoped read the same way in history: docs/prometheus.md); nothing is borrowed or lent.
+RESOURCEQUOTA_METRIC = "kube_resourcequota"
+RESOURCEQUOTA_RESOURCE = "requests.nvidia.com/gpu"
+
+
+def _per_namespace(aggregate: str, kind: str) -> str:
+    """``aggregate`` over a namespace's GPU ResourceQuota series of ``type`` ``kind``, labelled
+    ``queue_name`` as the scheduler gauges are."""
+    series = f'{RESOURCEQUOTA_METRIC}{{resource="{RESOURCEQUOTA_RESOURCE}", type="{kind}"}}'
+    return (
+        f'label_replace({aggregate} by (namespace) ({series}), "queue_name", "$1", '
+        '"namespace", "(.+)")'
+    )
+
+
+RESOURCEQUOTA_QUERIES: dict[str, str] = {
+    "resourcequota_nominal": _as_kueue(_per_namespace("min", "hard"), KUEUE_METRIC_NOMINAL),
+    # No borrowing and no lending: both limits 0 wherever there is a quota.
+    "resourcequota_borrowing_limit": _as_kueue(
+        f"0 * {_per_namespace('min', 'hard')}", KUEUE_METRIC_BORROWING_LIMIT
+    ),
+    "resourcequota_lending_limit": _as_kueue(
+        f"0 * {_per_namespace('min', 'hard')}", KUEUE_METRIC_LENDING_LIMIT
+    ),
+    "resourcequota_usage": _as_kueue(_per_namespace("max", "used"), KUEUE_METRIC_USAGE),
+}
+# Sources whose queues have nothing to borrow from: usage above the nominal quota is over quota,
+# not borrowed (``quotas.ingest.metrics.samples_of(borrows=False)``).
+QUOTA_METRIC_NO_BORROWING = frozenset({"resourcequota"})
 # Cluster.quota_source -> the ``quotas.ingest.metrics`` per-queue inputs its scheduler's metrics
 # do not export: unknown (None) in its metrics samples, never 0. (Kueue before v0.18 lacks
 # ``resource_pending`` too; its samples keep 0 there, as they always have.)
@@ -269,12 +303,15 @@ QUOTA_METRIC_UNEXPORTED: dict[str, frozenset[str]] = {
     # Pending PodGroup of a Volcano Job has none yet).
     "volcano": frozenset({"resource_pending"}),
     "kai": frozenset({"resource_pending", "pending_workloads", "admitted_workloads"}),
+    # kube-state-metrics counts no pods per quota and tells pending pods by no quota.
+    "resourcequota": frozenset({"resource_pending", "pending_workloads", "admitted_workloads"}),
 }
 # Cluster.quota_source -> the queries of its scheduler's quota metrics ("" detects: Kueue's
-# unless the synced rows say otherwise, ``quotas.store.samples.quota_metrics_source``). A
-# source with no scheduler metrics (ResourceQuota) has none.
+# unless the synced rows say otherwise, ``quotas.store.samples.quota_metrics_source``); a
+# ResourceQuota cluster's come from kube-state-metrics.
 QUOTA_METRIC_QUERIES: dict[str, dict[str, str]] = {
     "kueue": KUEUE_QUERIES,
     "volcano": VOLCANO_QUERIES,
     "kai": KAI_QUERIES,
+    "resourcequota": RESOURCEQUOTA_QUERIES,
 }

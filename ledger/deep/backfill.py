@@ -56,7 +56,11 @@ from ledger.deep.rows import hour_owners, scope_rows
 from ledger.models import HourlyRollup, RollupHour
 from ledger.rollup.hour import HOUR, compute_rows, insert_rows
 from ledger.rollup.row_figures import thresholds
-from quotas.constants import QUOTA_METRIC_QUERIES, QUOTA_METRIC_UNEXPORTED
+from quotas.constants import (
+    QUOTA_METRIC_NO_BORROWING,
+    QUOTA_METRIC_QUERIES,
+    QUOTA_METRIC_UNEXPORTED,
+)
 from quotas.ingest.metric_range import read_range
 from quotas.ingest.metrics import MetricFigures, samples_of
 from quotas.store import (
@@ -394,6 +398,7 @@ class DeepBackfill:
                 cohort_quota=cohort_quota,
                 queues=self._queues,
                 unknown=QUOTA_METRIC_UNEXPORTED.get(self.quota_source, frozenset()),
+                borrows=self.quota_source not in QUOTA_METRIC_NO_BORROWING,
             )
             write_metric_samples(self.cluster, samples.samples, end, self.window_seconds)
             end += step

@@ -237,12 +237,18 @@ def samples_of(
     cohort_quota: Mapping[tuple[str, str], Decimal] | None = None,
     queues: Mapping[str, str] | None = None,
     unknown: frozenset[str] = frozenset(),
+    borrows: bool = True,
 ) -> KueueMetricsWindow:
     """The window's samples from its read figures (``build_metric_samples``).
 
     ``unknown``: the per-queue inputs (``PER_QUEUE_INPUTS``) the scheduler's metrics do not
     export (``quotas.constants.QUOTA_METRIC_UNEXPORTED``): their sample figures are None,
     unknown, on every row, not 0.
+
+    ``borrows``: False for a source whose queues have nothing to borrow from
+    (``quotas.constants.QUOTA_METRIC_NO_BORROWING``: a namespace's ResourceQuota): usage above
+    the nominal quota (a hard limit lowered under running pods) is over quota, not borrowed, as
+    the live translation reads it.
 
     ``queues``: for a scheduler whose metrics name no cohort (Volcano, KAI), its synced
     ClusterQueues and their cohorts (``quotas.store.samples.synced_cohorts``): only those queues
@@ -284,7 +290,7 @@ def samples_of(
                     resource=resource,
                     total=used,
                     reserved=reserved,
-                    borrowed=max(ZERO, used - quota),
+                    borrowed=max(ZERO, used - quota) if borrows else ZERO,
                     lent=ZERO,
                     nominal=quota,
                     borrowing_limit=_decimal(borrowing[key]) if key in borrowing else None,

@@ -18,8 +18,8 @@ whose LIST failed is marked deleted.
   LocalQueue and WorkloadPriorityClass are not served (404 ``NotServed``: known empty, nothing
   to delete). ResourceFlavor is one constant object for every source but Kueue
   (``common.source_flavor``: the queues' one flavor, holding every GPU node), with a WATCH that
-  ends at its timeout without events. Which queues are Cohorts depends on the whole queue list, so a queue
-  event that would turn a Cohort into a ClusterQueue or back ends that WATCH with
+  ends at its timeout without events. Which queues are Cohorts depends on the whole queue
+  list, so a queue event that would turn a Cohort into a ClusterQueue or back ends that WATCH with
   ``ResourceExpired``: the sync relists the kind and turns the difference into changes
   (``quotas.sync.listing.Lister.relist_kind``). A queue's translation also takes what its
   PodGroups tell it (``Source.group_facts``: Volcano's Inqueue reservations, KAI's workload
