@@ -51,22 +51,18 @@ GUARANTEE = {"nlp": 40, "vision": 32, "speech": 16, "serving": 36, "batch": 28, 
 pytestmark = pytest.mark.django_db
 
 
+def simulate_volcano(*extra: str) -> None:
+    """The Volcano cluster, one day of hourly windows (seed 4)."""
+    volcano_args = ("--seed", "4", "--cluster", "demo-volcano", "--scheduler", "volcano")
+    call_command("simulate", *ARGS, *volcano_args, *extra, verbosity=0)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def world(django_db_setup, django_db_blocker):
     with kept_for_the_module(django_db_blocker):
         with TestCase.captureOnCommitCallbacks(execute=True):
             call_command("simulate", *ARGS, "--seed", "3", verbosity=0)
-            call_command(
-                "simulate",
-                *ARGS,
-                "--seed",
-                "4",
-                "--cluster",
-                "demo-volcano",
-                "--scheduler",
-                "volcano",
-                verbosity=0,
-            )
+            simulate_volcano()
         yield
 
 
@@ -186,18 +182,7 @@ def test_re_simulating_the_volcano_cluster_with_reset_writes_the_same_tables():
         Workload.objects.filter(cluster=volcano()).count(),
         GpuUsage.objects.filter(cluster=volcano()).count(),
     )
-    call_command(
-        "simulate",
-        *ARGS,
-        "--seed",
-        "4",
-        "--cluster",
-        "demo-volcano",
-        "--scheduler",
-        "volcano",
-        "--reset",
-        verbosity=0,
-    )
+    simulate_volcano("--reset")
     after = (
         Workload.objects.filter(cluster=volcano()).count(),
         GpuUsage.objects.filter(cluster=volcano()).count(),

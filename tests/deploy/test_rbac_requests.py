@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission
 
 from quotas.models import ClusterQueue, Cohort
 from quotas.sync import sync_cluster
@@ -65,13 +64,6 @@ def test_a_sync_needs_exactly_what_read_only_grants(make_kube_api, cluster) -> N
     granted_reads = {(a.group, a.resource, a.verb) for a in grants(rules) if a.verb != "get"}
     assert granted_reads == {(a.group, a.resource, a.verb) for a in used if a.verb != "get"}
     assert any(a.resource == "clusterqueues/pendingworkloads" for a in used)
-
-
-@pytest.fixture
-def quota_admin(django_user_model: Any) -> Any:
-    user = django_user_model.objects.create_user(username="quota-admin", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="apply_quota_change"))
-    return django_user_model.objects.get(pk=user.pk)
 
 
 def test_quota_write_back_needs_the_quota_write_overlay(kube, cluster, quota_admin) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission
 
 from fleet.models import Cluster
 from quotas.models import ClusterQueue
@@ -60,13 +59,6 @@ def test_a_sync_needs_exactly_what_the_sources_component_adds(
     assert {(a.group, a.resource, a.verb) for a in added if a.verb != "get"} == {
         (a.group, a.resource, a.verb) for a in refused if a.verb != "get"
     }
-
-
-@pytest.fixture
-def quota_admin(django_user_model: Any) -> Any:
-    user = django_user_model.objects.create_user(username="quota-admin", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="apply_quota_change"))
-    return django_user_model.objects.get(pk=user.pk)
 
 
 @pytest.mark.parametrize(("source", "queue"), [("volcano", "team-v1"), ("kai", "kai-team-a")])
