@@ -17,7 +17,8 @@ whose LIST failed is marked deleted.
   empty, nothing to delete). Which queues are Cohorts depends on the whole queue list, so a queue
   event that would turn a Cohort into a ClusterQueue or back ends that WATCH with
   ``ResourceExpired``: the sync relists the kind and turns the difference into changes
-  (``quotas.sync.listing.Lister.relist_kind``). A queue's translation also takes what its
+  (``quotas.sync.listing.Lister.relist_kind``). Any other queue event re-translates only the
+  queues it touches (``_touched``). A queue's translation also takes what its
   PodGroups tell it (``Source.group_facts``: Volcano's Inqueue reservations, KAI's workload
   counts): the PodGroups are listed before the queues, that LIST is reused by the Workload LIST
   of the same sync, and PodGroup events keep the facts current.
@@ -60,6 +61,28 @@ def detect_source(discovery: Discovery, configured: str = "") -> str:
         if discovery.group_versions(source.group):
             return name
     return QuotaSource.KUEUE
+
+
+def _touched(
+    source: Source,
+    name: str,
+    known: dict[str, dict[str, Any]],
+    after: dict[str, dict[str, Any]],
+    before: dict[str, Any],
+    summary: dict[str, Any],
+) -> set[str]:
+    """The queues whose translation an event on queue ``name`` can change, the parents staying
+    the same: the queue, its parent before and after (a Cohort's own quota and resourceVersion
+    follow its children), and the queues whose PodGroup summary changed since their last
+    translation. The others translate as they did, so an event costs what it touches, not a
+    translation of every queue (``Source``)."""
+    touched = {name}
+    for queue in (known.get(name), after.get(name)):
+        if queue is not None:
+            touched.add(source.parent_of(queue))
+    touched.update(q for q in before.keys() | summary.keys() if before.get(q) != summary.get(q))
+    touched.discard("")
+    return touched
 
 
 def _not_served(what: str) -> KubeError:
@@ -156,7 +179,7 @@ class SourceClient(KueueClient):
             with self._queues_lock:
                 self._queues[kind_name] = queues
                 summary = self._translated_with[kind_name] = source.summarize(self._facts.values())
-            items = list(source.queues_as(kind_name, queues.values(), summary).values())
+            items = list(source.queues_as(kind_name, queues.values(), summary, None).values())
         elif kind_name == "Workload":
             # The PodGroups the ClusterQueue LIST of this sync read, else a LIST of its own.
             listed = self._pod_groups or self._list_pod_groups(source, deadline)
@@ -269,8 +292,9 @@ class SourceClient(KueueClient):
             with self._queues_lock:
                 summary = source.summarize(self._facts.values())
                 before = self._translated_with.get(kind_name, summary)
-                old = source.queues_as(kind_name, known.values(), before)
-                new = source.queues_as(kind_name, after.values(), summary)
+                touched = _touched(source, name, known, after, before, summary)
+                old = source.queues_as(kind_name, known.values(), before, touched)
+                new = source.queues_as(kind_name, after.values(), summary, touched)
                 known = after
                 self._queues[kind_name] = known
                 self._translated_with[kind_name] = summary
