@@ -63,6 +63,17 @@ def detect_source(discovery: Discovery, configured: str = "") -> str:
     return QuotaSource.KUEUE
 
 
+def _may_reclassify(
+    source: Source, before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> bool:
+    """Whether an event taking a queue from ``before`` to ``after`` (None: absent) may change
+    which queues are parents: only one that adds or removes a queue or changes its parent (a
+    queue keeping its parent leaves every queue's parent, and so the parents, as they were)."""
+    if before is None or after is None:
+        return True
+    return source.parent_of(before) != source.parent_of(after)
+
+
 def _touched(
     source: Source,
     name: str,
@@ -284,7 +295,9 @@ class SourceClient(KueueClient):
                 after.pop(name, None)
             else:
                 after[name] = event.object
-            if source.parent_names(after.values()) != source.parent_names(known.values()):
+            if _may_reclassify(source, known.get(name), after.get(name)) and (
+                source.parent_names(after.values()) != source.parent_names(known.values())
+            ):
                 raise ResourceExpired(
                     f"{source.name} queue {name} changes which queues are parents; "
                     f"relisting {kind_name}"

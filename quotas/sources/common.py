@@ -175,12 +175,21 @@ def translate_queues(
     ``roots``) through ``to_cohort`` with their children, the others through
     ``to_cluster_queue``. ``only``: translate just these queues (classified and given their
     children from the whole list), for a WATCH event that changes a few of them."""
-    listed = sorted((q for q in queues if name_of(q)), key=name_of)
-    parents = parent_names(listed, parent_of, roots)
+    # One pass over the whole list (a WATCH event pays it per queue event): names, parents,
+    # children; only the queues translated are sorted.
+    names: set[str] = set()
     children: dict[str, list[Mapping[str, Any]]] = {}
-    for queue in listed:
+    wanted = []
+    for queue in queues:
+        name = name_of(queue)
+        if not name:
+            continue
+        names.add(name)
         children.setdefault(parent_of(queue), []).append(queue)
-    wanted = listed if only is None else [q for q in listed if name_of(q) in only]
+        if only is None or name in only:
+            wanted.append(queue)
+    parents = (children.keys() - {""}) | (set(roots) & names)
+    wanted.sort(key=name_of)
     cohorts = [to_cohort(q, children.get(name_of(q), [])) for q in wanted if name_of(q) in parents]
     cluster_queues = [to_cluster_queue(q) for q in wanted if name_of(q) not in parents]
     return cohorts, cluster_queues

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from fleet.models import Cluster
+from quotas.kueue import ResourceExpired
 from quotas.sources import SourceClient, kai, volcano
 from tests.quotas.source_helpers import resource
 from tests.scheduler_fixtures import (
@@ -143,3 +144,17 @@ def test_a_queue_event_costs_the_queues_it_touches_not_every_queue(
     assert parent["metadata"]["name"] == "research"
     assert resource(parent)["nominalQuota"] == "0"
     assert parent["metadata"]["resourceVersion"] == leaf["metadata"]["resourceVersion"]
+
+
+def test_a_queue_moved_under_a_leaf_still_ends_the_watch_for_a_relist(volcano_api, cluster) -> None:
+    """team-v3 moves from research to team-v2: team-v2 becomes a parent (a Cohort), which only
+    a relist can show, so the ClusterQueue WATCH ends with ResourceExpired."""
+
+    def under_team_v2(queue: dict[str, Any]) -> None:
+        queue["spec"]["parent"] = "team-v2"
+
+    with SourceClient.for_cluster(cluster) as client:
+        listed = client.list_objects("ClusterQueue")
+        volcano_api.modify(QUEUE, "team-v3", under_team_v2)
+        with pytest.raises(ResourceExpired, match="team-v3 changes which queues are parents"):
+            list(client.watch("ClusterQueue", listed.resource_version, 1))
