@@ -114,6 +114,12 @@ class SourceClient(KueueClient):
         # Per PodGroup (namespace, name) that tells its queue something (``Source.group_facts``),
         # as of the last PodGroup LIST or event.
         self._facts: dict[tuple[str, str], Any] = {}
+        # The same facts by queue (a fact's first item), their summary, and the queues whose
+        # facts changed since it was made (None: all): a queue event summarizes only those
+        # (``_summary_now``), not every PodGroup's facts.
+        self._facts_by_queue: dict[str, dict[tuple[str, str], Any]] = {}
+        self._summary: dict[str, Any] = {}
+        self._stale: set[str] | None = None
         # The PodGroup LIST a ClusterQueue LIST made, for this sync's Workload LIST to use.
         self._pod_groups: ListResult | None = None
         # Set once a WATCH starts: the sync's LIST pass is over, and a later relist of one kind
@@ -189,7 +195,7 @@ class SourceClient(KueueClient):
             queues = {name_of(q): q for q in listed.items if name_of(q)}
             with self._queues_lock:
                 self._queues[kind_name] = queues
-                summary = self._translated_with[kind_name] = source.summarize(self._facts.values())
+                summary = self._translated_with[kind_name] = self._summary_now(source)
             items = list(source.queues_as(kind_name, queues.values(), summary, None).values())
         elif kind_name == "Workload":
             # The PodGroups the ClusterQueue LIST of this sync read, else a LIST of its own.
@@ -205,12 +211,14 @@ class SourceClient(KueueClient):
         version = self._version(source, "pod_group", deadline)
         listed = self.list_kind(source.pod_group, version, deadline=deadline)
         facts = {}
+        by_queue: dict[str, dict[tuple[str, str], Any]] = {}
         for group in listed.items:
             found = source.group_facts(group)
             if found is not None:
                 facts[key_of(group)] = found
+                by_queue.setdefault(found[0], {})[key_of(group)] = found
         with self._queues_lock:
-            self._facts = facts
+            self._facts, self._facts_by_queue, self._stale = facts, by_queue, None
         return listed
 
     def _note_facts(self, source: Source, event: WatchEvent) -> None:
@@ -218,10 +226,32 @@ class SourceClient(KueueClient):
         key = key_of(event.object)
         found = None if event.type == "DELETED" else source.group_facts(event.object)
         with self._queues_lock:
-            if found is None:
-                self._facts.pop(key, None)
-            else:
+            changed = set()
+            old = self._facts.pop(key, None)
+            if old is not None:
+                self._facts_by_queue.get(old[0], {}).pop(key, None)
+                changed.add(old[0])
+            if found is not None:
                 self._facts[key] = found
+                self._facts_by_queue.setdefault(found[0], {})[key] = found
+                changed.add(found[0])
+            if self._stale is not None:
+                self._stale |= changed
+
+    def _summary_now(self, source: Source) -> dict[str, Any]:
+        """The summary of the facts (a copy), re-summarizing only the queues whose facts changed
+        since the last call (``Source.summarize`` is per queue). Called with the lock held."""
+        if self._stale is None:
+            self._summary = source.summarize(self._facts.values())
+        else:
+            for queue in self._stale:
+                part = source.summarize(self._facts_by_queue.get(queue, {}).values())
+                if queue in part:
+                    self._summary[queue] = part[queue]
+                else:
+                    self._summary.pop(queue, None)
+        self._stale = set()
+        return dict(self._summary)
 
     # --- WATCH -------------------------------------------------------------------------------
     def watch(
@@ -303,7 +333,7 @@ class SourceClient(KueueClient):
                     f"relisting {kind_name}"
                 )
             with self._queues_lock:
-                summary = source.summarize(self._facts.values())
+                summary = self._summary_now(source)
                 before = self._translated_with.get(kind_name, summary)
                 touched = _touched(source, name, known, after, before, summary)
                 old = source.queues_as(kind_name, known.values(), before, touched)

@@ -299,7 +299,9 @@ class Source:
     ``group_facts`` is what one PodGroup tells its queue's translation (None: nothing), and
     ``summarize`` turns the facts of every PodGroup into the per-queue figures ``queues_as``
     takes (Volcano: the GPUs its Inqueue PodGroups reserve; KAI: its workload counts); the
-    client keeps the facts from the PodGroup LIST and WATCH. A queue's translation depends on
+    client keeps the facts from the PodGroup LIST and WATCH. A fact is a tuple whose first item
+    is its queue's name, and a queue's summary entry depends on that queue's facts only, so the
+    client re-summarizes only the queues whose facts changed. A queue's translation depends on
     the queue, its children (a Cohort), its summary entry and which queues are parents, so a
     WATCH event re-translates only the queues it touches (``queues_as``'s ``only``).
     """

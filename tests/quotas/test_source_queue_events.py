@@ -158,3 +158,41 @@ def test_a_queue_moved_under_a_leaf_still_ends_the_watch_for_a_relist(volcano_ap
         volcano_api.modify(QUEUE, "team-v3", under_team_v2)
         with pytest.raises(ResourceExpired, match="team-v3 changes which queues are parents"):
             list(client.watch("ClusterQueue", listed.resource_version, 1))
+
+
+def test_a_kai_queue_event_brings_the_counts_of_a_queue_whose_pod_group_was_allocated(
+    make_kube_api, cluster
+) -> None:
+    """KAI fixtures: kai-team-b has vit-sweep allocated and protein-fold pending (1 pending,
+    1 admitted). protein-fold gets its 16 GPUs allocated, then kai-team-a's weight changes: the
+    kai-team-a event re-summarizes kai-team-b's PodGroups too, 0 pending and 2 admitted."""
+    api = make_kube_api(load=False, kueue_versions=(), kai_versions=("v2", "v2alpha2"))
+    load_scheduler_fixtures(api, "kai")
+    queue_kind, group_kind = f"Queue.{KAI_GROUP}", f"PodGroup.{KAI_GROUP}"
+    protein = next(
+        g["metadata"]["name"]
+        for g in scheduler_items("kai", group_kind)
+        if g["metadata"]["name"].startswith("pg-protein-fold")
+    )
+
+    def allocated(group: dict[str, Any]) -> None:
+        status = group["status"]["resourcesStatus"]
+        status["allocated"] = dict(status["requested"])
+
+    def heavier(queue: dict[str, Any]) -> None:
+        queue["spec"]["resources"]["gpu"]["overQuotaWeight"] = 3
+
+    with SourceClient.for_cluster(cluster) as client:
+        queues_listed = client.list_objects("ClusterQueue")
+        groups_listed = client.list_objects("Workload")
+        before = {q["metadata"]["name"]: q for q in queues_listed.items}
+        api.modify(group_kind, protein, allocated, namespace="kai-team-b")
+        api.modify(queue_kind, "kai-team-a", heavier)
+        list(client.watch("Workload", groups_listed.resource_version, 1))
+        events = list(client.watch("ClusterQueue", queues_listed.resource_version, 1))
+
+    counts = ("pendingWorkloads", "admittedWorkloads")
+    assert tuple(before["kai-team-b"]["status"][c] for c in counts) == (1, 1)
+    changed = {e.object["metadata"]["name"]: e.object for e in events if e.type == "MODIFIED"}
+    assert sorted(changed) == ["kai-team-a", "kai-team-b"]
+    assert tuple(changed["kai-team-b"]["status"][c] for c in counts) == (0, 2)
