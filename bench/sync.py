@@ -1,7 +1,7 @@
 """Benchmark: a full Kueue sync of a 50,000-workload cluster, then an incremental one.
 
 Usage (DATABASE_URL defaults to postgres://postgres@127.0.0.1:5432/gpuledger_bench_sync):
-    .venv/bin/python bench/sync.py [--small] [--scale 1.0] [--keep] [--scheduler volcano]
+    .venv/bin/python bench/sync.py [--small] [--scale 1.0] [--keep] [--scheduler volcano|kai]
 
 The fake API server (tests/kube_api_server.py) runs in a child process, so the figures are the
 sync's own: it serves 1,000 ClusterQueues in 10 cohorts, 1,000 LocalQueues, 50,000 Workloads
@@ -18,7 +18,9 @@ like the fixtures (managedFields included, as real API servers send them). Print
 (``bench/_sync_volcano.py``: 1,000 leaf queues under 10 parent queues under ``root``, 50,000
 PodGroups, 20,000 GPU pods, the same nodes, no Kueue API): the sync reads it through the
 translation of ``quotas.sources``, and the incremental step moves 100 Pending PodGroups to
-Inqueue with their queues' counts.
+Inqueue with their queues' counts. ``--scheduler kai`` likewise as a KAI Scheduler cluster
+(``bench/_sync_kai.py``: 1,000 leaf queues under 10 department queues; the incremental step
+allocates 100 pending PodGroups).
 
 The database is dropped and re-created (it only holds benchmark data); --keep reuses it.
 """
@@ -111,15 +113,28 @@ def generate(api: Any, scale: float, seed: int, scheduler: str = "kueue") -> dic
     """Fill the server with the benchmark fleet; returns object counts."""
     queues = max(COHORTS, int(QUEUES * scale))
     nodes = max(10, int(NODES * scale))
-    if scheduler == "volcano":
-        import _sync_volcano
-
-        counts = _sync_volcano.generate(api, queues, nodes, managed_fields, uid)
+    source = source_fleet(scheduler)
+    if source is not None:
+        counts = source.generate(api, queues, nodes, managed_fields, uid)
     else:
         counts = _generate_kueue(api, queues, nodes, seed)
     node_objs = _nodes(nodes)
     api.load("Node", node_objs)
     return {**counts, "Node": len(node_objs)}
+
+
+def source_fleet(scheduler: str) -> Any:
+    """The module generating a quota source's fleet (``bench/_sync_<scheduler>.py``); None for
+    Kueue's own, generated here."""
+    if scheduler == "volcano":
+        import _sync_volcano
+
+        return _sync_volcano
+    if scheduler == "kai":
+        import _sync_kai
+
+        return _sync_kai
+    return None
 
 
 def _generate_kueue(api: Any, queues: int, nodes: int, seed: int) -> dict[str, int]:
@@ -402,12 +417,13 @@ def admit(api: Any, count: int) -> int:
 
 def serve(conn: Any, scale: float, seed: int, scheduler: str) -> None:
     """The child process: generate, serve, and change workloads when asked."""
-    import _sync_volcano
-
     from tests.kube_api_server import FakeKubeAPI
 
+    source = source_fleet(scheduler)
     if scheduler == "volcano":
-        api = FakeKubeAPI(kueue_versions=(), volcano_versions=_sync_volcano.VERSIONS).start()
+        api = FakeKubeAPI(kueue_versions=(), volcano_versions=source.VERSIONS).start()
+    elif scheduler == "kai":
+        api = FakeKubeAPI(kueue_versions=(), kai_versions=source.VERSIONS).start()
     else:
         api = FakeKubeAPI().start()
     started = time.perf_counter()
@@ -419,7 +435,7 @@ def serve(conn: Any, scale: float, seed: int, scheduler: str) -> None:
             api.stop()
             return
         if command == "admit":
-            conn.send((_sync_volcano.admit if scheduler == "volcano" else admit)(api, CHANGED))
+            conn.send((source.admit if source is not None else admit)(api, CHANGED))
 
 
 def peak_rss_mib() -> float:
@@ -438,9 +454,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--scheduler",
-        choices=("kueue", "volcano"),
+        choices=("kueue", "volcano", "kai"),
         default="kueue",
-        help="whose objects the API server serves (volcano: bench/_sync_volcano.py)",
+        help="whose objects the API server serves (bench/_sync_volcano.py, bench/_sync_kai.py)",
     )
     args = parser.parse_args()
     if args.small:
@@ -500,11 +516,10 @@ def main() -> None:
         f"wrote {run.rows_written}"
     )
 
-    import _sync_volcano
-
     # admit() changes one workload per queue: a scaled-down fleet has fewer than CHANGED.
     changes = min(CHANGED, counts.get("ClusterQueue") or counts["Queue"])
-    events = _sync_volcano.EVENTS_PER_CHANGE if args.scheduler == "volcano" else 1
+    source = source_fleet(args.scheduler)
+    events = source.EVENTS_PER_CHANGE if source is not None else 1
     incremental_sync(cluster, str(kubeconfig), parent, changes, events)
     parent.send("stop")
     server.join(timeout=10)

@@ -137,6 +137,17 @@ BENCHES = [
         extra=("--keep", "--scheduler", "volcano"),
     ),
     Bench(
+        "sync",
+        "env",
+        (
+            r"fake API server: \{'Queue': 10, 'parent Queue': 10, 'PodGroup': 500, 'Pod': 200",
+            r"full sync: \d+\.\d+ s wall.*success",
+            r"incremental sync: \d+\.\d+ s from 10 upstream changes .*\(holding workloads "
+            r"100 -> 110\)",
+        ),
+        extra=("--keep", "--scheduler", "kai"),
+    ),
+    Bench(
         "pages",
         "--database-url",
         (r"^overview .* \d+\.\d+ +\d+\.\d+ +HTTP 200", r"^\d+ URLs, \d+ above p95 .*, 0 not 200"),
