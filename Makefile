@@ -119,6 +119,9 @@ bench: venv system-deps
 	$(PY) bench/serving_hours.py --database gpuledger_bench_serving $(BENCH_ARGS)
 	$(PY) bench/rollup.py --database-url $(BENCH_PG)/gpuledger_bench_rollup $(BENCH_ARGS)
 	DATABASE_URL=$(BENCH_PG)/gpuledger_bench_sync $(PY) bench/sync.py $(BENCH_ARGS)
+	DATABASE_URL=$(BENCH_PG)/gpuledger_bench_sync $(PY) bench/sync.py --scheduler volcano \
+	  $(BENCH_ARGS)
+	DATABASE_URL=$(BENCH_PG)/gpuledger_bench_sync $(PY) bench/sync.py --scheduler kai $(BENCH_ARGS)
 	$(PY) bench/pages.py --database-url $(BENCH_PG)/gpuledger_bench_pages $(BENCH_ARGS)
 	$(PY) bench/pages_usage.py --database-url $(BENCH_PG)/gpuledger_bench_usage $(BENCH_ARGS)
 	$(PY) bench/chargeback.py --database-url $(BENCH_PG)/gpuledger_bench_chargeback $(BENCH_ARGS)

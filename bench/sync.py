@@ -1,7 +1,7 @@
 """Benchmark: a full Kueue sync of a 50,000-workload cluster, then an incremental one.
 
 Usage (DATABASE_URL defaults to postgres://postgres@127.0.0.1:5432/gpuledger_bench_sync):
-    .venv/bin/python bench/sync.py [--small] [--scale 1.0] [--keep]
+    .venv/bin/python bench/sync.py [--small] [--scale 1.0] [--keep] [--scheduler volcano|kai]
 
 The fake API server (tests/kube_api_server.py) runs in a child process, so the figures are the
 sync's own: it serves 1,000 ClusterQueues in 10 cohorts, 1,000 LocalQueues, 50,000 Workloads
@@ -13,6 +13,14 @@ like the fixtures (managedFields included, as real API servers send them). Print
 * a second full sync with nothing changed (steady state of the 30 s beat);
 * an incremental sync: 100 pending workloads get admitted upstream, the WATCH delivers them and
   the changed rows are written (target <= 2 s from the change to the committed write).
+
+``--scheduler volcano`` serves the same fleet as a Volcano cluster instead
+(``bench/_sync_volcano.py``: 1,000 leaf queues under 10 parent queues under ``root``, 50,000
+PodGroups, 20,000 GPU pods, the same nodes, no Kueue API): the sync reads it through the
+translation of ``quotas.sources``, and the incremental step moves 100 Pending PodGroups to
+Inqueue with their queues' counts. ``--scheduler kai`` likewise as a KAI Scheduler cluster
+(``bench/_sync_kai.py``: 1,000 leaf queues under 10 department queues; the incremental step
+allocates 100 pending PodGroups).
 
 The database is dropped and re-created (it only holds benchmark data); --keep reuses it.
 """
@@ -101,13 +109,38 @@ def uid(kind: str, index: int) -> str:
     return f"{abs(hash(kind)) % 0xFFFFFFFF:08x}-0000-4000-8000-{index:012d}"
 
 
-def generate(api: Any, scale: float, seed: int) -> dict[str, int]:
+def generate(api: Any, scale: float, seed: int, scheduler: str = "kueue") -> dict[str, int]:
     """Fill the server with the benchmark fleet; returns object counts."""
+    queues = max(COHORTS, int(QUEUES * scale))
+    nodes = max(10, int(NODES * scale))
+    source = source_fleet(scheduler)
+    if source is not None:
+        counts = source.generate(api, queues, nodes, managed_fields, uid)
+    else:
+        counts = _generate_kueue(api, queues, nodes, seed)
+    node_objs = _nodes(nodes)
+    api.load("Node", node_objs)
+    return {**counts, "Node": len(node_objs)}
+
+
+def source_fleet(scheduler: str) -> Any:
+    """The module generating a quota source's fleet (``bench/_sync_<scheduler>.py``); None for
+    Kueue's own, generated here."""
+    if scheduler == "volcano":
+        import _sync_volcano
+
+        return _sync_volcano
+    if scheduler == "kai":
+        import _sync_kai
+
+        return _sync_kai
+    return None
+
+
+def _generate_kueue(api: Any, queues: int, nodes: int, seed: int) -> dict[str, int]:
     from tests.kube_api_server import fixture_items
 
     rng = random.Random(seed)
-    queues = max(COHORTS, int(QUEUES * scale))
-    nodes = max(10, int(NODES * scale))
     api.load("ResourceFlavor", fixture_items("ResourceFlavor"))
     api.load("WorkloadPriorityClass", fixture_items("WorkloadPriorityClass"))
     api.load("Cohort", _cohorts(fixture_items("Cohort")[1]))
@@ -134,6 +167,10 @@ def generate(api: Any, scale: float, seed: int) -> dict[str, int]:
     api.load("LocalQueue", lq_objs)
     api.load("Workload", wl_objs)
     api.load("Pod", pod_objs)
+    return {"ClusterQueue": len(cq_objs), "Workload": len(wl_objs), "Pod": len(pod_objs)}
+
+
+def _nodes(nodes: int) -> list[dict[str, Any]]:
     images = [
         {
             "names": [
@@ -144,14 +181,7 @@ def generate(api: Any, scale: float, seed: int) -> dict[str, int]:
         }
         for i in range(12)
     ]
-    node_objs = [_node(n, images) for n in range(nodes)]
-    api.load("Node", node_objs)
-    return {
-        "ClusterQueue": len(cq_objs),
-        "Workload": len(wl_objs),
-        "Pod": len(pod_objs),
-        "Node": len(node_objs),
-    }
+    return [_node(n, images) for n in range(nodes)]
 
 
 @dataclass(frozen=True)
@@ -385,13 +415,19 @@ def admit(api: Any, count: int) -> int:
     return done
 
 
-def serve(conn: Any, scale: float, seed: int) -> None:
+def serve(conn: Any, scale: float, seed: int, scheduler: str) -> None:
     """The child process: generate, serve, and change workloads when asked."""
     from tests.kube_api_server import FakeKubeAPI
 
-    api = FakeKubeAPI().start()
+    source = source_fleet(scheduler)
+    if scheduler == "volcano":
+        api = FakeKubeAPI(kueue_versions=(), volcano_versions=source.VERSIONS).start()
+    elif scheduler == "kai":
+        api = FakeKubeAPI(kueue_versions=(), kai_versions=source.VERSIONS).start()
+    else:
+        api = FakeKubeAPI().start()
     started = time.perf_counter()
-    counts = generate(api, scale, seed)
+    counts = generate(api, scale, seed, scheduler)
     conn.send((api.port, api.token, counts, time.perf_counter() - started))
     while True:
         command = conn.recv()
@@ -399,7 +435,7 @@ def serve(conn: Any, scale: float, seed: int) -> None:
             api.stop()
             return
         if command == "admit":
-            conn.send(admit(api, CHANGED))
+            conn.send((source.admit if source is not None else admit)(api, CHANGED))
 
 
 def peak_rss_mib() -> float:
@@ -416,6 +452,12 @@ def main() -> None:
         action="store_true",
         help="the same steps at a scale that takes seconds (tests/bench/test_benches.py runs it)",
     )
+    parser.add_argument(
+        "--scheduler",
+        choices=("kueue", "volcano", "kai"),
+        default="kueue",
+        help="whose objects the API server serves (bench/_sync_volcano.py, bench/_sync_kai.py)",
+    )
     args = parser.parse_args()
     if args.small:
         # 10 ClusterQueues: enough pending workloads (15 each) for the CHANGED admissions.
@@ -423,7 +465,9 @@ def main() -> None:
 
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe()
-    server = ctx.Process(target=serve, args=(child, args.scale, args.seed), daemon=True)
+    server = ctx.Process(
+        target=serve, args=(child, args.scale, args.seed, args.scheduler), daemon=True
+    )
     server.start()
 
     url = os.environ["DATABASE_URL"]
@@ -473,22 +517,28 @@ def main() -> None:
     )
 
     # admit() changes one workload per queue: a scaled-down fleet has fewer than CHANGED.
-    incremental_sync(cluster, str(kubeconfig), parent, min(CHANGED, counts["ClusterQueue"]))
+    changes = min(CHANGED, counts.get("ClusterQueue") or counts["Queue"])
+    source = source_fleet(args.scheduler)
+    events = source.EVENTS_PER_CHANGE if source is not None else 1
+    incremental_sync(cluster, str(kubeconfig), parent, changes, events)
     parent.send("stop")
     server.join(timeout=10)
 
 
-def incremental_sync(cluster: Any, kubeconfig: str, parent: Any, changes: int) -> None:
-    """LIST once, then WATCH while ``changes`` pending workloads get admitted upstream."""
+def incremental_sync(
+    cluster: Any, kubeconfig: str, parent: Any, changes: int, events_per_change: int
+) -> None:
+    """LIST once, then WATCH while ``changes`` pending workloads get admitted upstream (each
+    ``events_per_change`` object events for the sync)."""
     from django.utils import timezone
 
     from fleet.choices import IngestSource, IngestStatus
     from fleet.models import IngestRun
-    from quotas.kueue import KueueClient
     from quotas.models import Workload
+    from quotas.sources import SourceClient
     from quotas.sync import ClusterSync
 
-    client = KueueClient.for_cluster(cluster, kubeconfig=kubeconfig)
+    client = SourceClient.for_cluster(cluster, kubeconfig=kubeconfig)
     run = IngestRun.objects.create(
         cluster=cluster,
         source=IngestSource.KUEUE,
@@ -501,7 +551,8 @@ def incremental_sync(cluster: Any, kubeconfig: str, parent: Any, changes: int) -
     relist_cpu = time.process_time() - cpu
     phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in sync.timings.items())
     print(f"third full sync (for the watch), by phase: {phases}; {relist_cpu:.1f} s CPU")
-    admitted_before = Workload.objects.filter(cluster=cluster, state="admitted").count()
+    holding = ("admitted", "quota_reserved")
+    admitted_before = Workload.objects.filter(cluster=cluster, state__in=holding).count()
     marks: dict[str, float] = {}
 
     def change() -> None:
@@ -538,15 +589,15 @@ def incremental_sync(cluster: Any, kubeconfig: str, parent: Any, changes: int) -
         flush_cpu.append(time.process_time() - began_cpu)
 
     sync.flush = timed_flush  # type: ignore[method-assign]
-    sync.watch(30.0, stop_after_events=changes)
+    sync.watch(30.0, stop_after_events=changes * events_per_change)
     done = time.perf_counter()
     gc.callbacks.remove(on_gc)
     changer.join()
-    admitted_after = Workload.objects.filter(cluster=cluster, state="admitted").count()
+    admitted_after = Workload.objects.filter(cluster=cluster, state__in=holding).count()
     sync.finish(IngestStatus.SUCCESS)
     print(
         f"incremental sync: {done - marks['sent']:.2f} s from {marks['changed']} upstream changes "
-        f"to the committed write (admitted workloads {admitted_before} -> {admitted_after}); "
+        f"to the committed write (holding workloads {admitted_before} -> {admitted_after}); "
         f"{len(flushes)} write(s) of {', '.join(f'{f:.2f} s' for f in flushes)} "
         f"({', '.join(f'{f:.2f} s' for f in flush_cpu)} CPU); "
         f"{len(gc_seconds)} full GC(s) of {sum(gc_seconds):.2f} s during the watch; "

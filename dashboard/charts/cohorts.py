@@ -24,20 +24,20 @@ from dashboard.charts.parts import (
     x_axis,
 )
 from dashboard.decorators import chart_view
-from dashboard.queries.cohorts import member_hours, member_teams
+from dashboard.queries.cohorts import member_hours, member_teams, subtree_ids
 from ledger.range_figures import Figures
 from quotas.access import other_members_label
 
 
 def member_label(
-    request: HttpRequest, cohort_id: int, members: dict[str, list[Figures | None]]
+    request: HttpRequest, tree: list[int], members: dict[str, list[Figures | None]]
 ) -> Callable[[str], str]:
     """A member's series label: its name, or, for the members of teams the user may not see,
     one "Other members (N)" label that ``stacked`` sums them under (quotas.access)."""
     allowed = allowed_team_ids(request)
     if allowed is None:
         return str
-    teams = member_teams(cohort_id)
+    teams = member_teams(tree)
     hidden = {name for name in members if not sees_team(allowed, teams.get(name))}
     others = other_members_label(len(hidden))
     return lambda name: others if name in hidden else name
@@ -51,10 +51,9 @@ def cohort_usage_chart(
     cohort = get_cohort_for_user(request, cluster, name)
     span = time_range.covered_hours()
     hours = span.starts()
-    members = member_hours(cohort.pk, span, ("allocated_gpu_hours", "nominal_gpu_hours"))
-    names, allocated = stacked(
-        members, member_label(request, cohort.pk, members), "allocated_gpu_hours"
-    )
+    tree = subtree_ids(cohort)
+    members = member_hours(tree, span, ("allocated_gpu_hours", "nominal_gpu_hours"))
+    names, allocated = stacked(members, member_label(request, tree, members), "allocated_gpu_hours")
     x = x_axis(hours)
     nominal = added_up(members, len(hours), ("nominal_gpu_hours",))
     data = stacked_lines(x, names, allocated, "usage")
@@ -79,8 +78,9 @@ def cohort_borrowing_chart(
     """Borrowed (above zero) and lent (below zero) GPUs per member ClusterQueue, stacked."""
     cohort = get_cohort_for_user(request, cluster, name)
     span = time_range.covered_hours()
-    members = member_hours(cohort.pk, span, ("borrowed_gpu_hours", "lent_gpu_hours"))
-    label = member_label(request, cohort.pk, members)
+    tree = subtree_ids(cohort)
+    members = member_hours(tree, span, ("borrowed_gpu_hours", "lent_gpu_hours"))
+    label = member_label(request, tree, members)
     borrowed_names, borrowed = stacked(members, label, "borrowed_gpu_hours")
     lent_names, lent = stacked(members, label, "lent_gpu_hours")
     colors = {

@@ -3,15 +3,19 @@ members' figures over the range and their hours for the charts.
 
 A cohort has no usage of its own in Kueue: its figures are its member ClusterQueues' summed
 (docs/architecture.md "Upstream facts"), plus the cohort's own shared pool from
-``spec.resourceGroups``. Figures now (samples, quotas, holdings, the eviction pace) are
-``quotas.now``'s; figures over a range the read layer's (ClusterQueue-scope rollups of the hours the
-range counts).
+``spec.resourceGroups``. A cohort's figures cover its whole subtree (``subtrees``): the
+ClusterQueues of every cohort below it by ``parentName`` are its members too, and the pools of
+those cohorts add to its own, so a Volcano or KAI parent queue (or a Kueue cohort with child
+cohorts) shows what is below it (docs/architecture.md "Cohort subtrees"). Figures now (samples,
+quotas, holdings, the eviction pace) are ``quotas.now``'s; figures over a range the read layer's
+(ClusterQueue-scope rollups of the hours the range counts).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import Count, Max, Q, QuerySet, Sum
@@ -56,11 +60,57 @@ def cohort_pool(cohort: Cohort) -> dict[str, float]:
     return pool
 
 
+def subtrees(cohorts: Iterable[Cohort]) -> dict[int, list[Cohort]]:
+    """cohort id → the present Cohort rows of its subtree: itself, then every cohort below it by
+    ``parent``; one query over the cohorts of their clusters. A ``parentName`` cycle (Kueue's
+    error) stops where it closes."""
+    roots = list(cohorts)
+    rows = Cohort.objects.filter(
+        cluster_id__in={c.cluster_id for c in roots}, deleted_at__isnull=True
+    ).order_by("name")
+    children: dict[int, list[Cohort]] = defaultdict(list)
+    for row in rows:
+        if row.parent_id is not None:
+            children[row.parent_id].append(row)
+    found: dict[int, list[Cohort]] = {}
+    for root in roots:
+        tree, todo, seen = [], [root], set()
+        while todo:
+            node = todo.pop(0)
+            if node.pk in seen:
+                continue
+            seen.add(node.pk)
+            tree.append(node)
+            todo.extend(children.get(node.pk, []))
+        found[root.pk] = tree
+    return found
+
+
+def subtree_ids(cohort: Cohort) -> list[int]:
+    """The ids of the cohort and every cohort below it (``subtrees``)."""
+    return [node.pk for node in subtrees([cohort])[cohort.pk]]
+
+
+def subtree_pool(tree: list[Cohort]) -> dict[str, float]:
+    """The own GPU quota of every cohort of a subtree, per flavor (``cohort_pool``)."""
+    pool: dict[str, float] = defaultdict(float)
+    for node in tree:
+        for flavor, amount in cohort_pool(node).items():
+            pool[flavor] += amount
+    return dict(pool)
+
+
+def rolled_up(by_cohort: dict[int, float], tree: list[Cohort]) -> float:
+    """A figure keyed by direct cohort id, summed over a subtree."""
+    return sum(by_cohort.get(node.pk, 0.0) for node in tree)
+
+
 # --- Cohort list --------------------------------------------------------------------------------
 
 
 def cohorts_with_members() -> QuerySet[Cohort]:
-    """Cohorts that exist, each with ``members``: its ClusterQueues that exist."""
+    """Cohorts that exist, each with ``members``: its direct ClusterQueues that exist (the list
+    rolls them up over subtrees)."""
     return (
         Cohort.objects.filter(deleted_at__isnull=True)
         .select_related("cluster")
@@ -101,18 +151,34 @@ def members_lending(samples: dict[int, QueueNow]) -> tuple[dict[int, float], dic
 # --- One cohort ---------------------------------------------------------------------------------
 
 
-def cohort_workloads(cohort: Cohort) -> QuerySet[Workload, Any]:
-    """The ids of the workloads of every queue that names the cohort (a subquery over the queue
-    ids, read first): the eviction pace then probes each one's transitions by index instead of
-    joining every transition to its workload and queue (3 times slower at 190,000 transitions,
-    bench/pages.py)."""
-    queues = list(ClusterQueue.objects.filter(cohort=cohort).values_list("pk", flat=True))
+def cohort_workloads(tree: list[int]) -> QuerySet[Workload, Any]:
+    """The ids of the workloads of every queue that names a cohort of the subtree ``tree`` (a
+    subquery over the queue ids, read first): the eviction pace then probes each one's
+    transitions by index instead of joining every transition to its workload and queue (3 times
+    slower at 190,000 transitions, bench/pages.py)."""
+    queues = list(ClusterQueue.objects.filter(cohort_id__in=tree).values_list("pk", flat=True))
     return Workload.objects.filter(cluster_queue_id__in=queues).values("pk")
 
 
-def cohort_members(cohort: Cohort) -> list[ClusterQueue]:
+def cohort_members(tree: list[int]) -> list[ClusterQueue]:
+    """The present ClusterQueues of the cohorts of the subtree ``tree``."""
     return list(
-        ClusterQueue.objects.present().filter(cohort=cohort).select_related("team").order_by("name")
+        ClusterQueue.objects.present()
+        .filter(cohort_id__in=tree)
+        .select_related("team", "cohort")
+        .order_by("name")
+    )
+
+
+def member_counts(ids: Iterable[int]) -> dict[int, int]:
+    """cohort id → its direct present ClusterQueues."""
+    return dict(
+        ClusterQueue.objects.present()
+        .filter(cohort_id__in=list(ids))
+        .order_by()
+        .values("cohort_id")
+        .annotate(n=Count("id"))
+        .values_list("cohort_id", "n")
     )
 
 
@@ -163,19 +229,20 @@ def borrowing_workloads(queue_filter: Q) -> tuple[list[Workload], bool]:
 # --- Charts -------------------------------------------------------------------------------------
 
 
-def member_teams(cohort_id: int) -> dict[str, int | None]:
-    """ClusterQueue name → owning team id, of every queue that ever named the cohort."""
-    return dict(ClusterQueue.objects.filter(cohort_id=cohort_id).values_list("name", "team_id"))
+def member_teams(tree: list[int]) -> dict[str, int | None]:
+    """ClusterQueue name → owning team id, of every queue that ever named a cohort of the
+    subtree ``tree``."""
+    return dict(ClusterQueue.objects.filter(cohort_id__in=tree).values_list("name", "team_id"))
 
 
 def member_hours(
-    cohort_id: int, span: HourSpan, names: tuple[str, ...]
+    tree: list[int], span: HourSpan, names: tuple[str, ...]
 ) -> dict[str, list[Figures | None]]:
     """Per member ClusterQueue (by name), one ``Figures`` (or None) per hour of the span, with
     the figures ``names`` a chart plots: a month of a 20-queue cohort is 14,000 group-hours,
     and summing and carrying all seventeen figures tripled the chart's time (bench/pages.py)."""
     return (
         HourlyRollup.objects.for_scope(RollupScope.CLUSTER_QUEUE)
-        .filter(cluster_queue__cohort_id=cohort_id)
+        .filter(cluster_queue__cohort_id__in=tree)
         .series(span, ("cluster_queue__name",), names=names)
     )

@@ -46,17 +46,22 @@ from quotas.reclaim import (
 def cohort_list(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     page, page_query = paginate(request, queries.cohorts_with_members())
-    ids = [cohort.pk for cohort in page.object_list]
+    # Each cohort's figures cover its subtree: read per direct cohort, summed per tree below.
+    trees = queries.subtrees(page.object_list)
+    ids = sorted({node.pk for tree in trees.values() for node in tree})
     queue_filter = Q(cluster_queue__cohort_id__in=ids, cluster_queue__deleted_at__isnull=True)
     nominal = queries.members_nominal(queue_filter)
     usage = holding_gpus(Q(cluster_queue__cohort_id__in=ids), "cluster_queue__cohort_id")
     samples = latest_samples(queue_filter, now)
     borrowed, lent = queries.members_lending(samples)
+    counts = queries.member_counts(ids)
     rows = []
     for cohort in page.object_list:
-        pool = sum(queries.cohort_pool(cohort).values())
-        total = nominal.get(cohort.pk, 0.0) + pool
-        used = usage.get(cohort.pk, 0.0)
+        tree = trees[cohort.pk]
+        cohort.members = sum(counts.get(node.pk, 0) for node in tree)
+        pool = sum(queries.subtree_pool(tree).values())
+        total = queries.rolled_up(nominal, tree) + pool
+        used = queries.rolled_up(usage, tree)
         rows.append(
             {
                 "cohort": cohort,
@@ -64,8 +69,8 @@ def cohort_list(request: HttpRequest) -> HttpResponse:
                 "pool": figure(pool) if pool else "",
                 "usage": figure(used),
                 "usage_share": round(100 * min(1.0, allocation_rate(used, total) or 0.0), 1),
-                "borrowed": figure(borrowed.get(cohort.pk)) if samples else "—",
-                "lent": figure(lent.get(cohort.pk)) if samples else "—",
+                "borrowed": figure(queries.rolled_up(borrowed, tree)) if samples else "—",
+                "lent": figure(queries.rolled_up(lent, tree)) if samples else "—",
             }
         )
     context = {
@@ -275,6 +280,7 @@ def _lending_count(queues: list[ClusterQueue], samples: dict[int, QueueNow]) -> 
 
 def _cohort_stats(
     cohort: Cohort,
+    cohorts: int,
     member_count: int,
     quotas: dict[int, list[Any]],
     pool: dict[str, float],
@@ -282,14 +288,15 @@ def _cohort_stats(
     samples: dict[int, QueueNow],
     pending: dict[int, dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """The cohort page's cards: members, quota, GPUs admitted, borrowed, lent and pending now."""
+    """The cohort page's cards: members, quota, GPUs admitted, borrowed, lent and pending now,
+    over the subtree of ``cohorts`` cohorts."""
     nominal_total = sum(nominal_gpus(rows) for rows in quotas.values())
     words = words_for(cohort.scheduler)
     return [
         stat(
             "Members",
             str(member_count),
-            f"{words.queue}s",
+            f"{words.queue}s" + (f" in {plural(cohorts, words.cohort)}" if cohorts > 1 else ""),
             cohort.parent_name and f"parent {words.cohort.split()[-1]} {cohort.parent_name}" or "",
         ),
         stat(
@@ -330,6 +337,19 @@ def _cohort_stats(
     ]
 
 
+def _subtree_flows(members: list[ClusterQueue], time_range: TimeRange) -> BorrowingFlows:
+    """Lender → borrower GPU-hours of a subtree's members, paired within each direct cohort
+    (lending is attributed there, ``quotas.ingest.samples.attribute_lending``)."""
+    by_cohort: dict[int | None, list[ClusterQueue]] = {}
+    for queue in members:
+        by_cohort.setdefault(queue.cohort_id, []).append(queue)
+    hours: dict[tuple[int, int], float] = {}
+    for group in by_cohort.values():
+        for pair, value in borrowing_flows(group, time_range.covered_hours()).hours.items():
+            hours[pair] = hours.get(pair, 0.0) + value
+    return BorrowingFlows(hours)
+
+
 @dashboard_page
 def cohort_detail(
     request: HttpRequest, time_range: TimeRange, cluster: str, name: str
@@ -338,28 +358,33 @@ def cohort_detail(
     words = words_for(cohort.scheduler)
     allowed = allowed_team_ids(request)
     now = timezone.now()
-    members = queries.cohort_members(cohort)
-    queue_filter = Q(cluster_queue__cohort=cohort, cluster_queue__deleted_at__isnull=True)
+    # The cohort's members are the ClusterQueues of its whole subtree, its pool the subtree's.
+    subtree = queries.subtrees([cohort])[cohort.pk]
+    tree = [node.pk for node in subtree]
+    members = queries.cohort_members(tree)
+    queue_filter = Q(cluster_queue__cohort_id__in=tree, cluster_queue__deleted_at__isnull=True)
     quotas = gpu_quotas(queue_filter)
     samples = latest_samples(queue_filter, now)
     holding = holding_gpus(queue_filter, "cluster_queue_id")
-    pool = queries.cohort_pool(cohort)
+    pool = queries.subtree_pool(subtree)
     pending = queries.pending_by_queue(queue_filter)
     top_holding = queries.top_holding_priority(queue_filter)
     borrowing, borrowing_more = queries.borrowing_workloads(queue_filter)
-    pace = eviction_pace(Q(workload__in=queries.cohort_workloads(cohort)), now)
+    pace = eviction_pace(Q(workload__in=queries.cohort_workloads(tree)), now)
     over_range = queries.member_figures(members, time_range.covered_hours())
     # Who borrowed from whom pairs members' figures: shown only to users who see every member
     # (staff, finance, or GPULEDGER_TEAM_VISIBILITY=public); a lead sees their queues' borrowed
     # and lent figures in the member table.
     flows = (
-        borrowing_flows(members, time_range.covered_hours())
+        _subtree_flows(members, time_range)
         if all(sees_team(allowed, queue.team_id) for queue in members)
         else None
     )
 
     hidden = [queue for queue in members if not sees_team(allowed, queue.team_id)]
-    stats = _cohort_stats(cohort, len(members), quotas, pool, holding, samples, pending)
+    stats = _cohort_stats(
+        cohort, len(subtree), len(members), quotas, pool, holding, samples, pending
+    )
     context = {
         "nav": "cohorts",
         "page_title": f"{words.cohort[:1].upper()}{words.cohort[1:]} {cohort.name}",

@@ -21,7 +21,8 @@ whose LIST failed is marked deleted.
   ends at its timeout without events. Which queues are Cohorts depends on the whole queue
   list, so a queue event that would turn a Cohort into a ClusterQueue or back ends that WATCH with
   ``ResourceExpired``: the sync relists the kind and turns the difference into changes
-  (``quotas.sync.listing.Lister.relist_kind``). A queue's translation also takes what its
+  (``quotas.sync.listing.Lister.relist_kind``). Any other queue event re-translates only the
+  queues it touches (``_touched``). A queue's translation also takes what its
   PodGroups tell it (``Source.group_facts``: Volcano's Inqueue reservations, KAI's workload
   counts): the PodGroups are listed before the queues, that LIST is reused by the Workload LIST
   of the same sync, and PodGroup events keep the facts current.
@@ -79,6 +80,39 @@ def detect_source(discovery: Discovery, configured: str = "", gpu_quotas: bool =
     return QuotaSource.RESOURCEQUOTA if gpu_quotas else QuotaSource.KUEUE
 
 
+def _may_reclassify(
+    source: Source, before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> bool:
+    """Whether an event taking a queue from ``before`` to ``after`` (None: absent) may change
+    which queues are parents: only one that adds or removes a queue or changes its parent (a
+    queue keeping its parent leaves every queue's parent, and so the parents, as they were)."""
+    if before is None or after is None:
+        return True
+    return source.parent_of(before) != source.parent_of(after)
+
+
+def _touched(
+    source: Source,
+    name: str,
+    known: dict[str, dict[str, Any]],
+    after: dict[str, dict[str, Any]],
+    before: dict[str, Any],
+    summary: dict[str, Any],
+) -> set[str]:
+    """The queues whose translation an event on queue ``name`` can change, the parents staying
+    the same: the queue, its parent before and after (a Cohort's own quota and resourceVersion
+    follow its children), and the queues whose PodGroup summary changed since their last
+    translation. The others translate as they did, so an event costs what it touches, not a
+    translation of every queue (``Source``)."""
+    touched = {name}
+    for queue in (known.get(name), after.get(name)):
+        if queue is not None:
+            touched.add(source.parent_of(queue))
+    touched.update(q for q in before.keys() | summary.keys() if before.get(q) != summary.get(q))
+    touched.discard("")
+    return touched
+
+
 def _not_served(what: str) -> KubeError:
     return KubeError(f"{what}: not served by this API server", 404, True, reason="NotServed")
 
@@ -97,6 +131,12 @@ class SourceClient(KueueClient):
         # Per PodGroup (namespace, name) that tells its queue something (``Source.group_facts``),
         # as of the last PodGroup LIST or event.
         self._facts: dict[tuple[str, str], Any] = {}
+        # The same facts by queue (a fact's first item), their summary, and the queues whose
+        # facts changed since it was made (None: all): a queue event summarizes only those
+        # (``_summary_now``), not every PodGroup's facts.
+        self._facts_by_queue: dict[str, dict[tuple[str, str], Any]] = {}
+        self._summary: dict[str, Any] = {}
+        self._stale: set[str] | None = None
         # The PodGroup LIST a ClusterQueue LIST made, for this sync's Workload LIST to use.
         self._pod_groups: ListResult | None = None
         # Set once a WATCH starts: the sync's LIST pass is over, and a later relist of one kind
@@ -217,8 +257,8 @@ class SourceClient(KueueClient):
             queues = {name_of(q): q for q in listed.items if name_of(q)}
             with self._queues_lock:
                 self._queues[kind_name] = queues
-                summary = self._translated_with[kind_name] = source.summarize(self._facts.values())
-            items = list(source.queues_as(kind_name, queues.values(), summary).values())
+                summary = self._translated_with[kind_name] = self._summary_now(source)
+            items = list(source.queues_as(kind_name, queues.values(), summary, None).values())
         elif kind_name == "Workload":
             # The PodGroups the ClusterQueue LIST of this sync read, else a LIST of its own.
             listed = self._pod_groups or self._list_pod_groups(source, deadline)
@@ -246,12 +286,14 @@ class SourceClient(KueueClient):
         version = self._version(source, "pod_group", deadline)
         listed = self.list_kind(source.pod_group, version, deadline=deadline)
         facts = {}
+        by_queue: dict[str, dict[tuple[str, str], Any]] = {}
         for group in listed.items:
             found = source.group_facts(group)
             if found is not None:
                 facts[key_of(group)] = found
+                by_queue.setdefault(found[0], {})[key_of(group)] = found
         with self._queues_lock:
-            self._facts = facts
+            self._facts, self._facts_by_queue, self._stale = facts, by_queue, None
         return listed
 
     def _note_facts(self, source: Source, event: WatchEvent) -> None:
@@ -259,10 +301,32 @@ class SourceClient(KueueClient):
         key = key_of(event.object)
         found = None if event.type == "DELETED" else source.group_facts(event.object)
         with self._queues_lock:
-            if found is None:
-                self._facts.pop(key, None)
-            else:
+            changed = set()
+            old = self._facts.pop(key, None)
+            if old is not None:
+                self._facts_by_queue.get(old[0], {}).pop(key, None)
+                changed.add(old[0])
+            if found is not None:
                 self._facts[key] = found
+                self._facts_by_queue.setdefault(found[0], {})[key] = found
+                changed.add(found[0])
+            if self._stale is not None:
+                self._stale |= changed
+
+    def _summary_now(self, source: Source) -> dict[str, Any]:
+        """The summary of the facts (a copy), re-summarizing only the queues whose facts changed
+        since the last call (``Source.summarize`` is per queue). Called with the lock held."""
+        if self._stale is None:
+            self._summary = source.summarize(self._facts.values())
+        else:
+            for queue in self._stale:
+                part = source.summarize(self._facts_by_queue.get(queue, {}).values())
+                if queue in part:
+                    self._summary[queue] = part[queue]
+                else:
+                    self._summary.pop(queue, None)
+        self._stale = set()
+        return dict(self._summary)
 
     # --- WATCH -------------------------------------------------------------------------------
     def watch(
@@ -352,16 +416,19 @@ class SourceClient(KueueClient):
                 after.pop(name, None)
             else:
                 after[name] = event.object
-            if source.parent_names(after.values()) != source.parent_names(known.values()):
+            if _may_reclassify(source, known.get(name), after.get(name)) and (
+                source.parent_names(after.values()) != source.parent_names(known.values())
+            ):
                 raise ResourceExpired(
                     f"{source.name} queue {name} changes which queues are parents; "
                     f"relisting {kind_name}"
                 )
             with self._queues_lock:
-                summary = source.summarize(self._facts.values())
+                summary = self._summary_now(source)
                 before = self._translated_with.get(kind_name, summary)
-                old = source.queues_as(kind_name, known.values(), before)
-                new = source.queues_as(kind_name, after.values(), summary)
+                touched = _touched(source, name, known, after, before, summary)
+                old = source.queues_as(kind_name, known.values(), before, touched)
+                new = source.queues_as(kind_name, after.values(), summary, touched)
                 known = after
                 self._queues[kind_name] = known
                 self._translated_with[kind_name] = summary

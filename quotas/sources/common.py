@@ -18,7 +18,7 @@ Pure functions on the API server's dicts; nothing here talks to a server.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -172,17 +172,29 @@ def translate_queues(
     to_cohort: Callable[[Mapping[str, Any], list[Mapping[str, Any]]], Translated],
     to_cluster_queue: Callable[[Mapping[str, Any]], Translated],
     roots: Iterable[str] = (),
+    only: Collection[str] | None = None,
 ) -> tuple[list[Translated], list[Translated]]:
     """(Cohorts, ClusterQueues) of a complete list of a source's queues: parents (and listed
     ``roots``) through ``to_cohort`` with their children, the others through
-    ``to_cluster_queue``."""
-    listed = sorted((q for q in queues if name_of(q)), key=name_of)
-    parents = parent_names(listed, parent_of, roots)
+    ``to_cluster_queue``. ``only``: translate just these queues (classified and given their
+    children from the whole list), for a WATCH event that changes a few of them."""
+    # One pass over the whole list (a WATCH event pays it per queue event): names, parents,
+    # children; only the queues translated are sorted.
+    names: set[str] = set()
     children: dict[str, list[Mapping[str, Any]]] = {}
-    for queue in listed:
+    wanted = []
+    for queue in queues:
+        name = name_of(queue)
+        if not name:
+            continue
+        names.add(name)
         children.setdefault(parent_of(queue), []).append(queue)
-    cohorts = [to_cohort(q, children.get(name_of(q), [])) for q in listed if name_of(q) in parents]
-    cluster_queues = [to_cluster_queue(q) for q in listed if name_of(q) not in parents]
+        if only is None or name in only:
+            wanted.append(queue)
+    parents = (children.keys() - {""}) | (set(roots) & names)
+    wanted.sort(key=name_of)
+    cohorts = [to_cohort(q, children.get(name_of(q), [])) for q in wanted if name_of(q) in parents]
+    cluster_queues = [to_cluster_queue(q) for q in wanted if name_of(q) not in parents]
     return cohorts, cluster_queues
 
 
@@ -290,7 +302,11 @@ class Source:
     ``group_facts`` is what one PodGroup tells its queue's translation (None: nothing), and
     ``summarize`` turns the facts of every PodGroup into the per-queue figures ``queues_as``
     takes (Volcano: the GPUs its Inqueue PodGroups reserve; KAI: its workload counts); the
-    client keeps the facts from the PodGroup LIST and WATCH.
+    client keeps the facts from the PodGroup LIST and WATCH. A fact is a tuple whose first item
+    is its queue's name, and a queue's summary entry depends on that queue's facts only, so the
+    client re-summarizes only the queues whose facts changed. A queue's translation depends on
+    the queue, its children (a Cohort), its summary entry and which queues are parents, so a
+    WATCH event re-translates only the queues it touches (``queues_as``'s ``only``).
     """
 
     name: str
@@ -300,7 +316,13 @@ class Source:
     queue_versions: tuple[str, ...]
     pod_group_versions: tuple[str, ...]
     parent_names: Callable[[Iterable[Mapping[str, Any]]], frozenset[str]]
-    queues_as: Callable[[str, Iterable[Mapping[str, Any]], Mapping[str, Any]], dict[str, Any]]
+    # A queue's parent ("" for none): the Cohort whose own quota and resourceVersion follow it.
+    parent_of: Callable[[Mapping[str, Any]], str]
+    # (kind, the complete queue list, the per-queue summary, only these queue names or None).
+    queues_as: Callable[
+        [str, Iterable[Mapping[str, Any]], Mapping[str, Any], Collection[str] | None],
+        dict[str, Any],
+    ]
     pod_group_to_workload: Callable[[Mapping[str, Any]], Translated]
     group_facts: Callable[[Mapping[str, Any]], Any]
     summarize: Callable[[Iterable[Any]], dict[str, Any]]

@@ -44,7 +44,7 @@ Pure functions on the API server's dicts; nothing here talks to a server.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -181,16 +181,21 @@ def queue_to_cluster_queue(
 
 
 def translate_queues(
-    queues: Iterable[Mapping[str, Any]], counts: Mapping[str, tuple[int, int]] | None = None
+    queues: Iterable[Mapping[str, Any]],
+    counts: Mapping[str, tuple[int, int]] | None = None,
+    only: Collection[str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(Cohorts, ClusterQueues) of a complete list of KAI queues; ``counts`` per queue as
-    ``workload_counts`` gives them."""
+    ``workload_counts`` gives them; ``only`` these queues when given
+    (``common.translate_queues``)."""
     found = counts or {}
     return common.translate_queues(
         queues,
         parent_of,
         queue_to_cohort,
         lambda q: queue_to_cluster_queue(q, found.get(name_of(q), (0, 0))),
+        (),
+        only,
     )
 
 
@@ -198,9 +203,10 @@ def queues_as(
     kind: str,
     queues: Iterable[Mapping[str, Any]],
     counts: Mapping[str, tuple[int, int]] | None = None,
+    only: Collection[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The queues translated to ``kind`` ("Cohort" or "ClusterQueue"), by name."""
-    return common.objects_of(kind, translate_queues(queues, counts))
+    return common.objects_of(kind, translate_queues(queues, counts, only))
 
 
 # --- PodGroups -------------------------------------------------------------------------------
@@ -343,6 +349,7 @@ SOURCE = common.Source(
     queue_versions=QUEUE_VERSIONS,
     pod_group_versions=POD_GROUP_VERSIONS,
     parent_names=parent_names,
+    parent_of=parent_of,
     queues_as=queues_as,
     pod_group_to_workload=pod_group_to_workload,
     group_facts=group_facts,

@@ -33,7 +33,7 @@ The parent/child classification, the own-quota rule and the Workload shape are
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -156,10 +156,13 @@ def queue_to_cluster_queue(
 
 
 def translate_queues(
-    queues: Iterable[Mapping[str, Any]], reserved: Mapping[str, Decimal] | None = None
+    queues: Iterable[Mapping[str, Any]],
+    reserved: Mapping[str, Decimal] | None = None,
+    only: Collection[str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(Cohorts, ClusterQueues) of a complete list of Volcano queues, each by name, with the
-    ``reserved`` GPUs of each queue's Inqueue PodGroups (``reserved_gpus``) in its usage."""
+    ``reserved`` GPUs of each queue's Inqueue PodGroups (``reserved_gpus``) in its usage;
+    ``only`` these queues when given (``common.translate_queues``)."""
     found = reserved or {}
     return common.translate_queues(
         queues,
@@ -167,6 +170,7 @@ def translate_queues(
         queue_to_cohort,
         lambda q: queue_to_cluster_queue(q, found.get(name_of(q), Decimal(0))),
         (ROOT,),
+        only,
     )
 
 
@@ -174,9 +178,10 @@ def queues_as(
     kind: str,
     queues: Iterable[Mapping[str, Any]],
     reserved: Mapping[str, Decimal] | None = None,
+    only: Collection[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The queues translated to ``kind`` ("Cohort" or "ClusterQueue"), by name."""
-    return common.objects_of(kind, translate_queues(queues, reserved))
+    return common.objects_of(kind, translate_queues(queues, reserved, only))
 
 
 # --- PodGroups -------------------------------------------------------------------------------
@@ -300,6 +305,7 @@ SOURCE = common.Source(
     queue_versions=VOLCANO_VERSIONS,
     pod_group_versions=VOLCANO_VERSIONS,
     parent_names=parent_names,
+    parent_of=parent_of,
     queues_as=queues_as,
     pod_group_to_workload=pod_group_to_workload,
     group_facts=reservation,

@@ -53,6 +53,15 @@ class Bench:
     # It keeps its files in a work directory it is given (else a temporary one it leaves behind).
     work_dir: bool = False
 
+    @property
+    def variant(self) -> str:
+        """What tells two runs of one script apart: its mode (``--deep``, ``--scheduler X``)."""
+        if "--deep" in self.extra:
+            return "deep"
+        if "--scheduler" in self.extra:
+            return self.extra[self.extra.index("--scheduler") + 1]
+        return ""
+
 
 BENCHES = [
     Bench(
@@ -115,6 +124,28 @@ BENCHES = [
             r"incremental sync: \d+\.\d+ s from \d+ upstream changes",
         ),
         extra=("--keep",),
+    ),
+    Bench(
+        "sync",
+        "env",
+        (
+            r"fake API server: \{'Queue': 10, 'parent Queue': 11, 'PodGroup': 500, 'Pod': 200",
+            r"full sync: \d+\.\d+ s wall.*success",
+            r"incremental sync: \d+\.\d+ s from 10 upstream changes .*\(holding workloads "
+            r"100 -> 110\)",
+        ),
+        extra=("--keep", "--scheduler", "volcano"),
+    ),
+    Bench(
+        "sync",
+        "env",
+        (
+            r"fake API server: \{'Queue': 10, 'parent Queue': 10, 'PodGroup': 500, 'Pod': 200",
+            r"full sync: \d+\.\d+ s wall.*success",
+            r"incremental sync: \d+\.\d+ s from 10 upstream changes .*\(holding workloads "
+            r"100 -> 110\)",
+        ),
+        extra=("--keep", "--scheduler", "kai"),
     ),
     Bench(
         "pages",
@@ -254,12 +285,14 @@ def template() -> str:
 @pytest.mark.integration
 @on_postgresql
 @pytest.mark.parametrize(
-    "bench", BENCHES, ids=lambda bench: bench.script + ("-deep" if "--deep" in bench.extra else "")
+    "bench",
+    BENCHES,
+    ids=lambda bench: bench.script + (f"-{bench.variant}" if bench.variant else ""),
 )
 def test_small_mode_runs_end_to_end_and_prints_its_figures(template, bench, tmp_path):
     for binary in bench.binaries:
         require_binary(binary)
-    name = f"{BASE_NAME}_bench_{bench.script}{'_deep' if '--deep' in bench.extra else ''}"
+    name = f"{BASE_NAME}_bench_{bench.script}{f'_{bench.variant}' if bench.variant else ''}"
     url = database_url(name)
     admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     if not bench.own_tables:
