@@ -296,7 +296,7 @@ def _cohort_stats(
         stat(
             "Members",
             str(member_count),
-            f"{words.queue}s" + (f" in {plural(cohorts, words.cohort)}" if cohorts > 1 else ""),
+            f"{words.queue}s" + (f" in {plural(cohorts, words.cohort.lower())}" if cohorts > 1 else ""),
             cohort.parent_name and f"parent {words.cohort.split()[-1]} {cohort.parent_name}" or "",
         ),
         stat(
