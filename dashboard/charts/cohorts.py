@@ -25,6 +25,7 @@ from dashboard.charts.parts import (
 )
 from dashboard.decorators import chart_view
 from dashboard.queries.cohorts import member_hours, member_teams, subtree_ids
+from dashboard.words import words_for
 from ledger.range_figures import Figures
 from quotas.access import other_members_label
 
@@ -66,7 +67,9 @@ def cohort_usage_chart(
             dash="dash",
         )
     )
-    layout = range_layout(time_range, f"Cohort {cohort.name}: usage per member", GPUS_AXIS)
+    cohort_word = words_for(cohort.scheduler).cohort
+    title = f"{cohort_word[:1].upper()}{cohort_word[1:]} {cohort.name}: usage per member"
+    layout = range_layout(time_range, title, GPUS_AXIS)
     legend_room(layout, len(data), per_row=4)
     return plotting.figure(data, layout, empty_message="No member rollups in this range.")
 

@@ -73,10 +73,13 @@ def cohort_list(request: HttpRequest) -> HttpResponse:
                 "lent": figure(queries.rolled_up(lent, tree)) if samples else "—",
             }
         )
+    schedulers = set(queries.cohorts_with_members().order_by().values_list("scheduler", flat=True))
     context = {
         "nav": "cohorts",
         "page_title": "Cohorts",
-        "rows": rows,
+        # Several schedulers: each row says which kind it is (a Volcano or KAI parent queue).
+        "mixed": len(schedulers) > 1,
+        "rows": [{**row, "words": words_for(row["cohort"].scheduler)} for row in rows],
         "page_obj": page,
         "page_query": page_query,
     }
@@ -296,7 +299,8 @@ def _cohort_stats(
         stat(
             "Members",
             str(member_count),
-            f"{words.queue}s" + (f" in {plural(cohorts, words.cohort.lower())}" if cohorts > 1 else ""),
+            f"{words.queue}s"
+            + (f" in {plural(cohorts, words.cohort.lower())}" if cohorts > 1 else ""),
             cohort.parent_name and f"parent {words.cohort.split()[-1]} {cohort.parent_name}" or "",
         ),
         stat(

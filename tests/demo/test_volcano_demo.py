@@ -193,3 +193,14 @@ def test_re_simulating_the_volcano_cluster_with_reset_writes_the_same_tables():
 def test_a_cluster_cannot_change_scheduler_under_the_simulation():
     with pytest.raises(Exception, match="reads volcano, not kueue"):
         call_command("simulate", *ARGS, "--cluster", "demo-volcano", verbosity=0)
+
+
+def test_the_cohort_list_names_parent_queues_and_sums_their_subtrees(admin_client):
+    page = admin_client.get(reverse("dashboard:cohort-list"))
+    assert page.context["mixed"]
+    rows = {(row["cohort"].cluster.name, row["cohort"].name): row for row in page.context["rows"]}
+    root = rows[("demo-volcano", "root")]
+    assert root["words"].cohort_kind == "Volcano parent queue"
+    # root holds both parent queues: 152 + 96, with no own pool above them.
+    assert root["nominal"] == "248" and root["cohort"].members == 6
+    assert rows[("demo", "research")]["words"].cohort_kind == "Kueue Cohort"
