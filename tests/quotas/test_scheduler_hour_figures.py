@@ -1,4 +1,5 @@
-"""One hour of a Volcano cluster and of a KAI Scheduler cluster, end to end: every figure
+"""One hour of a Volcano cluster, a KAI Scheduler cluster and a ResourceQuota cluster, end to
+end: every figure
 (allocated, active, idle, borrowed, nominal, pending) per queue, parent queue, namespace and
 workload, through the per-window path (collector windows, then the hourly roll-up) and through
 the deep backfill, against a truth worked out by hand.
@@ -23,6 +24,12 @@ Quota (fixture READMEs, "Expected figures"): the research team queue (Volcano te
 kai-team-a) has 16 and 24 in use, so it borrows 8 all hour; the second (team-v2 / kai-team-b) has
 16, the idle one (team-v3 / kai-team-c) 8, serving (prod / kai-serving) 32. The research parent's
 own pool is 0, so its members' nominal is 16 + 16 + 8 = 40.
+
+The ResourceQuota cluster (tests/fixtures/resourcequota) has no queue gauges of a scheduler: its
+history is kube-state-metrics' ``kube_resourcequota``. Its jobs: detr-train (2 x 4 GPUs, SM 0.8),
+triton-vision (2 x 2, 0.3), bert-distill (4, 0.5, being preempted, still running) and nlp-embed
+(2 x 2, 0.0: idle); vision 16, nlp 8, speech 4 (idle); nothing borrowed; sam-finetune (4 GPUs)
+created at 11:59:40 waits 20 s of the hour.
 
 Pending GPU-hours come from the PodGroups' waiting intervals (their creation and conditions, as
 the sync recorded them), on both paths: protein-fold (Pending since 10:00) waits for 16 GPUs all
@@ -50,6 +57,7 @@ from ledger.models import HourlyRollup
 from ledger.rollup import roll_up_range
 from quotas.sync import sync_cluster
 from tests.prometheus_server import OpenMetricsWriter, PrometheusServer, copy_tsdb, create_blocks
+from tests.quotas.test_resourcequota_metrics import quota_series
 from tests.quotas.test_scheduler_metrics import exposition, minutes
 from tests.scheduler_fixtures import load_scheduler_fixtures
 
@@ -60,6 +68,10 @@ HOUR = datetime(2026, 8, 22, 11, tzinfo=UTC)
 NOW = HOUR + timedelta(hours=1)
 WINDOW = 60
 SM_ACTIVE = {
+    "detr-train": 0.8,
+    "triton-vision": 0.3,
+    "bert-distill": 0.5,
+    "nlp-embed": 0.0,
     "llama-pretrain": 0.8,
     "mixtral-ft": 0.0,
     "vit-sweep": 0.5,
@@ -70,7 +82,7 @@ SM_ACTIVE = {
 
 @dataclass(frozen=True)
 class Truth:
-    """A source's API server, pod annotation and hand-worked hour: per scope and key,
+    """A source's API server, pod annotation ("" for none) and hand-worked hour: per scope and key,
     (allocated, active, idle, borrowed, nominal, pending) GPU-hours; a namespace has no quota
     of its own: (allocated, active, idle, pending)."""
 
@@ -109,6 +121,27 @@ TRUTH = {
             # The Inqueue gang without pods holds quota but no GPU; it waited 90 s.
             "team-v2/ddp-smoke": (0, 0, 0, 0.05),
             "prod/llm-serve": (16, 4.8, 0, 0),
+        },
+    ),
+    # A namespace's ResourceQuota is its queue; no cohort. sam-finetune (4 GPUs) was created
+    # at 11:59:40 and waits: 4 x 20 s. bert-distill is being preempted but still runs.
+    "resourcequota": Truth(
+        api={"serve_resource_quotas": True},
+        annotation="",
+        label="",
+        queues={
+            "vision": (12, 7.6, 0, 0, 16, 4 * 20 / 3600),
+            "nlp": (8, 2.0, 4, 0, 8, 0),
+            "speech": (0, 0, 0, 0, 4, 0),
+        },
+        cohorts={},
+        namespaces={"vision": (12, 7.6, 0, 4 * 20 / 3600), "nlp": (8, 2.0, 4, 0)},
+        workloads={
+            "vision/job-detr-train": (8, 6.4, 0, 0),
+            "vision/deployment-triton-vision": (4, 1.2, 0, 0),
+            "vision/job-sam-finetune": (0, 0, 0, 4 * 20 / 3600),
+            "nlp/job-bert-distill": (4, 2.0, 0, 0),
+            "nlp/deployment-nlp-embed": (4, 0.0, 4, 0),
         },
     ),
     "kai": Truth(
@@ -154,6 +187,14 @@ def activity(pod: dict[str, Any]) -> float:
     return found
 
 
+def gauges(source: str) -> list[tuple[str, dict[str, str], float]]:
+    """The source's quota gauges: the scheduler's fixture exposition, or for ResourceQuota
+    kube-state-metrics' ``kube_resourcequota`` lines."""
+    if source == "resourcequota":
+        return [("kube_resourcequota", labels, value) for labels, value in quota_series()]
+    return exposition(source)
+
+
 def write_history(source: str, path: Path) -> None:
     families: dict[str, list[tuple[dict[str, str], float, float]]] = {}
 
@@ -161,7 +202,7 @@ def write_history(source: str, path: Path) -> None:
         families.setdefault(metric, []).append((labels, value, at))
 
     truth = TRUTH[source]
-    for metric, labels, value in exposition(source):
+    for metric, labels, value in gauges(source):
         for at in minutes(HOUR - timedelta(minutes=5), NOW):
             add(metric, labels, value, at)
     next_index: dict[str, int] = {}
@@ -174,12 +215,9 @@ def write_history(source: str, path: Path) -> None:
         next_index[node] = first + gpus
         for at in minutes(HOUR - timedelta(minutes=5), NOW, 30):
             add("kube_pod_info", {**ident, "node": node}, 1, at)
-            add(
-                "kube_pod_annotations",
-                {**ident, truth.label: meta["annotations"][truth.annotation]},
-                1,
-                at,
-            )
+            if truth.annotation:
+                annotation = {truth.label: meta["annotations"][truth.annotation]}
+                add("kube_pod_annotations", {**ident, **annotation}, 1, at)
             for phase in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
                 add("kube_pod_status_phase", {**ident, "phase": phase}, phase == "Running", at)
             add(
