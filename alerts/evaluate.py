@@ -151,6 +151,7 @@ WORKLOAD_FIELDS = (
     "admitted_gpus",
     "requested_gpus",
     "flavors",
+    "scheduler",
 )
 
 
@@ -181,6 +182,7 @@ def _add_workloads(cluster_id: int, known: dict[int, WorkloadInfo], ids: set[int
         admitted_gpus,
         requested_gpus,
         flavors,
+        scheduler,
     ) in rows:
         flavors = flavors if isinstance(flavors, dict) else {}
         known[pk] = WorkloadInfo(
@@ -194,4 +196,5 @@ def _add_workloads(cluster_id: int, known: dict[int, WorkloadInfo], ids: set[int
             owner_kind=owner_kind,
             gpus=admitted_gpus or requested_gpus or 0.0,
             flavor=str(flavors.get(GPU_RESOURCE) or next(iter(flavors.values()), "")),
+            scheduler=scheduler or "kueue",
         )

@@ -50,6 +50,8 @@ class WorkloadInfo:
     owner_kind: str
     gpus: float
     flavor: str
+    # The scheduler the Workload was read from (``Workload.scheduler``): how summaries name it.
+    scheduler: str = "kueue"
 
     @property
     def path(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from alerts.choices import Rule
 from alerts.models import Episode
 from alerts.rules import WorkloadInfo
+from quotas.words import words_for
 
 
 def _duration(seconds: int) -> str:
@@ -15,13 +16,23 @@ def _duration(seconds: int) -> str:
     return f"{hours:.1f} h" if hours < 72 else f"{hours / 24:.1f} days"
 
 
+def _queue_word(episode: Episode) -> str:
+    """What the episode's queue's scheduler calls it ("ClusterQueue", "Queue"); read only for
+    the queue rules' sentences."""
+    queue = episode.cluster_queue if episode.cluster_queue_id else None
+    return words_for(queue.scheduler if queue is not None else None).queue
+
+
 def _gpus(value: float) -> str:
     return f"{value:g} GPU" + ("" if value == 1 else "s")
 
 
 def describe(episode: Episode, workload: WorkloadInfo | None) -> str:
+    """The episode in one sentence; a Volcano or KAI workload is named a PodGroup, a queue as
+    its scheduler names it (``quotas.words``)."""
     evidence = episode.evidence or {}
     name = workload.path if workload is not None else episode.subject_key.split("/", 1)[-1]
+    words = words_for(workload.scheduler if workload is not None else None)
     held = _duration(episode.held_seconds)
     match episode.rule:
         case Rule.IDLE_WORKLOAD:
@@ -32,14 +43,14 @@ def describe(episode: Episode, workload: WorkloadInfo | None) -> str:
             )
             threshold = evidence.get("idle_threshold", 0.01)
             return (
-                f"Workload {name}: {_gpus(episode.gpus)} allocated, idle ({signal} < "
+                f"{words.workload} {name}: {_gpus(episode.gpus)} allocated, idle ({signal} < "
                 f"{threshold:g}) for {held}."
             )
         case Rule.GHOST_RESERVATION:
             running = evidence.get("pods_running", 0)
             expected = evidence.get("pods_expected", 0)
             return (
-                f"Workload {name} holds {_gpus(episode.gpus)} of quota with {running} of "
+                f"{words.workload} {name} holds {_gpus(episode.gpus)} of quota with {running} of "
                 f"{expected} pods running, for {held}."
             )
         case Rule.BORROWING_WHILE_IDLE:
@@ -48,8 +59,9 @@ def describe(episode: Episode, workload: WorkloadInfo | None) -> str:
             idle_workloads = evidence.get("idle_workloads") or []
             source = f" from {', '.join(lenders)}" if lenders else ""
             idle_names = f" ({', '.join(idle_workloads[:5])})" if idle_workloads else ""
+            borrowed = _gpus(evidence.get("borrowed", episode.gpus))
             return (
-                f"ClusterQueue {queue} borrows {_gpus(evidence.get('borrowed', episode.gpus))}"
+                f"{_queue_word(episode)} {queue} borrows {borrowed}"
                 f"{source} while {_gpus(evidence.get('idle', 0.0))} of its admitted GPUs idle"
                 f"{idle_names}, for {held}."
             )
@@ -72,7 +84,7 @@ def describe(episode: Episode, workload: WorkloadInfo | None) -> str:
             days = int(evidence.get("breached_days") or 0)
             over = f" (worst {_duration(int(worst))})" if worst is not None else ""
             return (
-                f"ClusterQueue {queue}: {statistic} wait over its objective of {target}"
+                f"{_queue_word(episode)} {queue}: {statistic} wait over its objective of {target}"
                 f"{over} on {days} day{'' if days == 1 else 's'}."
             )
         case Rule.SERVING_OVERPROVISIONED:

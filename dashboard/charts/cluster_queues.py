@@ -25,8 +25,8 @@ from dashboard.charts.parts import (
 )
 from dashboard.decorators import chart_view
 from dashboard.queries.cluster_queues import evictions_per_hour, queue_hours
-from dashboard.words import KUEUE, words_for
 from quotas.choices import TransitionKind
+from quotas.words import KUEUE, words_for
 
 
 @chart_view

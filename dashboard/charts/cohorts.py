@@ -25,9 +25,9 @@ from dashboard.charts.parts import (
 )
 from dashboard.decorators import chart_view
 from dashboard.queries.cohorts import member_hours, member_teams, subtree_ids
-from dashboard.words import words_for
 from ledger.range_figures import Figures
 from quotas.access import other_members_label
+from quotas.words import words_for
 
 
 def member_label(

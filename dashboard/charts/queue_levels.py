@@ -20,7 +20,7 @@ from dashboard.access import allowed_team_ids, get_cluster_queue_for_user, get_t
 from dashboard.charts.parts import MAX_SERIES, legend_room, range_layout, x_axis
 from dashboard.decorators import chart_view, choice_param
 from dashboard.queries import queue_levels as queries
-from dashboard.words import words_for
+from quotas.words import words_for
 from servicelevels.figures import GROUP_BY, LevelRow
 
 WAIT_AXIS = "Wait for quota ({unit})"

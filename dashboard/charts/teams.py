@@ -23,7 +23,7 @@ from dashboard.charts.parts import (
 )
 from dashboard.decorators import chart_view
 from dashboard.queries.teams import team_hours, team_queue_hours
-from dashboard.words import KUEUE, words_for
+from quotas.words import KUEUE, words_for
 
 
 @chart_view

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from django import template
 
-from dashboard.words import Words, words_for
+from quotas.words import Words, words_for
 
 if TYPE_CHECKING:
     from dashboard.queries.gpu_states import GpuLike
@@ -91,6 +91,6 @@ def queue_place(position: int | None) -> str:
 
 @register.filter
 def words(scheduler: str | None) -> Words:
-    """What ``scheduler`` calls the product's concepts (``dashboard.words``):
+    """What ``scheduler`` calls the product's concepts (``quotas.words``):
     ``{% with w=queue.scheduler|words %}{{ w.queue }}{% endwith %}``."""
     return words_for(scheduler)

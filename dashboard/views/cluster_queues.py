@@ -18,7 +18,6 @@ from dashboard.frame import paginate, plural, range_query, stat, utilization_ton
 from dashboard.queries import cluster_queues as queries
 from dashboard.queries.queue_levels import slo_status
 from dashboard.templatetags.formatting import duration, figure, percent, quantity
-from dashboard.words import KUEUE, Words, quota_text, words_for
 from quotas.access import leads_team
 from quotas.choices import TransitionKind
 from quotas.models import ClusterQueue, Workload
@@ -34,12 +33,13 @@ from quotas.now import (
     quota_label,
 )
 from quotas.pending import free_in_quota, workload_reason
+from quotas.words import KUEUE, Words, quota_text, words_for
 from quotas.writeback.service import can_apply
 from servicelevels.estimate import estimates_in_queue
 
 
 def _quota_cell(words: Words, quota: Any) -> dict[str, str]:
-    """One GPU quota of a queue, and how the queue's scheduler writes it (``dashboard.words``)."""
+    """One GPU quota of a queue, and how the queue's scheduler writes it (``quotas.words``)."""
     limit = quota.borrowing_limit
     cell = {
         "flavor": quota_label(quota),

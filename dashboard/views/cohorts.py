@@ -20,7 +20,6 @@ from dashboard.frame import paginate, plural, range_query, stat
 from dashboard.queries import cohorts as queries
 from dashboard.queries.flows import POOL, BorrowingFlows, borrowing_flows
 from dashboard.templatetags.formatting import figure
-from dashboard.words import words_for
 from ledger.range_figures import Figures
 from quotas.access import ANOTHER_TEAMS_QUEUE, ANOTHER_TEAMS_WORKLOAD, other_members_label
 from quotas.models import ClusterQueue, Cohort, Workload
@@ -40,6 +39,7 @@ from quotas.reclaim import (
     estimate_reclaim,
     termination_grace_seconds,
 )
+from quotas.words import words_for
 
 
 @dashboard_page(uses_range=False)

@@ -24,7 +24,6 @@ from dashboard.queries.workload_list import workload_charges
 from dashboard.templatetags.formatting import duration, figure, percent
 from dashboard.views.my_teams import flavor_rows
 from dashboard.views.serving import row as serving_row
-from dashboard.words import KUEUE, words_for
 from ledger.chargeback import Charge
 from ledger.range_figures import Figures
 from quotas.access import PUBLIC, leads_team, led_team_ids, other_teams_label, team_visibility
@@ -42,6 +41,7 @@ from quotas.now import (
     quota_label,
 )
 from quotas.pending import free_in_quota, workload_reason
+from quotas.words import KUEUE, words_for
 from quotas.writeback.service import can_apply
 
 

@@ -25,7 +25,6 @@ from dashboard.queries.now import held_now
 from dashboard.queries.teams import PENDING_STATES
 from dashboard.queries.workload_list import workload_charges
 from dashboard.templatetags.formatting import duration, figure, percent
-from dashboard.words import words_for
 from ledger.chargeback import Charge
 from ledger.range_figures import Figures
 from ledger.window_detail import window_detail
@@ -34,6 +33,7 @@ from quotas.choices import FINISHED_STATES, HOLDING_STATES, WorkloadState
 from quotas.models import Allocation, Workload
 from quotas.now import latest_samples
 from quotas.pending import free_in_quota, workload_reason
+from quotas.words import words_for
 from servicelevels.estimate import estimates_for
 
 # A workload page opens on the workload's whole life, at most this long (a serving deployment

@@ -155,3 +155,5 @@ def test_a_queue_borrowing_while_its_gpus_idle_opens_borrowing_while_idle(evalua
     assert (episode.evidence["borrowed"], episode.evidence["idle"]) == (8, 8)
     assert episode.evidence["idle_workloads"] == ["team-v1/mixtral-ft"]
     assert episode.evidence["lenders"] == ["team-v2", "team-v3"]
+    # Said in Volcano's words: a Queue, not a ClusterQueue.
+    assert episode.summary.startswith("Queue team-v1 borrows 8 GPUs from team-v2, team-v3")

@@ -122,6 +122,10 @@ def test_an_inqueue_pod_group_without_pods_is_a_ghost_reservation():
     episode = Episode.objects.get(rule=Rule.GHOST_RESERVATION, workload=ghost)
     assert episode.cluster_queue.name == "platform"
     assert episode.gpus == 4
+    # Named as Volcano names it; the Kueue cluster's ghost stays a Workload.
+    assert episode.summary.startswith("PodGroup platform/backfill-embeddings holds 4 GPUs")
+    kueue = Episode.objects.get(rule=Rule.GHOST_RESERVATION, cluster__name="demo")
+    assert kueue.summary.startswith("Workload platform/")
 
 
 def test_the_queue_list_names_each_row_as_its_scheduler_does(admin_client):

@@ -1,11 +1,11 @@
 """What each scheduler calls the product's concepts, and a quota as each writes it
-(``dashboard.words``): pure, no database."""
+(``quotas.words``): pure, no database."""
 
 from __future__ import annotations
 
 import pytest
 
-from dashboard.words import KUEUE, quota_text, words_for
+from quotas.words import KUEUE, quota_text, words_for
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""What each scheduler calls the product's concepts, so a page speaks its source's language.
+"""What each scheduler calls the product's concepts, so a page or an alert speaks its source's
+language.
 
 The product reads every quota source into Kueue's concepts (docs/architecture.md "Quota
 sources"); a page about one object names it as the cluster's own tools do: a Volcano queue is a
