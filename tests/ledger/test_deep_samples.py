@@ -93,6 +93,40 @@ def test_series_read_from_the_wire_in_any_field_order_long_labels_and_other_fiel
     assert found.values.tolist() == [1.5, 2.5, 0.0]
 
 
+def test_labels_read_in_an_earlier_answer_are_reused_and_never_mixed_up(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setattr(remote, "_LABEL_CACHE", {})
+    monkeypatch.setattr(remote, "_LABEL_CACHE_SIZE", 3)
+
+    def answer(*pods: str) -> bytes:
+        result = b"".join(
+            field(
+                1,
+                label("__name__", "DCGM_FI_DEV_GPU_UTIL")
+                + label("pod", pod)
+                + field(2, sample(1.0, 7_230_000)),
+            )
+            for pod in pods
+        )
+        return bytes(cramjam.snappy.compress_raw(field(1, result)))
+
+    def pods(found: remote.Columns) -> list[str]:
+        assert {labels["__name__"] for labels in found.labels} == {"DCGM_FI_DEV_GPU_UTIL"}
+        return [labels["pod"] for labels in found.labels]
+
+    first = remote.read_response(answer("a", "b"))
+    again = remote.read_response(answer("b", "a", "c"))
+
+    assert pods(first) == ["a", "b"]
+    assert pods(again) == ["b", "a", "c"]
+    # Parsed once: the second answer's "b" is the first one's.
+    assert again.labels[0] is first.labels[1]
+    # Three series known and one more: the cache is emptied, then holds the new one.
+    assert pods(remote.read_response(answer("d", "a"))) == ["d", "a"]
+    assert list(remote._LABEL_CACHE.values()) == [{"__name__": "DCGM_FI_DEV_GPU_UTIL", "pod": "d"}]
+
+
 @pytest.mark.parametrize(
     "body",
     [
