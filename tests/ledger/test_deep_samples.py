@@ -150,7 +150,13 @@ def test_an_answer_that_is_not_a_remote_read_answer_is_an_error():
         remote.read_response(remote.encode_varint(10**9) + b"\x00\x01")
 
 
-def test_samples_binned_into_windows_as_prometheus_answers_them():
+@pytest.mark.parametrize("kept_labels", [False, True])
+def test_samples_binned_into_windows_as_prometheus_answers_them(
+    kept_labels: bool, monkeypatch: pytest.MonkeyPatch
+):
+    # Kept labels: the series' metrics and keys worked out by the first call are looked up by
+    # the second, which must give the same windows and count the same skips.
+    monkeypatch.setattr(presence, "_SERIES_KEYS", {})
     sm, dram = "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"
     # Two stored series of one answer series (two exporters scraping the same GPU and pod).
     first_exporter = POD | {"__name__": sm, "instance": "x"}
@@ -184,15 +190,19 @@ def test_samples_binned_into_windows_as_prometheus_answers_them():
     # The samples in any order (streamed chunks come a step of every chunk at a time).
     points = points[1::2] + points[::2]
 
-    found = presence.bin_columns(
-        labels,
-        np.array([position for position, _, _ in points], dtype=np.int64),
-        np.array([at for _, at, _ in points], dtype=np.int64),
-        np.array([value for _, _, value in points]),
-        QUERIES.by_labels,
-        FIRST,
-        60,
-    )
+    for _ in range(2 if kept_labels else 1):
+        found = presence.bin_columns(
+            labels,
+            np.array([position for position, _, _ in points], dtype=np.int64),
+            np.array([at for _, at, _ in points], dtype=np.int64),
+            np.array([value for _, _, value in points]),
+            QUERIES.by_labels,
+            FIRST,
+            60,
+            kept_labels=kept_labels,
+        )
+
+    assert len(presence._SERIES_KEYS) == (4 if kept_labels else 0)
 
     sm_windows = list(found["sm_active"].series[KEY])[:5]
     # 0: max(avg(0.2, 0.4), 0.5); 1: max(NaN, 0.1); 2: max(+Inf, 0.7) is no answer; 3: none.
