@@ -15,6 +15,13 @@ COPY requirements.txt .
 RUN pip install -r requirements.txt
 
 COPY . .
+# The deep backfill's C XOR chunk decoder (ledger/deep/_xor.c), compiled in place; the compiler
+# is removed again in the same layer.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && python ledger/deep/build_native.py \
+    && apt-get purge -y --auto-remove gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 # plotly.js is served from static/vendor/, taken from the pinned plotly package (never a CDN).
 RUN mkdir -p static/vendor \
     && cp "$(python -c 'import plotly, os; print(os.path.join(os.path.dirname(plotly.__file__), "package_data", "plotly.min.js"))')" static/vendor/plotly.min.js \

@@ -34,7 +34,13 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PIP) install --quiet -r requirements-dev.txt
 	touch $@
 
-venv: $(VENV)/.installed
+# The deep backfill's C XOR chunk decoder, built in place for the virtualenv's Python
+# (ledger/deep/build_native.py; without it the chunks are decoded with numpy, slower).
+XOR_MODULE := ledger/deep/_xor$(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+$(XOR_MODULE): ledger/deep/_xor.c ledger/deep/build_native.py $(VENV)/.installed
+	$(PY) ledger/deep/build_native.py
+
+venv: $(VENV)/.installed $(XOR_MODULE)
 
 # plotly.js is served from static/vendor/, copied from the pinned `plotly` package (no CDN).
 static/vendor/plotly.min.js: $(VENV)/.installed
@@ -133,3 +139,4 @@ bench: venv system-deps
 
 clean:
 	rm -rf $(VENV) staticfiles .pytest_cache .ruff_cache .mypy_cache gpuledger.sqlite3*
+	rm -f ledger/deep/_xor.*.so

@@ -291,6 +291,7 @@ class DeepBackfill:
                     first,
                     self.window_seconds,
                     columns.stats,
+                    kept_labels=True,
                 )
         items = self.client.query_samples(queries.samples(shard), end)
         return presence.bin_samples(items, queries.by_labels, first, self.window_seconds)

@@ -15,11 +15,25 @@ bits).
 A bit stream cannot be read from the middle, but chunks are independent: ``decode`` takes the
 n-th sample of every chunk in one step of array operations, about 120 steps for an hour of
 30-second scrapes whatever the number of chunks, instead of one Python step per sample.
+
+``decode`` uses the C decoder ``_xor`` (``_xor.c``, built in place by ``make venv``: ``python
+ledger/deep/build_native.py``) when it is there, about a sample per few nanoseconds and without
+holding the GIL; it writes the same arrays as the numpy decoder, ``decode_numpy``, which stays
+the reference (tests/ledger/test_deep_native.py compares them) and the fallback, logged once.
 """
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
+
+try:
+    from ledger.deep import _xor
+except ImportError:  # not built: the numpy decoder
+    _xor = None  # type: ignore[assignment]
+
+logger = logging.getLogger(__name__)
 
 # Bytes after the last chunk: the reads of a sample that runs past its chunk's end (at most
 # 145 bits, checked after each step) stay in the buffer.
@@ -32,6 +46,15 @@ class ChunkError(ValueError):
     """Chunk bytes that are not a well-formed XOR chunk."""
 
 
+# Whether the missing C decoder was logged (once a process).
+_fallback_logged = False
+
+
+def native() -> bool:
+    """Whether ``decode`` runs the C decoder."""
+    return _xor is not None
+
+
 def decode(
     data: bytes | bytearray, starts: np.ndarray, ends: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -42,6 +65,59 @@ def decode(
     chunk's first sample, then every chunk's second, ...), not chunk after chunk: the binning
     that follows is a count by (series, window) and needs no order. Chunk bytes that are not a
     well-formed chunk raise ``ChunkError``."""
+    if _xor is not None:
+        return decode_native(data, starts, ends)
+    global _fallback_logged
+    if not _fallback_logged:
+        _fallback_logged = True
+        logger.warning(
+            "The C XOR chunk decoder is not built (make venv, or python "
+            "ledger/deep/build_native.py): chunks are decoded with numpy, several times slower"
+        )
+    return decode_numpy(data, starts, ends)
+
+
+def decode_native(
+    data: bytes | bytearray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``decode`` by the C decoder: the same arrays, bit for bit."""
+    if _xor is None:
+        raise RuntimeError("the C XOR chunk decoder is not built")
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    if not len(starts):
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, np.zeros(0)
+    if ((ends - starts) < 2).any():
+        raise ChunkError("XOR chunk: shorter than its header")
+    if (starts < 0).any() or (ends > len(data)).any():
+        raise ChunkError("XOR chunk: outside the bytes given")
+    view = np.frombuffer(data, dtype=np.uint8)
+    counts = (view[starts].astype(np.int64) << 8) | view[starts + 1]
+    # The numpy decoder's order: step after step, at each step the chunks still going, the
+    # longest first (a stable sort: equal lengths in chunk order).
+    order = np.argsort(-counts, kind="stable")
+    ranks = np.empty(len(order), dtype=np.int64)
+    ranks[order] = np.arange(len(order))
+    steps = int(counts.max())
+    going = np.searchsorted(-counts[order], -np.arange(steps), side="left")
+    offsets = np.zeros(steps, dtype=np.int64)
+    np.cumsum(going[:-1], out=offsets[1:])
+    total = int(counts.sum())
+    chunk = np.empty(total, dtype=np.int64)
+    times = np.empty(total, dtype=np.int64)
+    values = np.empty(total, dtype=np.uint64)
+    error = _xor.decode_into(data, starts, ends, counts, ranks, offsets, chunk, times, values)
+    if error is not None:
+        raise ChunkError(error)
+    return chunk, times, values.view(np.float64)
+
+
+def decode_numpy(
+    data: bytes | bytearray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``decode`` with numpy array operations, a step of every chunk at a time: the reference
+    the C decoder is tested against, and what runs without it."""
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
     if not len(starts):
@@ -60,6 +136,9 @@ def decode(
     steps_times, steps_values = reader.run()
     # Row ``step`` holds the step's sample of the chunks still going: a prefix of ``order``.
     going = reader.going.tolist()
+    if not going:  # chunks of no samples
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, np.zeros(0)
     chunk = np.concatenate([order[:size] for size in going])
     times = np.concatenate([row[:size] for row, size in zip(steps_times, going, strict=False)])
     values = np.concatenate([row[:size] for row, size in zip(steps_values, going, strict=False)])

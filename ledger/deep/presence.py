@@ -285,6 +285,7 @@ def _sums(
 # The metrics of ``DeepQueries.samples`` by ``__name__``, and the per-window answer each gives
 # (``None``: presence only).
 _NAMES = tuple(c.DCGM_METRICS.values())
+_POSITIONS = {name: position for position, name in enumerate(_NAMES)}
 _KEYS = tuple(key if key in q.METRIC_KEYS else None for key in c.DCGM_METRICS)
 
 
@@ -326,6 +327,7 @@ def bin_columns(
     first: float,
     step: int,
     stats: IngestStats | None = None,
+    kept_labels: bool = False,
 ) -> dict[str, Windows]:
     """The stored samples of the six DCGM metrics over the hour (``series_labels``: each stored
     series' labels; ``sample_series``, ``times_ms`` and ``values``: each sample's series, an
@@ -345,19 +347,21 @@ def bin_columns(
       with samples and no such answer counts as a non-finite skip.
 
     A series of another metric is skipped and counted; samples outside the hour too.
+    ``kept_labels``: the ``series_labels`` dicts are the ones ``remote`` keeps across answers,
+    so each series' metric and key are looked up by the dict (``_series_key``).
     """
     stats = stats if stats is not None else IngestStats()
     count = 3600 // step
-    wanted = {name: position for position, name in enumerate(_NAMES)}
-    positions = [wanted.get(str(metric.get("__name__")), -1) for metric in series_labels]
+    positions: list[int] = []
     group_of: dict[tuple[str, ...], int] = {}
     groups_list = []
-    for metric, position in zip(series_labels, positions, strict=True):
+    for metric in series_labels:
+        position, key = _series_key(metric, labels, kept_labels)
+        positions.append(position)
         if position < 0:
             stats.skip("malformed_matrix_item")
             groups_list.append(-1)
             continue
-        key = tuple(sys.intern(str(metric.get(name) or "")) for name in labels)
         groups_list.append(group_of.setdefault(key, len(group_of)))
     groups = np.asarray(groups_list, dtype=np.int64)
     group_keys = list(group_of)
@@ -417,22 +421,52 @@ def bin_columns(
             np.logical_or.at(sampled, groups[mine], samples[mine] > 0)
         keep = (best > -math.inf) & ~spoiled
         stats.nonfinite_skipped += int((sampled & ~keep).sum())
-        rows = np.where(keep, best, math.nan)
-        for group in np.flatnonzero(keep.any(axis=1)):
-            series[group_keys[group]] = _doubles(rows[group])
+        _add_rows(series, group_keys, np.where(keep, best, math.nan), np.any(keep, axis=1))
     present = np.zeros(grid, dtype=bool)
     present[groups[item_of], window] = True
     rows = np.where(present, 1.0, math.nan)
-    series = found[q.PRESENCE].series
-    for group in np.flatnonzero(present.any(axis=1)):
-        series[group_keys[group]] = _doubles(rows[group])
+    _add_rows(found[q.PRESENCE].series, group_keys, rows, np.any(present, axis=1))
     return found
 
 
-def _doubles(row: np.ndarray) -> array:
-    found = array("d")
-    found.frombytes(np.ascontiguousarray(row, dtype=np.float64).tobytes())
-    return found
+# Each stored series' metric (its position in ``_NAMES``, -1: not one of them) and answer key,
+# by its labels dict and the key's label names: the remote read answers give a series the same
+# dict hour after hour (``remote._LABEL_CACHE``), so they are worked out once a series. An
+# entry holds its dict, so no other dict takes its id while it is cached. Emptied when full.
+_SERIES_KEYS: dict[tuple[int, tuple[str, ...]], tuple[dict[str, str], int, tuple[str, ...]]] = {}
+_SERIES_KEYS_SIZE = 1 << 19
+
+
+def _series_key(
+    metric: dict[str, str], labels: tuple[str, ...], kept: bool
+) -> tuple[int, tuple[str, ...]]:
+    """A stored series' metric position and key (its values of ``labels``)."""
+    if kept:
+        hit = _SERIES_KEYS.get((id(metric), labels))
+        if hit is not None and hit[0] is metric:
+            return hit[1], hit[2]
+    position = _POSITIONS.get(str(metric.get("__name__")), -1)
+    key = tuple(sys.intern(str(metric.get(name) or "")) for name in labels) if position >= 0 else ()
+    if kept:
+        if len(_SERIES_KEYS) >= _SERIES_KEYS_SIZE:
+            _SERIES_KEYS.clear()
+        _SERIES_KEYS[(id(metric), labels)] = (metric, position, key)
+    return position, key
+
+
+def _add_rows(
+    series: dict[tuple[str, ...], array],
+    keys: list[tuple[str, ...]],
+    rows: np.ndarray,
+    wanted: np.ndarray,
+) -> None:
+    """``series[keys[i]]``: row ``i`` of ``rows`` as doubles, for each ``wanted`` row."""
+    data = memoryview(np.ascontiguousarray(rows, dtype=np.float64).tobytes())
+    size = rows.shape[1] * 8
+    for group in np.flatnonzero(wanted).tolist():
+        found = array("d")
+        found.frombytes(data[group * size : (group + 1) * size])
+        series[keys[group]] = found
 
 
 def _columns(points: list[Any], stats: IngestStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

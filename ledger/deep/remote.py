@@ -433,10 +433,19 @@ def _in_series_order(
     return series[order], first, second
 
 
+# Each series' labels by the bytes of its label records, kept across answers: a series' labels
+# are the same bytes hour after hour, and parsing them again was about a twentieth of a
+# deep-backfilled hour's CPU. Emptied when full (a fleet's pods come and go over a month).
+# The dicts are shared by every answer that has the series: read, never changed.
+_LABEL_CACHE: dict[bytes, dict[str, str]] = {}
+_LABEL_CACHE_SIZE = 1 << 19
+
+
 def _labels(
     raw: bytearray, count: int, owners: np.ndarray, heads: np.ndarray, stops: np.ndarray
 ) -> list[dict[str, str]]:
-    """Each series' labels: its label records (tag 1) cut out, as one ``LabelSets`` message."""
+    """Each series' labels: its label records (tag 1) cut out; the ones not seen before
+    (``_LABEL_CACHE``) parsed together, as one ``LabelSets`` message."""
     # Runs of adjacent label records of one series (usually one run a series, its first bytes).
     new_run = np.ones(len(heads), dtype=bool)
     new_run[1:] = (owners[1:] != owners[:-1]) | (heads[1:] != stops[:-1])
@@ -444,19 +453,37 @@ def _labels(
     lasts = np.append(firsts[1:], len(heads))[: len(firsts)] - 1
     run_owner = owners[firsts].tolist()
     run_start, run_stop = heads[firsts].tolist(), stops[lasts].tolist()
-    per_series = np.bincount(owners, weights=stops - heads, minlength=count).astype(np.int64)
-    parts: list[bytes | bytearray] = []
-    run = 0
-    for number, size in enumerate(per_series.tolist()):
-        parts.append(b"\x0a" + encode_varint(size))
-        while run < len(run_owner) and run_owner[run] == number:
+    keys: list[bytes] = [b""] * count
+    run, runs = 0, len(run_owner)
+    while run < runs:
+        number = run_owner[run]
+        if run + 1 == runs or run_owner[run + 1] != number:  # one run: the usual case
+            keys[number] = bytes(raw[run_start[run] : run_stop[run]])
+            run += 1
+            continue
+        parts: list[bytes | bytearray] = []
+        while run < runs and run_owner[run] == number:
             parts.append(raw[run_start[run] : run_stop[run]])
             run += 1
+        keys[number] = b"".join(parts)
+    cache = _LABEL_CACHE
+    found = [cache.get(key) for key in keys]
+    missing = [number for number, labels in enumerate(found) if labels is None]
+    if not missing:
+        return found  # type: ignore[return-value]
+    message = b"".join(
+        b"\x0a" + encode_varint(len(keys[number])) + keys[number] for number in missing
+    )
     try:
-        sets = _MESSAGES["LabelSets"].FromString(b"".join(parts))
+        sets = _MESSAGES["LabelSets"].FromString(message)
     except Exception as exc:  # noqa: BLE001 (protobuf raises its own types)
         raise RemoteReadError(f"remote read answer: labels cannot be decoded: {exc}") from exc
-    return [{label.name: label.value for label in one.labels} for one in sets.series]
+    if len(cache) + len(missing) > _LABEL_CACHE_SIZE:
+        cache.clear()
+    for number, one in zip(missing, sets.series, strict=True):
+        labels = {label.name: label.value for label in one.labels}
+        found[number] = cache[keys[number]] = labels
+    return found  # type: ignore[return-value]
 
 
 def encode_varint(number: int) -> bytes:

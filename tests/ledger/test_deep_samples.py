@@ -93,6 +93,40 @@ def test_series_read_from_the_wire_in_any_field_order_long_labels_and_other_fiel
     assert found.values.tolist() == [1.5, 2.5, 0.0]
 
 
+def test_labels_read_in_an_earlier_answer_are_reused_and_never_mixed_up(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setattr(remote, "_LABEL_CACHE", {})
+    monkeypatch.setattr(remote, "_LABEL_CACHE_SIZE", 3)
+
+    def answer(*pods: str) -> bytes:
+        result = b"".join(
+            field(
+                1,
+                label("__name__", "DCGM_FI_DEV_GPU_UTIL")
+                + label("pod", pod)
+                + field(2, sample(1.0, 7_230_000)),
+            )
+            for pod in pods
+        )
+        return bytes(cramjam.snappy.compress_raw(field(1, result)))
+
+    def pods(found: remote.Columns) -> list[str]:
+        assert {labels["__name__"] for labels in found.labels} == {"DCGM_FI_DEV_GPU_UTIL"}
+        return [labels["pod"] for labels in found.labels]
+
+    first = remote.read_response(answer("a", "b"))
+    again = remote.read_response(answer("b", "a", "c"))
+
+    assert pods(first) == ["a", "b"]
+    assert pods(again) == ["b", "a", "c"]
+    # Parsed once: the second answer's "b" is the first one's.
+    assert again.labels[0] is first.labels[1]
+    # Three series known and one more: the cache is emptied, then holds the new one.
+    assert pods(remote.read_response(answer("d", "a"))) == ["d", "a"]
+    assert list(remote._LABEL_CACHE.values()) == [{"__name__": "DCGM_FI_DEV_GPU_UTIL", "pod": "d"}]
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -116,7 +150,13 @@ def test_an_answer_that_is_not_a_remote_read_answer_is_an_error():
         remote.read_response(remote.encode_varint(10**9) + b"\x00\x01")
 
 
-def test_samples_binned_into_windows_as_prometheus_answers_them():
+@pytest.mark.parametrize("kept_labels", [False, True])
+def test_samples_binned_into_windows_as_prometheus_answers_them(
+    kept_labels: bool, monkeypatch: pytest.MonkeyPatch
+):
+    # Kept labels: the series' metrics and keys worked out by the first call are looked up by
+    # the second, which must give the same windows and count the same skips.
+    monkeypatch.setattr(presence, "_SERIES_KEYS", {})
     sm, dram = "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"
     # Two stored series of one answer series (two exporters scraping the same GPU and pod).
     first_exporter = POD | {"__name__": sm, "instance": "x"}
@@ -150,15 +190,19 @@ def test_samples_binned_into_windows_as_prometheus_answers_them():
     # The samples in any order (streamed chunks come a step of every chunk at a time).
     points = points[1::2] + points[::2]
 
-    found = presence.bin_columns(
-        labels,
-        np.array([position for position, _, _ in points], dtype=np.int64),
-        np.array([at for _, at, _ in points], dtype=np.int64),
-        np.array([value for _, _, value in points]),
-        QUERIES.by_labels,
-        FIRST,
-        60,
-    )
+    for _ in range(2 if kept_labels else 1):
+        found = presence.bin_columns(
+            labels,
+            np.array([position for position, _, _ in points], dtype=np.int64),
+            np.array([at for _, at, _ in points], dtype=np.int64),
+            np.array([value for _, _, value in points]),
+            QUERIES.by_labels,
+            FIRST,
+            60,
+            kept_labels=kept_labels,
+        )
+
+    assert len(presence._SERIES_KEYS) == (4 if kept_labels else 0)
 
     sm_windows = list(found["sm_active"].series[KEY])[:5]
     # 0: max(avg(0.2, 0.4), 0.5); 1: max(NaN, 0.1); 2: max(+Inf, 0.7) is no answer; 3: none.
