@@ -589,10 +589,20 @@ def incremental_sync(
         flush_cpu.append(time.process_time() - began_cpu)
 
     sync.flush = timed_flush  # type: ignore[method-assign]
+    give_up = time.perf_counter() + 30.0
     sync.watch(30.0, stop_after_events=changes * events_per_change)
+    # The event count is a floor: a source's queue events may come before its PodGroup events
+    # (and a queue event may carry other queues' counts), so the watch can stop before every
+    # change is written. Watch on, from where it stopped, until the admitted workloads are.
+    changer.join()
+    expected = admitted_before + int(marks.get("changed", 0))
+    while (
+        Workload.objects.filter(cluster=cluster, state__in=holding).count() < expected
+        and time.perf_counter() < give_up
+    ):
+        sync.watch(max(1.0, give_up - time.perf_counter()), stop_after_events=1)
     done = time.perf_counter()
     gc.callbacks.remove(on_gc)
-    changer.join()
     admitted_after = Workload.objects.filter(cluster=cluster, state__in=holding).count()
     sync.finish(IngestStatus.SUCCESS)
     print(
