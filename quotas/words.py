@@ -32,6 +32,11 @@ class Words:
         return f"{self.scheduler} {self.queue}"
 
     @property
+    def cohort_title(self) -> str:
+        """The cohort word heading a page or chart: "Cohort", "Parent queue"."""
+        return self.cohort[:1].upper() + self.cohort[1:]
+
+    @property
     def cohort_kind(self) -> str:
         return f"{self.scheduler} {self.cohort}" if self.cohort else ""
 

@@ -67,8 +67,7 @@ def cohort_usage_chart(
             dash="dash",
         )
     )
-    cohort_word = words_for(cohort.scheduler).cohort
-    title = f"{cohort_word[:1].upper()}{cohort_word[1:]} {cohort.name}: usage per member"
+    title = f"{words_for(cohort.scheduler).cohort_title} {cohort.name}: usage per member"
     layout = range_layout(time_range, title, GPUS_AXIS)
     legend_room(layout, len(data), per_row=4)
     return plotting.figure(data, layout, empty_message="No member rollups in this range.")

@@ -391,7 +391,7 @@ def cohort_detail(
     )
     context = {
         "nav": "cohorts",
-        "page_title": f"{words.cohort[:1].upper()}{words.cohort[1:]} {cohort.name}",
+        "page_title": f"{words.cohort_title} {cohort.name}",
         "cohort": cohort,
         "words": words,
         "stats": stats,
