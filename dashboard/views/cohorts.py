@@ -295,13 +295,15 @@ def _cohort_stats(
     over the subtree of ``cohorts`` cohorts."""
     nominal_total = sum(nominal_gpus(rows) for rows in quotas.values())
     words = words_for(cohort.scheduler)
+    # A parent is a "cohort" (Kueue) or a "queue" (a Volcano or KAI parent queue).
+    parent_word = words.cohort.split()[-1].lower()
     return [
         stat(
             "Members",
             str(member_count),
             f"{words.queue}s"
             + (f" in {plural(cohorts, words.cohort.lower())}" if cohorts > 1 else ""),
-            cohort.parent_name and f"parent {words.cohort.split()[-1]} {cohort.parent_name}" or "",
+            f"parent {parent_word} {cohort.parent_name}" if cohort.parent_name else "",
         ),
         stat(
             "Nominal quota",

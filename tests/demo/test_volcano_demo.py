@@ -169,6 +169,7 @@ def test_a_parent_queue_page_speaks_volcano_and_sums_its_children(admin_client):
     stats = {card["label"]: card for card in page.context["stats"]}
     assert stats["Members"]["unit"] == "Queues"
     assert stats["Nominal quota"]["value"] == "152"
+    assert stats["Members"]["note"] == "parent queue root"
     html = page.content.decode()
     assert 'data-testid="reclaim-elsewhere"' in html and "Cannot reclaim" not in html
 

@@ -110,3 +110,7 @@ def test_a_kueue_parent_cohort_shows_its_child_cohorts_members(staff_client, kue
     assert stats["Members"]["unit"] == "ClusterQueues in 3 cohorts"
     # Pending: A3 8 + A5 4 + B2 4 + P2 8 (README: pending GPU demand).
     assert stats["Pending demand"]["value"] == fmt(24.0)
+    # A child cohort's card names its parent as Kueue does, in lower case.
+    assert _stats(_page(staff_client, "gpu-east", "research"))["Members"]["note"] == (
+        "parent cohort org"
+    )
