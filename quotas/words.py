@@ -10,6 +10,7 @@ as Kueue's words.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -74,3 +75,68 @@ def quota_text(words: Words, label: str, nominal: str, borrowing_limit: str, cei
     return f"{words.nominal} {nominal} · " + (
         f"{words.ceiling} {ceiling}" if ceiling else words.no_ceiling
     )
+
+
+@dataclass(frozen=True)
+class ListWords:
+    """The words of a page listing the queues or cohorts of one or several schedulers.
+
+    One scheduler on the page: its own words ("ClusterQueue", "Queue", "ResourceQuota"). Several:
+    the neutral "queue" and "cohort / parent queue" in headings, each row naming its kind
+    (``mixed``). An empty page reads as Kueue's. The one rule for every list page, so a Volcano-only
+    fleet's queue list never says "ClusterQueue".
+    """
+
+    schedulers: tuple[str, ...]  # the schedulers present, sorted, unknown ones read as "kueue"
+
+    @property
+    def mixed(self) -> bool:
+        return len(self.schedulers) > 1
+
+    @property
+    def words(self) -> Words:
+        """The one scheduler's words; Kueue's on an empty page or a mixed one."""
+        return words_for(self.schedulers[0]) if len(self.schedulers) == 1 else KUEUE
+
+    @property
+    def kueue_only(self) -> bool:
+        """Kueue's quota columns (flavors, borrowing limits) apply to every row."""
+        return not self.mixed and self.words is KUEUE
+
+    @property
+    def queue(self) -> str:
+        """The queue word in a heading or a count: "ClusterQueue", "Queue", "queue"."""
+        return "queue" if self.mixed else self.words.queue
+
+    @property
+    def queues_title(self) -> str:
+        """The page title of a queue list: "ClusterQueues", "Queues", "ResourceQuotas"."""
+        return f"{self.queue[:1].upper()}{self.queue[1:]}s"
+
+    @property
+    def cohort_heading(self) -> str:
+        """The cohort column's heading: "Cohort", "Parent queue", "Cohort / parent queue"."""
+        if self.mixed:
+            return "Cohort / parent queue"
+        return self.words.cohort_title or KUEUE.cohort
+
+    def _kinds(self, kind: str) -> str:
+        names = sorted({getattr(words_for(s), kind) for s in self.schedulers} - {""})
+        names = [f"{name}s" for name in names] or [f"{getattr(KUEUE, kind)}s"]
+        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+    @property
+    def queue_kinds(self) -> str:
+        """The kinds listed, plural: "Kueue ClusterQueues and Volcano Queues"."""
+        return self._kinds("queue_kind")
+
+    @property
+    def cohort_kinds(self) -> str:
+        """The cohort kinds listed, plural: "KAI parent queues and Kueue Cohorts" (sources with
+        no cohorts left out)."""
+        return self._kinds("cohort_kind")
+
+
+def list_words(schedulers: Iterable[str | None]) -> ListWords:
+    """The words of a page whose rows come from ``schedulers`` (``scheduler`` column values)."""
+    return ListWords(tuple(sorted({s if s and s in WORDS else "kueue" for s in schedulers})))

@@ -33,7 +33,7 @@ from quotas.now import (
     quota_label,
 )
 from quotas.pending import free_in_quota, workload_reason
-from quotas.words import KUEUE, Words, quota_text, words_for
+from quotas.words import KUEUE, Words, list_words, quota_text, words_for
 from quotas.writeback.service import can_apply
 from servicelevels.estimate import estimates_in_queue
 
@@ -82,14 +82,14 @@ def cluster_queue_list(request: HttpRequest) -> HttpResponse:
                 "borrowing": bool(found and found.borrowed > 0),
             }
         )
-    schedulers = set(
+    page_words = list_words(
         queries.cluster_queues(search, allowed).order_by().values_list("scheduler", flat=True)
     )
     context = {
         "nav": "queues",
-        "page_title": "ClusterQueues" if schedulers <= {"kueue"} else "Queues",
+        "page_title": page_words.queues_title,
         # Several schedulers on the page: each row says which kind of queue it is.
-        "mixed": len(schedulers) > 1,
+        "page_words": page_words,
         "rows": rows,
         "page_obj": page,
         "page_query": page_query,

@@ -39,7 +39,7 @@ from quotas.reclaim import (
     estimate_reclaim,
     termination_grace_seconds,
 )
-from quotas.words import words_for
+from quotas.words import list_words, words_for
 
 
 @dashboard_page(uses_range=False)
@@ -73,12 +73,14 @@ def cohort_list(request: HttpRequest) -> HttpResponse:
                 "lent": figure(queries.rolled_up(lent, tree)) if samples else "—",
             }
         )
-    schedulers = set(queries.cohorts_with_members().order_by().values_list("scheduler", flat=True))
+    page_words = list_words(
+        queries.cohorts_with_members().order_by().values_list("scheduler", flat=True)
+    )
     context = {
         "nav": "cohorts",
         "page_title": "Cohorts",
         # Several schedulers: each row says which kind it is (a Volcano or KAI parent queue).
-        "mixed": len(schedulers) > 1,
+        "page_words": page_words,
         "rows": [{**row, "words": words_for(row["cohort"].scheduler)} for row in rows],
         "page_obj": page,
         "page_query": page_query,

@@ -41,7 +41,7 @@ from quotas.now import (
     quota_label,
 )
 from quotas.pending import free_in_quota, workload_reason
-from quotas.words import KUEUE, words_for
+from quotas.words import KUEUE, list_words, words_for
 from quotas.writeback.service import can_apply
 
 
@@ -344,20 +344,19 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
     pending = pending_gpus(Q(cluster_queue__team=team), "cluster_queue__team_id").get(
         team.pk, Demand()
     )
-    # "ClusterQueue" on a Kueue-only team; "queue" where another scheduler's queues are among.
-    queues_word = "ClusterQueue" if all(q.scheduler == "kueue" for q in queues) else "queue"
+    # "ClusterQueue" on a Kueue-only team, "Queue" on a Volcano one, "queue" on a mixed one.
+    page_words = list_words(queue.scheduler for queue in queues)
     context = {
         "nav": "teams",
         "page_title": str(team),
         "team": team,
         # Its leads request quota changes for its queues; admins with the permission change them.
         "may_change_quota": can_apply(request.user) or leads_team(request.user, team.pk),
-        "stats": _team_stats(time_range, figures, now_gpus, len(queues), pending, queues_word),
+        "stats": _team_stats(time_range, figures, now_gpus, len(queues), pending, page_words.queue),
         "figures": figures,
         "queue_rows": _queue_rows(queues, quotas, holding, samples),
         # Queues of several schedulers: each row says which kind it is.
-        "mixed": len({queue.scheduler for queue in queues}) > 1,
-        "queues_word": queues_word,
+        "page_words": page_words,
         "flavors": team_flavors,
         **_team_workloads(request, team, time_range, state, now, samples),
         "state": state,

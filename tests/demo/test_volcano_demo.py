@@ -130,7 +130,7 @@ def test_an_inqueue_pod_group_without_pods_is_a_ghost_reservation():
 
 def test_the_queue_list_names_each_row_as_its_scheduler_does(admin_client):
     page = admin_client.get(reverse("dashboard:cluster-queue-list"))
-    assert page.context["page_title"] == "Queues" and page.context["mixed"]
+    assert page.context["page_title"] == "Queues" and page.context["page_words"].mixed
     rows = {(row["queue"].cluster.name, row["queue"].name): row for row in page.context["rows"]}
     speech = rows[("demo-volcano", "speech")]
     assert speech["words"].queue_kind == "Volcano Queue"
@@ -145,6 +145,9 @@ def test_the_queue_list_names_each_row_as_its_scheduler_does(admin_client):
     ]
     html = page.content.decode()
     assert "Volcano Queue" in html and "Kueue ClusterQueue" in html
+    # The subtitle names the kinds present, the headings the neutral words.
+    assert "(Kueue ClusterQueues and Volcano Queues)" in html
+    assert "<th>Queue</th>" in html and "<th>Cohort / parent queue</th>" in html
 
 
 def test_a_volcano_queue_page_shows_deserved_capability_and_guarantee(admin_client):
@@ -202,10 +205,11 @@ def test_a_cluster_cannot_change_scheduler_under_the_simulation():
 
 def test_the_cohort_list_names_parent_queues_and_sums_their_subtrees(admin_client):
     page = admin_client.get(reverse("dashboard:cohort-list"))
-    assert page.context["mixed"]
+    assert page.context["page_words"].mixed
     rows = {(row["cohort"].cluster.name, row["cohort"].name): row for row in page.context["rows"]}
     root = rows[("demo-volcano", "root")]
     assert root["words"].cohort_kind == "Volcano parent queue"
     # root holds both parent queues: 152 + 96, with no own pool above them.
     assert root["nominal"] == "248" and root["cohort"].members == 6
     assert rows[("demo", "research")]["words"].cohort_kind == "Kueue Cohort"
+    assert "Kueue Cohorts and Volcano parent queues: queues that lend" in page.content.decode()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from quotas.words import KUEUE, quota_text, words_for
+from quotas.words import KUEUE, list_words, quota_text, words_for
 
 
 @pytest.mark.parametrize(
@@ -41,3 +41,67 @@ def test_a_quota_in_each_schedulers_fields():
     assert quota_text(words_for("kai"), "default-flavor", "16", "8", "24") == "quota 16 · limit 24"
     # A ResourceQuota has a hard limit only.
     assert quota_text(words_for("resourcequota"), "default-flavor", "8", "0", "8") == "hard 8"
+
+
+@pytest.mark.parametrize(
+    ("schedulers", "title", "queue", "cohort", "kueue_only", "queue_kinds", "cohort_kinds"),
+    [
+        # Empty page or Kueue alone (an unknown scheduler reads as Kueue): Kueue's words.
+        (
+            [],
+            "ClusterQueues",
+            "ClusterQueue",
+            "Cohort",
+            True,
+            "Kueue ClusterQueues",
+            "Kueue Cohorts",
+        ),
+        (
+            ["kueue", None, "slurm"],
+            "ClusterQueues",
+            "ClusterQueue",
+            "Cohort",
+            True,
+            "Kueue ClusterQueues",
+            "Kueue Cohorts",
+        ),
+        # One other scheduler: its own words, not Kueue's.
+        (
+            ["volcano", "volcano"],
+            "Queues",
+            "Queue",
+            "Parent queue",
+            False,
+            "Volcano Queues",
+            "Volcano parent queues",
+        ),
+        (
+            ["resourcequota"],
+            "ResourceQuotas",
+            "ResourceQuota",
+            "Cohort",
+            False,
+            "namespace ResourceQuotas",
+            "Kueue Cohorts",
+        ),
+        # Several: neutral headings, every kind present named once.
+        (
+            ["volcano", "kueue", "kai", "resourcequota"],
+            "Queues",
+            "queue",
+            "Cohort / parent queue",
+            False,
+            "KAI Queues, Kueue ClusterQueues, Volcano Queues and namespace ResourceQuotas",
+            "KAI parent queues, Kueue Cohorts and Volcano parent queues",
+        ),
+    ],
+)
+def test_a_list_page_speaks_its_one_scheduler_or_neutral_words_when_mixed(
+    schedulers, title, queue, cohort, kueue_only, queue_kinds, cohort_kinds
+):
+    words = list_words(schedulers)
+    # Several schedulers in the last case only.
+    assert words.mixed is (schedulers == ["volcano", "kueue", "kai", "resourcequota"])
+    assert (words.queues_title, words.queue, words.cohort_heading) == (title, queue, cohort)
+    assert words.kueue_only is kueue_only
+    assert (words.queue_kinds, words.cohort_kinds) == (queue_kinds, cohort_kinds)
