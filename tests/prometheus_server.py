@@ -28,8 +28,9 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
@@ -142,6 +143,33 @@ def create_blocks(openmetrics: Path, tsdb_dir: Path) -> None:
     )
     if result.returncode != 0:
         raise RuntimeError(f"promtool failed ({result.returncode}): {result.stderr[-2000:]}")
+
+
+GaugeSample = tuple[Mapping[str, str], float, float]  # labels, value, Unix timestamp
+
+
+def write_families(path: Path, families: Mapping[str, Iterable[GaugeSample]]) -> None:
+    """Gauge families (metric name -> its samples) as one OpenMetrics backfill file."""
+    with OpenMetricsWriter(path) as out:
+        for metric, samples in families.items():
+            out.family(metric)
+            for labels, value, at in samples:
+                out.sample(labels, value, at)
+
+
+def import_each(
+    tmp_path_factory: Any, sources: Iterable[str], write: Callable[[str, Path], None]
+) -> dict[str, Path]:
+    """Per source, ``write(source, path)``'s OpenMetrics imported into pristine TSDB blocks
+    (a module fixture's work: copy them with ``copy_tsdb`` before serving, since Prometheus
+    compacts imported blocks in place)."""
+    found = {}
+    for source in sources:
+        work = tmp_path_factory.mktemp(f"{source}-history")
+        write(source, work / "history.om")
+        create_blocks(work / "history.om", work / "pristine")
+        found[source] = work / "pristine"
+    return found
 
 
 def copy_tsdb(pristine: Path, target: Path) -> Path:

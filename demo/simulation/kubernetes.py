@@ -34,7 +34,8 @@ POOL_LABEL = "nodepool"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
-def _iso(moment: datetime) -> str:
+def iso_time(moment: datetime) -> str:
+    """A moment as the API server writes timestamps: UTC, whole seconds, a Z."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -50,7 +51,7 @@ def list_payloads(fleet: SimFleet, at: datetime) -> dict[str, dict]:
             "items": items,
         }
 
-    created = _iso(fleet.start - timedelta(days=30))
+    created = iso_time(fleet.start - timedelta(days=30))
     flavors = [
         _flavor(fleet, "h100", {POOL_LABEL: "h100-a", GPU_PRODUCT_LABEL: H100_PRODUCT}, created),
         _flavor(fleet, "a100", {POOL_LABEL: "a100", GPU_PRODUCT_LABEL: A100_PRODUCT}, created),
@@ -89,12 +90,12 @@ def list_payloads(fleet: SimFleet, at: datetime) -> dict[str, dict]:
     ]
     workloads = [_workload(fleet, w, at) for w in fleet.workloads if w.created <= at]
     pods = [
-        _pod(fleet, w, pod, gpus)
+        pod_object(fleet, w, pod, gpus)
         for w in fleet.workloads
         if w.holding
         for pod, gpus in w.placement.items()
     ]
-    nodes = [_node(fleet, node, created) for node in fleet.nodes]
+    nodes = [node_object(fleet, node, created) for node in fleet.nodes]
     return {
         "resource_flavors": listing("ResourceFlavor", flavors),
         "cohorts": listing("Cohort", cohorts),
@@ -242,7 +243,7 @@ def _conditions(fleet: SimFleet, workload: SimWorkload, at: datetime) -> list[di
             "status": status,
             "reason": reason,
             "message": message,
-            "lastTransitionTime": _iso(when),
+            "lastTransitionTime": iso_time(when),
         }
 
     cq = workload.team
@@ -321,7 +322,7 @@ def pending_workloads(fleet: SimFleet, at: datetime) -> dict[str, dict]:
                 "metadata": {
                     "name": workload.name,
                     "namespace": workload.namespace,
-                    "creationTimestamp": _iso(workload.created),
+                    "creationTimestamp": iso_time(workload.created),
                 },
                 "priority": PRIORITY_CLASSES[workload.priority_class],
                 "localQueueName": local_queue,
@@ -396,7 +397,7 @@ def _workload(fleet: SimFleet, workload: SimWorkload, at: datetime) -> dict:
     if workload.evict_at is not None and workload.evict_at <= at:
         status["requeueState"] = {
             "count": 1,
-            "requeueAt": _iso(workload.evict_at + REQUEUE_BACKOFF),
+            "requeueAt": iso_time(workload.evict_at + REQUEUE_BACKOFF),
         }
         status["accumulatedPastExecutionTimeSeconds"] = int(
             (workload.evict_at - (workload.history[0]["at"])).total_seconds()
@@ -408,7 +409,7 @@ def _workload(fleet: SimFleet, workload: SimWorkload, at: datetime) -> dict:
             "name": workload.name,
             "namespace": workload.namespace,
             "uid": uid,
-            "creationTimestamp": _iso(workload.created),
+            "creationTimestamp": iso_time(workload.created),
             "labels": {"kueue.x-k8s.io/job-uid": job_uid},
             "ownerReferences": [
                 {
@@ -435,7 +436,7 @@ def _workload(fleet: SimFleet, workload: SimWorkload, at: datetime) -> dict:
     }
 
 
-def _pod(fleet: SimFleet, workload: SimWorkload, pod: str, gpus: list[SimGpu]) -> dict:
+def pod_object(fleet: SimFleet, workload: SimWorkload, pod: str, gpus: list[SimGpu]) -> dict:
     """A Running pod of the workload on the node of its GPUs, with Kueue's labels."""
     uid = pod_uid(fleet.seed, workload.namespace, pod)
     job_uid = stable_uid(fleet.seed, "job", workload.key)
@@ -466,7 +467,7 @@ def _pod(fleet: SimFleet, workload: SimWorkload, pod: str, gpus: list[SimGpu]) -
             },
             "annotations": {"kueue.x-k8s.io/workload": workload.name},
             "ownerReferences": owner,
-            "creationTimestamp": _iso(workload.pod_started[pod]),
+            "creationTimestamp": iso_time(workload.pod_started[pod]),
         },
         "spec": {
             "nodeName": gpus[0].node.name,
@@ -480,11 +481,11 @@ def _pod(fleet: SimFleet, workload: SimWorkload, pod: str, gpus: list[SimGpu]) -
                 },
             ],  # fmt: skip
         },
-        "status": {"phase": "Running", "startTime": _iso(workload.pod_started[pod])},
+        "status": {"phase": "Running", "startTime": iso_time(workload.pod_started[pod])},
     }
 
 
-def _node(fleet: SimFleet, node: SimNode, created: str) -> dict:
+def node_object(fleet: SimFleet, node: SimNode, created: str) -> dict:
     """The Node with its pool and GPU product labels and its GPU (and MIG) capacity."""
     whole = [g for g in node.gpus if not g.profile]
     capacity: dict[str, str] = {"cpu": "224", "memory": "2064Gi", "pods": "110"}

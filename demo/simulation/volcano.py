@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from core.mig import GPU_RESOURCE
-from demo.simulation.kubernetes import _iso, _node, _pod
+from demo.simulation.kubernetes import iso_time, node_object, pod_object
 from demo.simulation.scenario import (
     TEAMS,
     SimFleet,
@@ -78,7 +78,7 @@ def _queue(
             "name": name,
             "uid": stable_uid(fleet.seed, "volcano-queue", name),
             "resourceVersion": str(int(fleet.now.timestamp())),
-            "creationTimestamp": _iso(fleet.start - timedelta(days=30)),
+            "creationTimestamp": iso_time(fleet.start - timedelta(days=30)),
             "labels": labels,
         },
         "spec": {"weight": 1, "reclaimable": True, **({"parent": parent} if parent else {})} | spec,
@@ -136,7 +136,7 @@ def _conditions(fleet: SimFleet, workload: SimWorkload, phase: str) -> list[dict
                 "status": "True",
                 "reason": "NotEnoughResources",
                 "message": f"queue resource quota insufficient: {workload.gpus} GPUs requested",
-                "lastTransitionTime": _iso(workload.created),
+                "lastTransitionTime": iso_time(workload.created),
                 "transitionID": stable_uid(fleet.seed, "pg-pending", workload.key),
             }
         ]
@@ -150,7 +150,7 @@ def _conditions(fleet: SimFleet, workload: SimWorkload, phase: str) -> list[dict
             "status": "True",
             "reason": "tasks in gang are ready to be scheduled",
             "message": "",
-            "lastTransitionTime": _iso(scheduled),
+            "lastTransitionTime": iso_time(scheduled),
             "transitionID": stable_uid(fleet.seed, "pg-scheduled", workload.key),
         }
     ]
@@ -183,7 +183,7 @@ def _pod_group(fleet: SimFleet, workload: SimWorkload, phase: str) -> dict[str, 
             "name": pod_group_name(fleet, workload),
             "namespace": workload.namespace,
             "uid": stable_uid(fleet.seed, "podgroup", workload.key),
-            "creationTimestamp": _iso(workload.created),
+            "creationTimestamp": iso_time(workload.created),
             "ownerReferences": [{**owner, "controller": True, "blockOwnerDeletion": True}],
         },
         "spec": {
@@ -202,7 +202,7 @@ def _pod_group(fleet: SimFleet, workload: SimWorkload, phase: str) -> dict[str, 
 
 def _volcano_pod(fleet: SimFleet, workload: SimWorkload, pod: str, gpus: list) -> dict[str, Any]:
     """The Kueue demo's pod, scheduled by Volcano and named in its PodGroup instead."""
-    obj = _pod(fleet, workload, pod, gpus)
+    obj = pod_object(fleet, workload, pod, gpus)
     group = pod_group_name(fleet, workload)
     obj["metadata"]["labels"] = {
         "volcano.sh/job-name": workload.owner_name,
@@ -252,7 +252,7 @@ def list_payloads(fleet: SimFleet, at: datetime) -> dict[str, dict]:
             "items": items,
         }
 
-    created = _iso(fleet.start - timedelta(days=30))
+    created = iso_time(fleet.start - timedelta(days=30))
     return {
         "resource_flavors": listing("ResourceFlavor", [source_flavor(volcano.SCHEDULER)]),
         "cohorts": listing("Cohort", cohorts),
@@ -261,5 +261,5 @@ def list_payloads(fleet: SimFleet, at: datetime) -> dict[str, dict]:
         "workloads": listing("Workload", [volcano.pod_group_to_workload(g) for g in groups]),
         "workload_priority_classes": listing("WorkloadPriorityClass", []),
         "pods": listing("Pod", objects["pods"], api="v1"),
-        "nodes": listing("Node", [_node(fleet, n, created) for n in fleet.nodes], api="v1"),
+        "nodes": listing("Node", [node_object(fleet, n, created) for n in fleet.nodes], api="v1"),
     }

@@ -32,7 +32,7 @@ from quotas.choices import SampleSource
 from quotas.constants import RESOURCEQUOTA_QUERIES
 from quotas.models import ClusterQueueSample
 from quotas.sync import sync_cluster
-from tests.prometheus_server import OpenMetricsWriter, PrometheusServer, copy_tsdb, create_blocks
+from tests.prometheus_server import PrometheusServer, copy_tsdb, create_blocks, write_families
 from tests.scheduler_fixtures import load_scheduler_fixtures
 
 pytestmark = pytest.mark.integration
@@ -73,10 +73,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusS
                 value = 10.0
             samples.append((labels, value, at))
         at += 60
-    with OpenMetricsWriter(work / "history.om") as out:
-        out.family("kube_resourcequota")
-        for labels, value, stamp in samples:
-            out.sample(labels, value, stamp)
+    write_families(work / "history.om", {"kube_resourcequota": samples})
     create_blocks(work / "history.om", work / "pristine")
     server = PrometheusServer(copy_tsdb(work / "pristine", work / "tsdb")).start()
     try:

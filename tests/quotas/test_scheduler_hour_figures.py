@@ -56,7 +56,7 @@ from ledger.deep import DeepBackfill
 from ledger.models import HourlyRollup
 from ledger.rollup import roll_up_range
 from quotas.sync import sync_cluster
-from tests.prometheus_server import OpenMetricsWriter, PrometheusServer, copy_tsdb, create_blocks
+from tests.prometheus_server import PrometheusServer, copy_tsdb, import_each, write_families
 from tests.quotas.test_resourcequota_metrics import quota_series
 from tests.quotas.test_scheduler_metrics import exposition, minutes
 from tests.scheduler_fixtures import load_scheduler_fixtures
@@ -242,22 +242,12 @@ def write_history(source: str, path: Path) -> None:
                     "exported_container": container["name"],
                 }
                 add("DCGM_FI_PROF_SM_ACTIVE", labels, activity(pod), at)
-    with OpenMetricsWriter(path) as out:
-        for metric, samples in families.items():
-            out.family(metric)
-            for labels, value, at in samples:
-                out.sample(labels, value, at)
+    write_families(path, families)
 
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    found = {}
-    for source in TRUTH:
-        work = tmp_path_factory.mktemp(f"{source}-hour")
-        write_history(source, work / "history.om")
-        create_blocks(work / "history.om", work / "pristine")
-        found[source] = work / "pristine"
-    return found
+    return import_each(tmp_path_factory, TRUTH, write_history)
 
 
 @pytest.fixture(params=sorted(TRUTH))

@@ -43,12 +43,7 @@ from quotas.sources.common import FLAVOR
 from quotas.store import synced_cohorts, write_metric_samples
 from quotas.sync import sync_cluster
 from tests.fixtures_checks.test_scheduler_figures import readme_table
-from tests.prometheus_server import (
-    OpenMetricsWriter,
-    PrometheusServer,
-    copy_tsdb,
-    create_blocks,
-)
+from tests.prometheus_server import PrometheusServer, copy_tsdb, import_each, write_families
 from tests.scheduler_fixtures import load_scheduler_fixtures
 
 pytestmark = pytest.mark.integration
@@ -177,22 +172,12 @@ def write_history(source: str, path: Path) -> None:
                         "exported_container": "main",
                     }
                 families["DCGM_FI_PROF_SM_ACTIVE"].append((labels, 0.5 if running else 0.0, at))
-    with OpenMetricsWriter(path) as out:
-        for metric, samples in families.items():
-            out.family(metric)
-            for labels, value, at in samples:
-                out.sample(labels, value, at)
+    write_families(path, families)
 
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    found = {}
-    for source in ("volcano", "kai"):
-        work = tmp_path_factory.mktemp(f"{source}-history")
-        write_history(source, work / "history.om")
-        create_blocks(work / "history.om", work / "pristine")
-        found[source] = work / "pristine"
-    return found
+    return import_each(tmp_path_factory, ("volcano", "kai"), write_history)
 
 
 @pytest.fixture(scope="module")
