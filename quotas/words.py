@@ -120,6 +120,17 @@ class ListWords:
             return "Cohort / parent queue"
         return self.words.cohort_title or KUEUE.cohort
 
+    @property
+    def admitted(self) -> str:
+        """What an "Admitted (quota)" column counts: "Kueue quota admitted to workloads",
+        "Volcano quota admitted to PodGroups"; neutral on a mixed page."""
+        if self.mixed:
+            return "quota admitted to workloads"
+        words = self.words
+        owner = words.scheduler if words.queue == words.scheduler else f"{words.scheduler} quota"
+        held_by = "workloads" if words.workload == KUEUE.workload else f"{words.workload}s"
+        return f"{owner} admitted to {held_by}"
+
     def _kinds(self, kind: str) -> str:
         names = sorted({getattr(words_for(s), kind) for s in self.schedulers} - {""})
         names = [f"{name}s" for name in names] or [f"{getattr(KUEUE, kind)}s"]

@@ -41,7 +41,7 @@ from quotas.now import (
     quota_label,
 )
 from quotas.pending import free_in_quota, workload_reason
-from quotas.words import KUEUE, list_words, words_for
+from quotas.words import KUEUE, ListWords, list_words, words_for
 from quotas.writeback.service import can_apply
 
 
@@ -225,7 +225,7 @@ def _team_stats(
     now_gpus: dict[str, float | None],
     queue_count: int,
     pending: Demand,
-    queues_word: str = "ClusterQueue",
+    page_words: ListWords,
 ) -> list[dict[str, Any]]:
     """The team page's cards: ``now_gpus`` holds the admitted, held, nominal and borrowed GPUs
     now; ``figures`` the range's totals."""
@@ -235,7 +235,7 @@ def _team_stats(
             "Admitted now (quota)",
             figure(now_gpus["allocated"]),
             "GPUs",
-            "Kueue quota admitted to workloads",
+            page_words.admitted,
             testid="stat-allocated-now",
         ),
         stat(
@@ -249,7 +249,7 @@ def _team_stats(
             "Nominal quota",
             figure(now_gpus["nominal"]),
             "GPUs",
-            plural(queue_count, queues_word),
+            plural(queue_count, page_words.queue),
             testid="stat-nominal",
         ),
         stat(
@@ -352,7 +352,7 @@ def team_detail(request: HttpRequest, time_range: TimeRange, name: str) -> HttpR
         "team": team,
         # Its leads request quota changes for its queues; admins with the permission change them.
         "may_change_quota": can_apply(request.user) or leads_team(request.user, team.pk),
-        "stats": _team_stats(time_range, figures, now_gpus, len(queues), pending, page_words.queue),
+        "stats": _team_stats(time_range, figures, now_gpus, len(queues), pending, page_words),
         "figures": figures,
         "queue_rows": _queue_rows(queues, quotas, holding, samples),
         # Queues of several schedulers: each row says which kind it is.

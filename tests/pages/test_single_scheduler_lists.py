@@ -52,6 +52,14 @@ EXPECTED = {
 }
 
 
+# What "Admitted now (quota)" counts, in each source's words.
+ADMITTED = {
+    "volcano": "Volcano quota admitted to PodGroups",
+    "kai": "KAI quota admitted to PodGroups",
+    "resourcequota": "ResourceQuota admitted to workloads",
+}
+
+
 def test_the_queue_list_speaks_the_one_scheduler(source: str, admin_client: Any) -> None:
     title, subtitle, queue, cohort = EXPECTED[source]
     page = admin_client.get(reverse("dashboard:cluster-queue-list"))
@@ -59,6 +67,7 @@ def test_the_queue_list_speaks_the_one_scheduler(source: str, admin_client: Any)
     assert page.context["page_title"] == title
     assert _subtitle(html).startswith(subtitle), _subtitle(html)
     assert "ClusterQueue" not in _subtitle(html)
+    assert f'title="{ADMITTED[source]} now"' in html
     headings = _headings(html, "queue-table")
     assert headings[:3] == [queue, "Cluster", cohort]
     # Kueue's per-flavor quota columns are Kueue's alone.
@@ -97,4 +106,5 @@ def test_a_team_page_counts_its_queues_in_the_schedulers_word(
     word = EXPECTED[source][2]
     assert f"<h2>{word}s</h2>" in html
     assert re.search(rf"\b1 {word}\b", _subtitle(html)), _subtitle(html)
+    assert f"Admitted (quota): {ADMITTED[source]}, per flavor." in html
     assert "ClusterQueue" not in _subtitle(html)

@@ -105,3 +105,11 @@ def test_a_list_page_speaks_its_one_scheduler_or_neutral_words_when_mixed(
     assert (words.queues_title, words.queue, words.cohort_heading) == (title, queue, cohort)
     assert words.kueue_only is kueue_only
     assert (words.queue_kinds, words.cohort_kinds) == (queue_kinds, cohort_kinds)
+
+
+def test_what_admitted_quota_counts_in_each_schedulers_words():
+    assert list_words(["kueue"]).admitted == "Kueue quota admitted to workloads"
+    assert list_words(["volcano"]).admitted == "Volcano quota admitted to PodGroups"
+    assert list_words(["kai"]).admitted == "KAI quota admitted to PodGroups"
+    assert list_words(["resourcequota"]).admitted == "ResourceQuota admitted to workloads"
+    assert list_words(["kueue", "kai"]).admitted == "quota admitted to workloads"
