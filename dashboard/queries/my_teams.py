@@ -48,7 +48,9 @@ class FlavorUse:
     flavor: str
     nominal: float = 0.0
     admitted: float = 0.0
-    borrowed: float = 0.0
+    # From the queues' newest fresh samples; None (unknown) when none of them has one, as the
+    # team's "Borrowed now" card says.
+    borrowed: float | None = None
 
     @property
     def share(self) -> float | None:
@@ -69,9 +71,9 @@ def flavor_use_by_team(
 
     Nominal is the queues' spec in GPUs (``quotas.now.quota_gpus``: MIG quota at slices/7),
     admitted the GPUs of their holding workloads (``quotas.now``'s "admitted now"), borrowed
-    each queue's newest fresh sample (a queue without one: unknown, 0). A page that has
-    already read the teams' ``gpu_quotas``, ``latest_samples``, ``holding_by_flavor`` and queue →
-    team map passes them; otherwise up to four queries.
+    the sum of the queues' newest fresh samples (None when no queue of the flavor has one). A
+    page that has already read the teams' ``gpu_quotas``, ``latest_samples``,
+    ``holding_by_flavor`` and queue → team map passes them; otherwise up to four queries.
     """
     if not team_ids:
         return {}
@@ -98,7 +100,7 @@ def flavor_use_by_team(
             continue
         for flavor, values in sample.flavors.items():
             use = uses[team_id].setdefault(flavor, FlavorUse(flavor))
-            use.borrowed += values["borrowed"]
+            use.borrowed = (use.borrowed or 0.0) + values["borrowed"]
     # Admitted now (quotas.now): the admitted GPUs of the queues' holding workloads, per flavor.
     if holding is None:
         holding = holding_by_flavor(Q(cluster_queue_id__in=list(team_of))) if team_of else {}

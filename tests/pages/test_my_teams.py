@@ -164,3 +164,18 @@ def test_my_teams_lists_the_open_alerts_of_the_lead_s_teams_only(lead_client, wo
     assert reverse("dashboard:episode-detail", args=[ours.pk]) in body
     assert theirs.summary not in body
     assert resolved.summary not in body
+
+
+@pytest.mark.django_db
+def test_without_a_fresh_sample_borrowed_is_unknown_per_flavor_as_on_the_card(lead_client, world):
+    from quotas.models import ClusterQueueSample
+
+    ClusterQueueSample.objects.filter(cluster_queue__team=world.alpha).delete()
+    page = lead_client.get(reverse("dashboard:team-detail", args=[world.alpha.name]))
+    flavors = {row["flavor"]: row for row in page.context["flavors"]}
+    stats = {card["testid"]: card for card in page.context["stats"]}
+    # Admitted still over nominal (from the workloads), but how much is borrowed is unknown:
+    # "—" in the flavor table as on the card, not a 0 beside a "borrowing" badge.
+    assert flavors["h100"]["admitted"] == "20" and flavors["h100"]["over"]
+    assert stats["stat-borrowed"]["value"] == "—"
+    assert {row["borrowed"] for row in flavors.values()} == {"—"}
