@@ -189,27 +189,36 @@ def stream(fleet: Fleet, url: str) -> dict[str, int]:
     return {"requests": sender.requests, "bytes_sent": sender.bytes_sent}
 
 
+# Hours per count query: Prometheus holds a range query's samples of every series at once, so
+# one query over a month at 5,000 GPUs took it past 18 GB; a day per query stays small.
+COUNT_HOURS = 24
+
+
 def count_stored(url: str, fleet: Fleet, end_seconds: float) -> int:
     """Samples Prometheus holds for the fleet's families, by count queries: per family, the
-    sum of ``count_over_time`` over consecutive hours that cover the fleet's span."""
+    sum of ``count_over_time`` over consecutive hours that cover the fleet's span, asked
+    ``COUNT_HOURS`` hours at a time."""
     hours = max(1, -(-(int(end_seconds) - int(fleet.start)) // 3600))
     total = 0
     for family in fleet.families:
         if not family.series:
             continue
-        answer = requests.get(
-            f"{url}/api/v1/query_range",
-            params={
-                "query": f'sum(count_over_time({{__name__="{family.name}"}}[1h]))',
-                "start": f"{end_seconds - (hours - 1) * 3600:.3f}",
-                "end": f"{end_seconds:.3f}",
-                "step": "3600",
-            },
-            timeout=600,
-        )
-        answer.raise_for_status()
-        for result in answer.json()["data"]["result"]:
-            total += sum(int(float(value)) for _, value in result["values"])
+        # Each query's steps are hour ends; the last query ends at ``end_seconds``.
+        for last in range(hours - 1, -1, -COUNT_HOURS):
+            first = max(0, last - COUNT_HOURS + 1)
+            answer = requests.get(
+                f"{url}/api/v1/query_range",
+                params={
+                    "query": f'sum(count_over_time({{__name__="{family.name}"}}[1h]))',
+                    "start": f"{end_seconds - last * 3600:.3f}",
+                    "end": f"{end_seconds - first * 3600:.3f}",
+                    "step": "3600",
+                },
+                timeout=600,
+            )
+            answer.raise_for_status()
+            for result in answer.json()["data"]["result"]:
+                total += sum(int(float(value)) for _, value in result["values"])
     return total
 
 

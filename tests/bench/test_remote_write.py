@@ -95,7 +95,7 @@ def test_every_metric_answers_the_same_both_ways(servers):
         assert ranged[written], name
 
 
-def test_the_values_are_the_fleets_and_the_counts_add_up(servers):
+def test_the_values_are_the_fleets_and_the_counts_add_up(servers, monkeypatch):
     fleet, imported, written = servers
     family = fleet.families[0]
     first, count = next(fleet.blocks())
@@ -112,6 +112,9 @@ def test_the_values_are_the_fleets_and_the_counts_add_up(servers):
     # Idle GPUs carry no pod labels and stay near 0; held ones carry them.
     assert any("exported_pod" not in r["metric"] for r in answer)
     assert count_stored(imported.url, fleet, END.timestamp()) == fleet.samples()
+    assert count_stored(written.url, fleet, END.timestamp()) == fleet.samples()
+    # Counted an hour per query (a month is counted a day per query): the same total.
+    monkeypatch.setattr("_remote_write.COUNT_HOURS", 1)
     assert count_stored(written.url, fleet, END.timestamp()) == fleet.samples()
 
 
