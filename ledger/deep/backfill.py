@@ -26,9 +26,11 @@ a run that stopped is resumed by running it again). Per hour:
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -299,7 +301,11 @@ class DeepBackfill:
     def _prefetched(
         self, pool: ThreadPoolExecutor, queries: q.DeepQueries, hours: list[datetime], shards: int
     ) -> Iterator[tuple[datetime, Callable[[], dict[str, list[dict]]]]]:
-        """Each hour with a way to wait for its answers; the next hour's are already asked."""
+        """Each hour with a way to wait for its answers; the next hour's are already asked.
+
+        Only the hours in flight are held: a done hour's futures (and the answers they hold) are
+        let go when the next hour is handed out, so a month or a year of hours runs in the
+        memory of two."""
 
         def submit(hour: datetime) -> dict[str, Future[Any]]:
             return {
@@ -307,11 +313,13 @@ class DeepBackfill:
                 for name, call in self._calls(pool, queries, hour, shards).items()
             }
 
-        asked = [submit(hours[0])]
+        ahead: deque[dict[str, Future[Any]]] = deque([submit(hours[0])])
         for position, hour in enumerate(hours):
             if position + 1 < len(hours):
-                asked.append(submit(hours[position + 1]))
-            yield hour, functools.partial(_wait, asked[position], asked)
+                ahead.append(submit(hours[position + 1]))
+            current = ahead.popleft()
+            yield hour, functools.partial(_wait, current, ahead)
+            del current
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -406,15 +414,16 @@ class DeepBackfill:
 
 
 def _wait(
-    futures: dict[str, Future[Any]], asked: list[dict[str, Future[Any]]]
+    futures: dict[str, Future[Any]], ahead: Iterable[dict[str, Future[Any]]]
 ) -> dict[str, list[dict]]:
-    """The answers of one hour; on a failure every query not yet started is cancelled."""
+    """The answers of one hour; on a failure every query not yet started, of this hour or of
+    the hours asked ``ahead``, is cancelled."""
     answers: dict[str, list[dict]] = {}
     try:
         for name, future in futures.items():
             answers[name] = future.result()
     except BaseException:
-        for future in (f for hour in asked for f in hour.values()):
+        for future in itertools.chain(futures.values(), *(hour.values() for hour in ahead)):
             future.cancel()
         raise
     return answers
