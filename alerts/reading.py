@@ -27,14 +27,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
 from django.db.models import Count, FloatField, Q, QuerySet, Sum, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Concat
-from django.utils.dateparse import parse_datetime
 
 from alerts.rows import (
     EPSILON,
@@ -45,7 +44,7 @@ from alerts.rows import (
     UsageFact,
     WindowSeries,
 )
-from core.bulk import fetch_rows, fetch_sql
+from core.bulk import fetch_rows, fetch_sql, sql_moment
 from core.mig import GPU_RESOURCE
 from ledger.models import GpuUsage, UsageWindow
 from quotas.choices import HOLDING_STATES, TransitionKind
@@ -205,19 +204,7 @@ def _windows(cluster_id: int, first: datetime, last: datetime) -> list[StoredWin
         cluster_id=cluster_id, window_end__gte=first, window_end__lte=last
     ).order_by("window_end")
     rows = fetch_rows(stored, "window_start", "window_end")
-    return [StoredWindow(_moment(start), _moment(end)) for start, end in rows]
-
-
-def _moment(value: object) -> datetime:
-    """A timestamp from raw SQL as an aware datetime (SQLite hands back text or naive UTC)."""
-    if isinstance(value, str):
-        parsed = parse_datetime(value)
-        if parsed is None:
-            raise ValueError(f"not a timestamp: {value!r}")
-        value = parsed
-    if not isinstance(value, datetime):
-        raise ValueError(f"not a timestamp: {value!r}")
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return [StoredWindow(sql_moment(start), sql_moment(end)) for start, end in rows]
 
 
 # Per chunk, what one pass over its rows says of each row identity (``_identities``).
@@ -320,9 +307,9 @@ def _candidates(cluster_id: int, first: datetime, last: datetime, chunk: Chunk) 
             """,  # noqa: S608 - table and column names come from the model and a constant
             [cluster_id, adapt(first), adapt(last)],
         )
-        for values in sorted(fetched, key=lambda v: _moment(v[width])):
+        for values in sorted(fetched, key=lambda v: sql_moment(v[width])):
             ends, activities = by_identity.setdefault(tuple(values[:width]), ([], []))
-            ends.append(_moment(values[width]))
+            ends.append(sql_moment(values[width]))
             activities.append(values[width + 1])
         grouped = [(key, ends, acts) for key, (ends, acts) in by_identity.items()]
     for key, ends, activities in grouped:
@@ -349,7 +336,7 @@ def _candidates(cluster_id: int, first: datetime, last: datetime, chunk: Chunk) 
     )
     if dark_nodes:
         chunk.answered = {
-            (_moment(window_end), node)
+            (sql_moment(window_end), node)
             for window_end, node in fetch_rows(
                 GpuUsage.objects.filter(
                     cluster_id=cluster_id,
@@ -450,7 +437,7 @@ def _short(
         "pods",
         "used",
     ):
-        running[(_moment(window_end), workload_id)] = (int(pods), float(gpus))
+        running[(sql_moment(window_end), workload_id)] = (int(pods), float(gpus))
     for window in ordered:
         for workload_id, hold in gangs.items():
             pods, gpus = running.get((window.end, workload_id), (0, 0.0))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -40,6 +40,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.fields.reverse_related import ForeignObjectRel
 from django.db.models.signals import post_init
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from core.batching import chunks
 
@@ -180,6 +181,19 @@ def fetch_sql(sql: str, params: Sequence[Any], using: str = DEFAULT_DB_ALIAS) ->
             )
         cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+def sql_moment(value: object) -> datetime:
+    """A timestamp column of a raw SQL row (``fetch_sql``) as an aware datetime: SQLite hands back
+    text or naive UTC, PostgreSQL an aware datetime. Anything else is a ``ValueError``."""
+    if isinstance(value, str):
+        parsed = parse_datetime(value)
+        if parsed is None:
+            raise ValueError(f"not a timestamp: {value!r}")
+        value = parsed
+    if not isinstance(value, datetime):
+        raise ValueError(f"not a timestamp: {value!r}")
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def read_keys(

@@ -357,14 +357,9 @@ def _upsert_gpu_rows(
         upserts,
         unique_fields=["cluster", "host", "uuid", "gi_id"],
         returning=True,
+        # The attributes a window can change (by field name: ``node_id`` is ``node``), the times.
         update_fields=[
-            "node",
-            "index",
-            "model_name",
-            "pci_bus_id",
-            "mig_profile",
-            "slices",
-            "time_sliced",
+            *("node" if column == "node_id" else column for column in _GPU_ATTRIBUTES),
             "first_seen_at",
             "last_seen_at",
             "updated_at",

@@ -10,6 +10,8 @@ Prometheus and per workload after (``serving.ingest``), where the quantiles are 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from serving import constants as c
 
 HOUR_RANGE = "3599999ms"
@@ -66,38 +68,30 @@ def presence_query() -> str:
 
 def counter_query(figure: str) -> str:
     """Per pod and server: the counter's increase over the hour."""
-    parts = []
-    for server in c.SERVERS:
-        sources = getattr(server, figure)
-        if sources:
-            parts.append(
-                _per_server(
-                    server.kind,
-                    [
-                        f"{source.combine} by ({BY_POD}) (increase({_series(source.selector)}))"
-                        for source in sources
-                    ],
-                )
-            )
-    return _across_servers(parts)
+    return _per_source(
+        figure,
+        lambda source: f"{source.combine} by ({BY_POD}) (increase({_series(source.selector)}))",
+    )
 
 
 def gauge_query(figure: str, over_time: str = "avg", combine: str | None = None) -> str:
     """Per pod and server: the gauge's mean (or max) over the hour's samples."""
-    parts = []
-    for server in c.SERVERS:
-        sources = getattr(server, figure)
-        if sources:
-            parts.append(
-                _per_server(
-                    server.kind,
-                    [
-                        f"{combine or source.combine} by ({BY_POD}) "
-                        f"({over_time}_over_time({_series(source.selector)}))"
-                        for source in sources
-                    ],
-                )
-            )
+    return _per_source(
+        figure,
+        lambda source: (
+            f"{combine or source.combine} by ({BY_POD}) "
+            f"({over_time}_over_time({_series(source.selector)}))"
+        ),
+    )
+
+
+def _per_source(figure: str, expression: Callable[[c.Source], str]) -> str:
+    """``expression`` of each source of ``figure``, per server that has one, across servers."""
+    parts = [
+        _per_server(server.kind, [expression(source) for source in sources])
+        for server in c.SERVERS
+        if (sources := getattr(server, figure))
+    ]
     return _across_servers(parts)
 
 

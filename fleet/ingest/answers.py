@@ -91,20 +91,28 @@ def split_matrix(
     return {ts: by_ts[ts] for ts in sorted(by_ts)}
 
 
+def matrix_items(
+    items: list[dict], stats: IngestStats | None = None
+) -> Iterator[tuple[dict, list]]:
+    """(labels, points) of each matrix item with a ``metric`` object and a ``values`` list; any
+    other item is skipped as ``malformed_matrix_item`` (counted in ``stats`` when given)."""
+    for item in items:
+        if (
+            not isinstance(item, dict)
+            or not isinstance(metric := item.get("metric"), dict)
+            or not isinstance(values := item.get("values"), list)
+        ):
+            _skip(stats, "malformed_matrix_item")
+            continue
+        yield metric, values
+
+
 def matrix_points(
     items: list[dict], stats: IngestStats | None = None
 ) -> Iterator[tuple[dict, float, Any]]:
     """(labels, timestamp, raw value) of every point of matrix items, item after item; malformed
     items and points are skipped (counted in ``stats`` when given), values are not looked at."""
-    for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
-            _skip(stats, "malformed_matrix_item")
-            continue
-        values = item.get("values")
-        if not isinstance(values, list):
-            _skip(stats, "malformed_matrix_item")
-            continue
-        metric = item["metric"]
+    for metric, values in matrix_items(items, stats):
         for point in values:
             if not isinstance(point, list | tuple) or len(point) != 2:
                 _skip(stats, "malformed_matrix_point")

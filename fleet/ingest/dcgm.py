@@ -158,14 +158,8 @@ def collect_dcgm(
                 pod = ident[2]
                 container = str(metric.get(container_label) or "") if pod else ""
                 entry = series[ident] = DcgmSeries(ident[0], ident[1], pod, container)
-            previous = entry.chosen.get(metric_key)
-            if previous is not None:
-                # Two series for one GPU, pod and metric (two scrape jobs, a relabelled copy):
-                # keep the one whose sorted labels come first, whatever the answer's order.
-                skip("duplicate_series")
-                if label_sort_key(metric) >= label_sort_key(previous):
-                    continue
-            entry.chosen[metric_key] = metric
+            if not _first_of_duplicates(entry.chosen, metric_key, metric, stats):
+                continue
             if value is None:
                 entry.values.pop(metric_key, None)
             else:
@@ -189,11 +183,21 @@ def collect_dcgm(
             if entry is None:
                 # Samples counted but none averaged (all NaN): no telemetry, nothing to attach to.
                 continue
-            previous = entry.count_chosen.get(metric_key)
-            if previous is not None:
-                skip("duplicate_series")
-                if label_sort_key(metric) >= label_sort_key(previous):
-                    continue
-            entry.counts[metric_key] = value
-            entry.count_chosen[metric_key] = metric
+            if _first_of_duplicates(entry.count_chosen, metric_key, metric, stats):
+                entry.counts[metric_key] = value
     return gpus, series
+
+
+def _first_of_duplicates(
+    chosen: dict[str, dict], metric_key: str, metric: dict, stats: IngestStats
+) -> bool:
+    """Whether ``metric`` is the series kept for ``metric_key`` (then recorded in ``chosen``).
+    Of two series for one GPU, pod and metric (two scrape jobs, a relabelled copy) the one whose
+    sorted labels come first is kept, whatever the answer's order; each duplicate is counted."""
+    previous = chosen.get(metric_key)
+    if previous is not None:
+        stats.skip("duplicate_series")
+        if label_sort_key(metric) >= label_sort_key(previous):
+            return False
+    chosen[metric_key] = metric
+    return True

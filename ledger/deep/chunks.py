@@ -77,19 +77,30 @@ def decode(
     return decode_numpy(data, starts, ends)
 
 
+def _spans(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each chunk's first and past-last byte as contiguous int64 arrays (what the C decoder
+    takes); a ``ChunkError`` when a chunk is shorter than its 2-byte sample count."""
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    if ((ends - starts) < 2).any():
+        raise ChunkError("XOR chunk: shorter than its header")
+    return starts, ends
+
+
+def _no_samples() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    empty = np.zeros(0, dtype=np.int64)
+    return empty, empty, np.zeros(0)
+
+
 def decode_native(
     data: bytes | bytearray, starts: np.ndarray, ends: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``decode`` by the C decoder: the same arrays, bit for bit."""
     if _xor is None:
         raise RuntimeError("the C XOR chunk decoder is not built")
-    starts = np.ascontiguousarray(starts, dtype=np.int64)
-    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    starts, ends = _spans(starts, ends)
     if not len(starts):
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, np.zeros(0)
-    if ((ends - starts) < 2).any():
-        raise ChunkError("XOR chunk: shorter than its header")
+        return _no_samples()
     if (starts < 0).any() or (ends > len(data)).any():
         raise ChunkError("XOR chunk: outside the bytes given")
     view = np.frombuffer(data, dtype=np.uint8)
@@ -118,13 +129,9 @@ def decode_numpy(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``decode`` with numpy array operations, a step of every chunk at a time: the reference
     the C decoder is tested against, and what runs without it."""
-    starts = np.asarray(starts, dtype=np.int64)
-    ends = np.asarray(ends, dtype=np.int64)
+    starts, ends = _spans(starts, ends)
     if not len(starts):
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, np.zeros(0)
-    if ((ends - starts) < 2).any():
-        raise ChunkError("XOR chunk: shorter than its header")
+        return _no_samples()
     # Whole big-endian words (padded), read as native integers once.
     size = -(-(len(data) + _PADDING) // 8) * 8
     buffer = np.zeros(size, dtype=np.uint8)
@@ -137,8 +144,7 @@ def decode_numpy(
     # Row ``step`` holds the step's sample of the chunks still going: a prefix of ``order``.
     going = reader.going.tolist()
     if not going:  # chunks of no samples
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, np.zeros(0)
+        return _no_samples()
     chunk = np.concatenate([order[:size] for size in going])
     times = np.concatenate([row[:size] for row, size in zip(steps_times, going, strict=False)])
     values = np.concatenate([row[:size] for row, size in zip(steps_values, going, strict=False)])

@@ -34,6 +34,7 @@ import numpy as np
 
 from fleet import constants as c
 from fleet.ingest import IngestStats
+from fleet.ingest.answers import matrix_items
 from ledger.deep import queries as q
 from ledger.rollup.row_figures import Thresholds
 
@@ -105,14 +106,7 @@ def compact(items: list[dict], labels: tuple[str, ...], first: float, step: int)
     found = Windows()
     stats = found.stats
     count = 3600 // step
-    for item in items:
-        if (
-            not isinstance(item, dict)
-            or not isinstance(metric := item.get("metric"), dict)
-            or not isinstance(values := item.get("values"), list)
-        ):
-            stats.skip("malformed_matrix_item")
-            continue
+    for metric, values in matrix_items(items, stats):
         key = tuple(sys.intern(str(metric.get(name) or "")) for name in labels)
         row = found.series.get(key)
         if row is None:
@@ -299,17 +293,10 @@ def bin_samples(
     kept: list[dict[str, str]] = []
     points: list[Any] = []
     lengths: list[int] = []
-    for item in items:
-        if (
-            not isinstance(item, dict)
-            or not isinstance(metric := item.get("metric"), dict)
-            or not isinstance(values := item.get("values"), list)
-        ):
-            stats.skip("malformed_matrix_item")
-            continue
+    for metric, item_points in matrix_items(items, stats):
         kept.append(metric)
-        points.extend(values)
-        lengths.append(len(values))
+        points.extend(item_points)
+        lengths.append(len(item_points))
     times, values, good = _columns(points, stats)
     series = np.repeat(np.arange(len(lengths)), lengths)
     if not good.all():

@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.utils.dateparse import parse_datetime
 
+from core.bulk import sql_moment
 from ledger.models.usage import (
     FACT_COUNTS,
     FACT_FIGURES,
@@ -118,17 +118,6 @@ def move_batches(batch_rows: int = BATCH_ROWS) -> Iterator[Batch]:
         yield batch
 
 
-def _moment(value: object) -> datetime:
-    if isinstance(value, str):
-        parsed = parse_datetime(value)
-        if parsed is None:
-            raise ValueError(f"not a timestamp: {value!r}")
-        value = parsed
-    if not isinstance(value, datetime):
-        raise ValueError(f"not a timestamp: {value!r}")
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
 def _move_one(batch_rows: int) -> Batch | None:
     table = LEGACY_TABLE
     with connection.cursor() as cursor:
@@ -149,7 +138,7 @@ def _move_one(batch_rows: int) -> Batch | None:
         rows = cursor.fetchall()
     by_end: dict[datetime, list[tuple]] = {}
     for row in rows:
-        by_end.setdefault(_moment(row[1]), []).append(row)
+        by_end.setdefault(sql_moment(row[1]), []).append(row)
     ends = sorted(by_end)
     if len(rows) > batch_rows and len(ends) > 1:
         # The limit cut the newest window: it goes whole into the next batch.
@@ -169,8 +158,10 @@ def _move_one(batch_rows: int) -> Batch | None:
         if end in stored:
             continue
         window_rows = by_end[end]
-        start = _moment(window_rows[0][0])
-        identities = [(*row[held], (end - _moment(row[0])).total_seconds()) for row in window_rows]
+        start = sql_moment(window_rows[0][0])
+        identities = [
+            (*row[held], (end - sql_moment(row[0])).total_seconds()) for row in window_rows
+        ]
         write_wide_rows(cluster_id, start, end, identities, [row[figures] for row in window_rows])
         moved += len(window_rows)
     with connection.cursor() as cursor:
@@ -179,7 +170,7 @@ def _move_one(batch_rows: int) -> Batch | None:
             "AND window_end >= %s AND window_end <= %s",
             [cluster_id, first, connection.ops.adapt_datetimefield_value(ends[-1])],
         )
-    return Batch(cluster_id, _moment(first), ends[-1], len(ends), moved)
+    return Batch(cluster_id, sql_moment(first), ends[-1], len(ends), moved)
 
 
 def _window_rows(cluster_id: int, end: Any, wide: str) -> list[tuple]:

@@ -12,6 +12,7 @@ from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 
 from core import bulk
+from core.bulk import sql_moment
 from fleet.models import Cluster, Gpu, Node
 from quotas.models import Cohort
 
@@ -235,3 +236,23 @@ def test_upsert_compares_decimals_at_their_columns_places_and_cuts_long_strings(
     assert again.updated == 0
     row = Cohort.objects.get(name="a")
     assert (row.fair_weight, len(row.parent_name)) == (Decimal("0.5000"), 253)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "2026-01-05 12:00:00",  # SQLite's text, naive UTC
+        "2026-01-05T13:00:00+01:00",
+        datetime(2026, 1, 5, 12, 0),  # noqa: DTZ001 (a naive value from SQLite: UTC)
+        datetime(2026, 1, 5, 12, 0, tzinfo=UTC),
+    ],
+)
+def test_a_raw_sql_timestamp_reads_as_the_aware_utc_moment(raw):
+    moment = sql_moment(raw)
+    assert moment == datetime(2026, 1, 5, 12, 0, tzinfo=UTC) and moment.tzinfo is not None
+
+
+@pytest.mark.parametrize("raw", ["yesterday", "", None, 1767614400, b"2026-01-05"])
+def test_anything_else_is_a_value_error_not_a_wrong_moment(raw):
+    with pytest.raises(ValueError, match="not a timestamp"):
+        sql_moment(raw)
