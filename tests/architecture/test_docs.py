@@ -31,6 +31,7 @@ OUTSIDE = {
     "the outside style document": re.compile(r"(?<![\w\"'])STYLE(?![\w\"'])"),
     "the outside design document": re.compile(r"(?<![\w\"'])DESIGN(?![\w\"'])"),
     "a shared/ folder outside the repository": re.compile(r"(?<![\w-])shared/"),
+    "the outside environment notes": re.compile(r"\bENVIRONMENT\.md\b"),
     # The project's tracker is not in the repository either; an upstream project's issues
     # ("dcgm-exporter issues #50") are public and cited by number sign.
     "an issue of the project's tracker": re.compile(r"\b[Ii]ssue \d+\b"),
@@ -174,6 +175,7 @@ def test_the_design_documents_have_the_sections_the_code_cites(document, section
         "Cohorts have no usage, so members are summed (DESIGN).",
         "payloads recorded in ../shared/fixtures/dcgm",
         "see /work/shared/fixtures/kueue/README.md",
+        "with the flags ENVIRONMENT.md lists",
         "Target (issue 5): p95 <= 300 ms.",
         "the sign-in work (issue 28 items 1 and 4)",
     ],

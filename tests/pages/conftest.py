@@ -18,8 +18,8 @@ Data
 
 Browser (Playwright + the system Chromium)
   ``browser_type_launch_args``  points pytest-playwright at /usr/bin/chromium with the flags
-                  ENVIRONMENT.md lists. Without Chromium the browser tests skip, except with
-                  CI=true, where they fail.
+                  in ``CHROMIUM_ARGS`` (headless, in a container). Without Chromium the
+                  browser tests skip, except with CI=true, where they fail.
   ``browser_login(page, live_server_url, user)``  puts a session cookie for ``user`` in ``page``.
   ``console_errors``  a list collecting console errors and page errors of the ``page`` fixture
                   (the /favicon.ico 404 is ignored).
