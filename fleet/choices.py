@@ -36,7 +36,8 @@ class QuotaSource(models.TextChoices):
 
 class IngestSource(models.TextChoices):
     DCGM = "dcgm", "Prometheus: DCGM + kube-state-metrics"
-    KUEUE = "kueue", "Kubernetes API: Kueue, Pods, Nodes"
+    # Whichever scheduler the cluster runs (QuotaSource): the sync of its queues and workloads.
+    KUEUE = "kueue", "Kubernetes API: queues, workloads, Pods, Nodes"
     SIMULATION = "simulation", "Simulated fleet"
     ROLLUP = "rollup", "Hourly rollup"
 

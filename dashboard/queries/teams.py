@@ -38,6 +38,19 @@ def figures_by_team(ids: list[int], span: HourSpan) -> dict[int, Figures]:
     )
 
 
+def schedulers_by_team(ids: list[int]) -> dict[int, list[str]]:
+    """The schedulers of the given teams' queues (one query), to word their quota figures."""
+    found: dict[int, list[str]] = {}
+    rows = (
+        ClusterQueue.objects.filter(team_id__in=ids, deleted_at__isnull=True)
+        .values_list("team_id", "scheduler")
+        .distinct()
+    )
+    for team_id, scheduler in rows:
+        found.setdefault(team_id, []).append(scheduler)
+    return found
+
+
 def all_teams_figures(span: HourSpan) -> Figures:
     """Every team's figures over the span together: one aggregate."""
     return (

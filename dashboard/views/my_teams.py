@@ -20,12 +20,13 @@ from dashboard.decorators import dashboard_page
 from dashboard.frame import utilization_tone
 from dashboard.queries import my_teams as queries
 from dashboard.queries.queue_levels import weekly_waits
-from dashboard.queries.teams import figures_by_team
+from dashboard.queries.teams import figures_by_team, schedulers_by_team
 from dashboard.templatetags.formatting import figure, percent
 from ledger.range_figures import Figures
 from quotas.models import Team
 from quotas.now import latest_samples
 from quotas.pending import free_in_quota, workload_reason
+from quotas.words import list_words
 
 
 def flavor_rows(uses: list[queries.FlavorUse]) -> list[dict[str, Any]]:
@@ -69,6 +70,7 @@ def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     figures = figures_by_team(ids, span)
     quota_used = queries.quota_used_by_team(ids, span)
     waits = weekly_waits(teams, now)
+    schedulers = schedulers_by_team(ids)
     cards = []
     for team in teams:
         found = figures.get(team.pk, Figures())
@@ -77,6 +79,7 @@ def my_teams(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
             {
                 "team": team,
                 "flavors": flavor_rows(flavors.get(team.pk, [])),
+                "words": list_words(schedulers.get(team.pk, [])),
                 "admitted": figure(admitted.get(team.pk, 0.0)),
                 "held": figure(held.get(team.pk, 0.0)),
                 "waits": waits.get(team.pk, []),

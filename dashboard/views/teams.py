@@ -76,6 +76,9 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     now_gpus = holding_gpus(Q(cluster_queue__team_id__in=ids), "cluster_queue__team_id")
     held = pod_gpus_by_team(ids)
     flavors = flavor_use_by_team(ids, timezone.now())
+    # The words of the queues of the teams shown (neutral when several schedulers are).
+    schedulers = queries.schedulers_by_team(ids)
+    page_words = list_words(s for found in schedulers.values() for s in found)
     table = []
     for team in page.object_list:
         row = _team_row(
@@ -110,7 +113,14 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
             time_range.label,
             testid="stat-allocated",
         ),
-        stat("Nominal quota", figure(totals.nominal_gpu_hours), "GPU-h", "Kueue nominal, summed"),
+        stat(
+            "Nominal quota",
+            figure(totals.nominal_gpu_hours),
+            "GPU-h",
+            "nominal, summed"
+            if page_words.mixed
+            else f"{page_words.words.scheduler} {page_words.words.nominal}, summed",
+        ),
         stat(
             "Real use",
             figure(totals.active_gpu_hours),
@@ -144,6 +154,7 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "page_query": page_query,
         "sees_all": allowed is None,
         "time_range": time_range,
+        "page_words": page_words,
     }
     return render(request, "dashboard/team_list.html", context)
 

@@ -108,3 +108,34 @@ def test_a_team_page_counts_its_queues_in_the_schedulers_word(
     assert re.search(rf"\b1 {word}\b", _subtitle(html)), _subtitle(html)
     assert f"Admitted (quota): {ADMITTED[source]}, per flavor." in html
     assert "ClusterQueue" not in _subtitle(html)
+
+
+def test_the_team_pages_say_whose_quota_admitted_counts(
+    source: str, admin_client: Any, admin_user: Any
+) -> None:
+    from quotas.models import ClusterQueue
+
+    queue = ClusterQueue.objects.filter(team__isnull=False).select_related("team").first()
+    assert queue is not None
+    queue.team.leads.add(admin_user)
+    admitted = ADMITTED[source]
+
+    teams = admin_client.get(reverse("dashboard:team-list")).content.decode()
+    assert f"Now: GPUs of {admitted} / GPUs held" in teams
+    assert f"Admitted / held now: GPUs of {admitted} / GPUs held" in teams
+    nominal = {
+        "volcano": "Volcano deserved",
+        "kai": "KAI quota",
+        "resourcequota": "ResourceQuota hard",
+    }
+    assert f'<div class="stat-note">{nominal[source]}, summed</div>' in teams
+    mine = admin_client.get(reverse("dashboard:my-teams")).content.decode()
+    team = admin_client.get(
+        reverse("dashboard:team-detail", args=[queue.team.name])
+    ).content.decode()
+    for html in (teams, mine, team):
+        assert "Kueue" not in re.sub(r"<(script|style)\b.*?</\1>", "", html, flags=re.S)
+    # The quota-per-flavor table of a lead's landing and of the team page.
+    for html in (mine, team):
+        assert f'title="{admitted[:1].upper()}{admitted[1:]} now">Admitted (quota)' in html
+    assert f'<span title="{admitted[:1].upper()}{admitted[1:]}">quota</span>' in mine
