@@ -43,28 +43,23 @@ def test_a_quota_in_each_schedulers_fields():
     assert quota_text(words_for("resourcequota"), "default-flavor", "8", "0", "8") == "hard 8"
 
 
+# A Kueue list page's title, queue word, cohort heading, Kueue-only columns and kinds.
+KUEUE_PAGE = (
+    "ClusterQueues",
+    "ClusterQueue",
+    "Cohort",
+    True,
+    "Kueue ClusterQueues",
+    "Kueue Cohorts",
+)
+
+
 @pytest.mark.parametrize(
     ("schedulers", "title", "queue", "cohort", "kueue_only", "queue_kinds", "cohort_kinds"),
     [
         # Empty page or Kueue alone (an unknown scheduler reads as Kueue): Kueue's words.
-        (
-            [],
-            "ClusterQueues",
-            "ClusterQueue",
-            "Cohort",
-            True,
-            "Kueue ClusterQueues",
-            "Kueue Cohorts",
-        ),
-        (
-            ["kueue", None, "slurm"],
-            "ClusterQueues",
-            "ClusterQueue",
-            "Cohort",
-            True,
-            "Kueue ClusterQueues",
-            "Kueue Cohorts",
-        ),
+        ([], *KUEUE_PAGE),
+        (["kueue", None, "slurm"], *KUEUE_PAGE),
         # One other scheduler: its own words, not Kueue's.
         (
             ["volcano", "volcano"],
