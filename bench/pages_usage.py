@@ -10,7 +10,8 @@ usage store (``UsageHolding`` + ``UsageFact``), their hourly rollups (the real
 ``roll_up_range``), and one hoarding episode of 6 hours and one of 2 days on a held node's
 workload. The first window goes through the real writer (``write_wide``: the holdings and one
 window of facts); every later window copies that window's facts inside PostgreSQL with new
-random figures, a day at a time into its partition, so 50 M rows take minutes rather than hours.
+random figures, a day at a time into its partition, so 50 M rows take minutes rather than hours;
+then the complete days are ordered as beat's ``order-usage-partitions`` orders them in production.
 The data is kept (``--reset`` rebuilds it). ``--small``: 80 GPUs, 1 day, 3 requests a URL.
 
 Measured (the Django test client, logged in as staff, one warm-up request, then ``--requests``;
@@ -116,6 +117,7 @@ def generate(end: datetime, days: int) -> None:
 
     from fleet.models import Cluster, Gpu
     from ledger.models.usage import write_wide
+    from ledger.partition_order import order_complete_days
     from ledger.rollup import roll_up_range
 
     rng = random.Random(7)
@@ -145,6 +147,11 @@ def generate(end: datetime, days: int) -> None:
     rolled = roll_up_range(cluster.pk, first_end - timedelta(minutes=1), end)
     step(f"{rolled:,} rollup rows")
     make_episodes(cluster.pk, end)
+    # What beat's order-usage-partitions does in production once a day has settled: the complete
+    # days in (hour, holding) order; the day in progress (and the day before it, in a day's first
+    # 3 hours) still in arrival order.
+    ordered = order_complete_days(end)
+    step(f"{len(ordered)} complete days ordered as beat orders them")
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
     step("VACUUM ANALYZE")
