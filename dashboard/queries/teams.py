@@ -51,6 +51,16 @@ def schedulers_by_team(ids: list[int]) -> dict[int, list[str]]:
     return found
 
 
+def all_team_schedulers() -> list[str]:
+    """The schedulers of every team's queues (one query): the words of figures over all teams."""
+    return list(
+        ClusterQueue.objects.filter(team__isnull=False, deleted_at__isnull=True)
+        .order_by()
+        .values_list("scheduler", flat=True)
+        .distinct()
+    )
+
+
 def all_teams_figures(span: HourSpan) -> Figures:
     """Every team's figures over the span together: one aggregate."""
     return (

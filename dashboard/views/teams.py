@@ -117,9 +117,7 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
             "Nominal quota",
             figure(totals.nominal_gpu_hours),
             "GPU-h",
-            "nominal, summed"
-            if page_words.mixed
-            else f"{page_words.words.scheduler} {page_words.words.nominal}, summed",
+            _nominal_note(list_words(queries.all_team_schedulers())),
         ),
         stat(
             "Real use",
@@ -157,6 +155,15 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "page_words": page_words,
     }
     return render(request, "dashboard/team_list.html", context)
+
+
+def _nominal_note(words: ListWords) -> str:
+    """What the teams' summed nominal quota is, in their schedulers' words ("Volcano deserved")."""
+    return (
+        "nominal, summed"
+        if words.mixed
+        else f"{words.words.scheduler} {words.words.nominal}, summed"
+    )
 
 
 def _workload_row(

@@ -139,3 +139,29 @@ def test_the_team_pages_say_whose_quota_admitted_counts(
     for html in (mine, team):
         assert f'title="{admitted[:1].upper()}{admitted[1:]} now">Admitted (quota)' in html
     assert f'<span title="{admitted[:1].upper()}{admitted[1:]}">quota</span>' in mine
+
+
+def test_teams_of_several_schedulers_sum_their_quota_in_neutral_words(
+    source: str, admin_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dashboard import frame
+    from dashboard.views import teams as team_views
+    from quotas.models import ClusterQueue, Team
+
+    # Given a Kueue ClusterQueue of another team, last by name, on another cluster
+    shown = Team.objects.count()
+    kueue = Cluster.objects.create(name="gpu-kueue")
+    ClusterQueue.objects.create(
+        cluster=kueue, name="zz-kueue", team=Team.objects.create(name="zz-kueue")
+    )
+    # and a first page of the team list holding the source's teams only
+    monkeypatch.setattr(
+        team_views, "paginate", lambda request, teams: frame.paginate(request, teams, shown)
+    )
+
+    html = admin_client.get(reverse("dashboard:team-list")).content.decode()
+    assert 'data-team="zz-kueue"' not in html
+    # Then the summed nominal quota, over every team, names no one scheduler
+    assert '<div class="stat-note">nominal, summed</div>' in html
+    # and the rows shown still speak their one scheduler
+    assert f"Now: GPUs of {ADMITTED[source]} / GPUs held" in html
