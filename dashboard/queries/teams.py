@@ -38,27 +38,16 @@ def figures_by_team(ids: list[int], span: HourSpan) -> dict[int, Figures]:
     )
 
 
-def schedulers_by_team(ids: list[int]) -> dict[int, list[str]]:
-    """The schedulers of the given teams' queues (one query), to word their quota figures."""
+def schedulers_by_team(ids: list[int] | None = None) -> dict[int, list[str]]:
+    """The schedulers of the given teams' queues, of every team's without ``ids`` (one query),
+    to word their quota figures."""
+    queues = ClusterQueue.objects.filter(team__isnull=False, deleted_at__isnull=True)
+    if ids is not None:
+        queues = queues.filter(team_id__in=ids)
     found: dict[int, list[str]] = {}
-    rows = (
-        ClusterQueue.objects.filter(team_id__in=ids, deleted_at__isnull=True)
-        .values_list("team_id", "scheduler")
-        .distinct()
-    )
-    for team_id, scheduler in rows:
+    for team_id, scheduler in queues.order_by().values_list("team_id", "scheduler").distinct():
         found.setdefault(team_id, []).append(scheduler)
     return found
-
-
-def all_team_schedulers() -> list[str]:
-    """The schedulers of every team's queues (one query): the words of figures over all teams."""
-    return list(
-        ClusterQueue.objects.filter(team__isnull=False, deleted_at__isnull=True)
-        .order_by()
-        .values_list("scheduler", flat=True)
-        .distinct()
-    )
 
 
 def all_teams_figures(span: HourSpan) -> Figures:

@@ -76,9 +76,11 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
     now_gpus = holding_gpus(Q(cluster_queue__team_id__in=ids), "cluster_queue__team_id")
     held = pod_gpus_by_team(ids)
     flavors = flavor_use_by_team(ids, timezone.now())
-    # The words of the queues of the teams shown (neutral when several schedulers are).
-    schedulers = queries.schedulers_by_team(ids)
-    page_words = list_words(s for found in schedulers.values() for s in found)
+    # The words of the queues of the teams shown (neutral when several schedulers are), and of
+    # every team's for the figures summed over all teams.
+    schedulers = queries.schedulers_by_team()
+    page_words = list_words(s for team in ids for s in schedulers.get(team, []))
+    all_words = list_words(s for found in schedulers.values() for s in found)
     table = []
     for team in page.object_list:
         row = _team_row(
@@ -117,7 +119,7 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
             "Nominal quota",
             figure(totals.nominal_gpu_hours),
             "GPU-h",
-            _nominal_note(list_words(queries.all_team_schedulers())),
+            _nominal_note(all_words),
         ),
         stat(
             "Real use",
