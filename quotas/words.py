@@ -131,6 +131,14 @@ class ListWords:
         held_by = "workloads" if words.workload == KUEUE.workload else f"{words.workload}s"
         return f"{owner} admitted to {held_by}"
 
+    @property
+    def nominal(self) -> str:
+        """What a summed nominal quota is: "Kueue nominal", "Volcano deserved", "KAI quota";
+        neutral "nominal" on a mixed page."""
+        if self.mixed:
+            return "nominal"
+        return f"{self.words.scheduler} {self.words.nominal}"
+
     def _kinds(self, kind: str) -> str:
         names = sorted({getattr(words_for(s), kind) for s in self.schedulers} - {""})
         names = [f"{name}s" for name in names] or [f"{getattr(KUEUE, kind)}s"]

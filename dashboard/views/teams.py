@@ -119,7 +119,7 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
             "Nominal quota",
             figure(totals.nominal_gpu_hours),
             "GPU-h",
-            _nominal_note(all_words),
+            f"{all_words.nominal}, summed",
         ),
         stat(
             "Real use",
@@ -157,15 +157,6 @@ def team_list(request: HttpRequest, time_range: TimeRange) -> HttpResponse:
         "page_words": page_words,
     }
     return render(request, "dashboard/team_list.html", context)
-
-
-def _nominal_note(words: ListWords) -> str:
-    """What the teams' summed nominal quota is, in their schedulers' words ("Volcano deserved")."""
-    return (
-        "nominal, summed"
-        if words.mixed
-        else f"{words.words.scheduler} {words.words.nominal}, summed"
-    )
 
 
 def _workload_row(

@@ -108,3 +108,11 @@ def test_what_admitted_quota_counts_in_each_schedulers_words():
     assert list_words(["kai"]).admitted == "KAI quota admitted to PodGroups"
     assert list_words(["resourcequota"]).admitted == "ResourceQuota admitted to workloads"
     assert list_words(["kueue", "kai"]).admitted == "quota admitted to workloads"
+
+
+def test_what_a_summed_nominal_quota_is_in_each_schedulers_words():
+    assert list_words(["kueue"]).nominal == "Kueue nominal"
+    assert list_words(["volcano"]).nominal == "Volcano deserved"
+    assert list_words(["kai"]).nominal == "KAI quota"
+    assert list_words(["resourcequota"]).nominal == "ResourceQuota hard"
+    assert list_words(["kueue", "volcano"]).nominal == "nominal"
