@@ -102,17 +102,18 @@ def test_a_list_page_speaks_its_one_scheduler_or_neutral_words_when_mixed(
     assert (words.queue_kinds, words.cohort_kinds) == (queue_kinds, cohort_kinds)
 
 
-def test_what_admitted_quota_counts_in_each_schedulers_words():
-    assert list_words(["kueue"]).admitted == "Kueue quota admitted to workloads"
-    assert list_words(["volcano"]).admitted == "Volcano quota admitted to PodGroups"
-    assert list_words(["kai"]).admitted == "KAI quota admitted to PodGroups"
-    assert list_words(["resourcequota"]).admitted == "ResourceQuota admitted to workloads"
-    assert list_words(["kueue", "kai"]).admitted == "quota admitted to workloads"
-
-
-def test_what_a_summed_nominal_quota_is_in_each_schedulers_words():
-    assert list_words(["kueue"]).nominal == "Kueue nominal"
-    assert list_words(["volcano"]).nominal == "Volcano deserved"
-    assert list_words(["kai"]).nominal == "KAI quota"
-    assert list_words(["resourcequota"]).nominal == "ResourceQuota hard"
-    assert list_words(["kueue", "volcano"]).nominal == "nominal"
+@pytest.mark.parametrize(
+    ("schedulers", "admitted", "nominal"),
+    [
+        (["kueue"], "Kueue quota admitted to workloads", "Kueue nominal"),
+        (["volcano"], "Volcano quota admitted to PodGroups", "Volcano deserved"),
+        (["kai"], "KAI quota admitted to PodGroups", "KAI quota"),
+        (["resourcequota"], "ResourceQuota admitted to workloads", "ResourceQuota hard"),
+        (["kueue", "kai"], "quota admitted to workloads", "nominal"),
+    ],
+)
+def test_what_admitted_and_nominal_quota_are_in_each_schedulers_words(
+    schedulers, admitted, nominal
+):
+    words = list_words(schedulers)
+    assert (words.admitted, words.nominal) == (admitted, nominal)
